@@ -1,0 +1,3 @@
+from remediator.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The composition root: builds everything and runs the scheduler on the elected leader."""

@@ -1,0 +1,42 @@
+"""The project's own exceptions: library errors are wrapped into these at the edges."""
+
+from __future__ import annotations
+
+
+class RemediatorError(Exception):
+    """Base of every error remediator raises on purpose."""
+
+
+class TransientError(RemediatorError):
+    """Worth retrying later; `delay` is the earliest sensible retry, in seconds."""
+
+    def __init__(self, message: str, delay: float = 5.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PermanentError(RemediatorError):
+    """Retrying will not help: stop the step and escalate to a human."""
+
+
+class NotFoundError(PermanentError):
+    """The object the step works on does not exist (any more)."""
+
+
+class ConflictError(TransientError):
+    """Optimistic concurrency lost a race; re-read and try again."""
+
+    def __init__(self, message: str, delay: float = 0.0) -> None:
+        super().__init__(message, delay)
+
+
+class PolicyError(RemediatorError):
+    """A policy set could not be loaded; `problems` lists every `file:line: field: message`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class IllegalTransition(RemediatorError):
+    """A state change the transition table does not allow."""

@@ -1,0 +1,1 @@
+"""The only package that imports `kubernetes`: a typed wrapper with our own errors."""

@@ -1,0 +1,1 @@
+"""Policies: the YAML schema, the loader, pure evaluation and pure budgets."""

@@ -1,0 +1,1 @@
+"""Cloud node-pool providers behind one narrow protocol."""

@@ -1,0 +1,1 @@
+"""Durable remediations: the state table, the planner and the service that advances them."""

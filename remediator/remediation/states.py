@@ -1,0 +1,63 @@
+"""The remediation state machine, as a table checked in one place."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from remediator.errors import IllegalTransition
+
+
+class State(StrEnum):
+    DETECTED = "detected"
+    AWAITING_APPROVAL = "awaiting_approval"
+    QUARANTINED = "quarantined"
+    HELD_BY_OPT_OUT = "held_by_opt_out"
+    CHECKPOINTING = "checkpointing"
+    DRAINING = "draining"
+    REPLACING = "replacing"
+    VERIFYING = "verifying"
+    HELD = "held"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+_WORK = frozenset(
+    {State.QUARANTINED, State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.VERIFYING}
+)
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.DETECTED: frozenset(
+        {State.AWAITING_APPROVAL, State.QUARANTINED, State.SUCCEEDED, State.FAILED}
+    ),
+    State.AWAITING_APPROVAL: frozenset({State.QUARANTINED, State.SUCCEEDED}),
+    State.QUARANTINED: frozenset(
+        {State.HELD_BY_OPT_OUT, State.CHECKPOINTING, State.DRAINING, State.REPLACING,
+         State.SUCCEEDED, State.HELD, State.FAILED}
+    ),
+    State.HELD_BY_OPT_OUT: frozenset({State.CHECKPOINTING, State.DRAINING, State.REPLACING,
+                                      State.SUCCEEDED}),
+    State.CHECKPOINTING: frozenset({State.HELD_BY_OPT_OUT, State.DRAINING, State.FAILED}),
+    State.DRAINING: frozenset(
+        {State.HELD_BY_OPT_OUT, State.REPLACING, State.SUCCEEDED, State.HELD, State.FAILED}
+    ),
+    State.REPLACING: frozenset({State.VERIFYING, State.HELD, State.FAILED}),
+    State.VERIFYING: frozenset({State.SUCCEEDED, State.FAILED}),
+    State.HELD: frozenset(_WORK | {State.SUCCEEDED, State.FAILED}),
+    State.FAILED: _WORK,
+    State.SUCCEEDED: frozenset(),
+    State.CANCELLED: frozenset(),
+}
+
+TERMINAL = frozenset({State.SUCCEEDED, State.CANCELLED})
+OPEN = frozenset(s for s in State if s not in TERMINAL and s is not State.FAILED)
+CANCELLABLE = frozenset(OPEN | {State.FAILED})
+WAITING_FOR_HUMAN = frozenset({State.AWAITING_APPROVAL, State.HELD_BY_OPT_OUT, State.HELD})
+
+
+def check_transition(current: State, target: State) -> None:
+    """Raise IllegalTransition unless the table allows current → target (cancel is always open)."""
+    if target is State.CANCELLED and current in CANCELLABLE:
+        return
+    if target not in TRANSITIONS[current]:
+        raise IllegalTransition(f"{current.value} → {target.value} is not allowed")

@@ -1,0 +1,1 @@
+"""Signal sources, one per origin, each behind the same small interface."""

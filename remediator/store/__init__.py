@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, sessions and typed queries over the remediation history."""

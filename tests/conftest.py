@@ -1,0 +1,3 @@
+"""Shared fixtures live in tests/fixtures/, one module per real service; register them here."""
+
+pytest_plugins: list[str] = []
