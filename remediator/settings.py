@@ -1,0 +1,102 @@
+"""Controller settings: one object, built once in the CLI from a YAML file and the environment,
+and passed down. Environment variables (`REMEDIATOR_DATABASE_URL`, `REMEDIATOR_WEB__LISTEN`, …)
+override the file so that secrets need not live in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from remediator.errors import RemediatorError
+
+
+class ProviderSettings(BaseModel):
+    type: Literal["http"] = "http"
+    url: str = "http://127.0.0.1:8081"
+    token: SecretStr | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    max_retries: int = Field(default=5, ge=0)
+
+
+class LeaderElectionSettings(BaseModel):
+    enabled: bool = True
+    namespace: str = "remediator"
+    lease_name: str = "remediator-leader"
+    lease_duration_seconds: int = Field(default=15, ge=2)
+    renew_deadline_seconds: int = Field(default=10, ge=1)
+    retry_period_seconds: float = Field(default=2.0, gt=0)
+    identity: str | None = None
+
+
+class WebSettings(BaseModel):
+    listen: str = "0.0.0.0:8080"
+    operator_tokens: list[SecretStr] = Field(default_factory=list)
+    readonly_tokens: list[SecretStr] = Field(default_factory=list)
+
+
+class NotifySettings(BaseModel):
+    webhook_url: str | None = None
+    timeout_seconds: float = Field(default=5.0, gt=0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="REMEDIATOR_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    cluster_name: str = "default"
+    kubeconfig: Path | None = None  # None: in-cluster service account
+    prometheus_url: str | None = None
+    prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
+    policies_dir: Path = Path("policies")
+    database_url: str = "sqlite:///remediator.db"
+    provider: ProviderSettings = Field(default_factory=ProviderSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    pool_label: str = "simcloud.io/nodepool"
+    opt_out_label: str = "remediator.io/disable-auto-replace"
+    poll_interval_seconds: float = Field(default=15.0, gt=0)
+    advance_interval_seconds: float = Field(default=2.0, gt=0)
+    log_format: Literal["json", "text"] = "json"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment wins over the file's values (passed as init kwargs).
+        return env_settings, init_settings
+
+
+def load_settings(path: Path | None) -> Settings:
+    """Read the YAML config (when given) under the environment; errors name the file and field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise RemediatorError(f"{path}: cannot read config: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise RemediatorError(f"{path}: config must be a mapping at the top level")
+        data = loaded
+        base = path.parent
+        for key in ("kubeconfig", "policies_dir"):
+            if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+                data[key] = str(base / data[key])
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        where = str(path) if path else "environment"
+        problems = [
+            f"{where}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        ]
+        raise RemediatorError("\n".join(problems)) from exc
