@@ -12,9 +12,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     here = pathlib.Path(__file__).parent
-    names = argv or sorted(
-        p.stem for p in here.glob("*.py") if not p.stem.startswith("_")
-    )
+    names = argv or sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_"))
     failed = []
     for name in names:
         print(f"\n=== bench/{name}.py ===", flush=True)

@@ -32,11 +32,19 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     ),
     State.AWAITING_APPROVAL: frozenset({State.QUARANTINED, State.SUCCEEDED}),
     State.QUARANTINED: frozenset(
-        {State.HELD_BY_OPT_OUT, State.CHECKPOINTING, State.DRAINING, State.REPLACING,
-         State.SUCCEEDED, State.HELD, State.FAILED}
+        {
+            State.HELD_BY_OPT_OUT,
+            State.CHECKPOINTING,
+            State.DRAINING,
+            State.REPLACING,
+            State.SUCCEEDED,
+            State.HELD,
+            State.FAILED,
+        }
     ),
-    State.HELD_BY_OPT_OUT: frozenset({State.CHECKPOINTING, State.DRAINING, State.REPLACING,
-                                      State.SUCCEEDED}),
+    State.HELD_BY_OPT_OUT: frozenset(
+        {State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.SUCCEEDED}
+    ),
     State.CHECKPOINTING: frozenset({State.HELD_BY_OPT_OUT, State.DRAINING, State.FAILED}),
     State.DRAINING: frozenset(
         {State.HELD_BY_OPT_OUT, State.REPLACING, State.SUCCEEDED, State.HELD, State.FAILED}

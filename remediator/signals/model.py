@@ -40,7 +40,7 @@ class Signal(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
     def __hash__(self) -> int:
-        return hash(self.dedup_key + (self.source, self.observed_at, self.value))
+        return hash((*self.dedup_key, self.source, self.observed_at, self.value))
 
     @property
     def dedup_key(self) -> tuple[str, int | None, SignalKind, int | None]:
