@@ -1,0 +1,289 @@
+"""Signals + history + policies + now → decisions. Pure: no I/O and no clock of its own; the
+streak and burst state it needs across cycles comes in with the history and goes out with the
+result, so the controller can persist it or hand it back next cycle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from operator import attrgetter
+from typing import Literal
+
+from remediator.policy.durations import format_duration
+from remediator.policy.schema import GlobalSettings, Policy, Step
+from remediator.signals.model import Signal, SignalKind
+
+StreakKey = tuple[str, str, int | None]  # (policy, node, gpu)
+EventKey = tuple[str, str]  # (policy, node)
+
+
+@dataclass(frozen=True, slots=True)
+class PastRemediation:
+    node: str
+    policy: str
+    started_at: datetime
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Streak:
+    """A threshold breach running since `since`, last confirmed by a reading at `last`."""
+
+    since: datetime
+    last: datetime
+
+
+@dataclass(frozen=True)
+class EvalState:
+    streaks: Mapping[StreakKey, Streak] = field(default_factory=dict)
+    events: Mapping[EventKey, tuple[datetime, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class History:
+    """What the controller knows from its database; evaluate never changes it."""
+
+    open: Mapping[str, str] = field(default_factory=dict)  # node → policy of its open remediation
+    past: Mapping[str, tuple[PastRemediation, ...]] = field(default_factory=dict)  # by node
+    pools: Mapping[str, str] = field(default_factory=dict)  # node → pool
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node → labels
+    state: EvalState = field(default_factory=EvalState)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        remediations: Iterable[PastRemediation] = (),
+        open: Mapping[str, str] | None = None,
+        pools: Mapping[str, str] | None = None,
+        labels: Mapping[str, Mapping[str, str]] | None = None,
+        state: EvalState | None = None,
+    ) -> History:
+        by_node: dict[str, list[PastRemediation]] = {}
+        for item in remediations:
+            by_node.setdefault(item.node, []).append(item)
+        return cls(
+            open=dict(open or {}),
+            past={node: tuple(items) for node, items in by_node.items()},
+            pools=dict(pools or {}),
+            labels=dict(labels or {}),
+            state=state or EvalState(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    node: str
+    pool: str | None
+    policy: str
+    priority: int
+    signals: tuple[Signal, ...]
+    actions: tuple[Step, ...]
+    approval: Literal["auto", "required"]
+    dry_run: bool
+    disruptive: bool
+    reason: str
+    decided_at: datetime
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    decisions: tuple[Decision, ...]
+    state: EvalState
+
+
+@dataclass(slots=True)
+class _Hit:
+    """The signals that matched this cycle; `lead` is the one with the longest streak (or the
+    latest), the one the reason names."""
+
+    signals: list[Signal]
+    lead: Signal
+    streak: Streak | None = None
+
+
+def evaluate(
+    signals: Iterable[Signal],
+    history: History,
+    policies: Sequence[Policy],
+    now: datetime,
+    settings: GlobalSettings,
+) -> Evaluation:
+    """Decide at most one remediation per node: the highest priority policy whose match holds,
+    skipping nodes already under remediation and node+policy pairs still in cooldown.
+
+    A decision needs a matching signal in this cycle; signals are taken in time order so that
+    streaks advance the way the readings happened."""
+    by_name = {p.name: p for p in policies}
+    by_kind: dict[SignalKind, list[Policy]] = {}
+    for policy in sorted(policies, key=attrgetter("name")):
+        by_kind.setdefault(policy.match.kind, []).append(policy)
+    codes = {p.name: frozenset(p.match.codes) for p in policies if p.match.codes is not None}
+
+    streaks = _live_streaks(history.state.streaks, by_name, now)
+    events = _live_events(history.state.events, by_name, now)
+    selected: dict[EventKey, bool] = {}
+    hits: dict[EventKey, _Hit] = {}
+
+    for signal in sorted(signals, key=attrgetter("observed_at")):
+        candidates = by_kind.get(signal.kind)
+        if candidates is None:
+            continue
+        node = signal.node
+        for policy in candidates:
+            name = policy.name
+            match = policy.match
+            if name in codes and signal.code not in codes[name]:
+                continue
+            if match.labels and not _subset(match.labels, signal.labels):
+                continue
+            key = (name, node)
+            chosen = selected.get(key)
+            if chosen is None:
+                chosen = selected[key] = _selects(policy, node, history)
+            if not chosen:
+                continue
+            threshold = match.threshold
+            streak: Streak | None = None
+            if threshold is not None:
+                skey = (name, node, signal.gpu)
+                at = signal.observed_at
+                previous = streaks.get(skey)
+                if previous is not None and at - previous.last > threshold.gap:
+                    previous = None
+                if threshold.breached(signal.value):
+                    streak = Streak(previous.since if previous else at, at)
+                elif previous is not None and not threshold.cleared(signal.value):
+                    streak = Streak(previous.since, at)
+                if streak is None:
+                    streaks.pop(skey, None)
+                    continue
+                streaks[skey] = streak
+                if match.burst is not None and threshold.breached(signal.value):
+                    events[key] = (*events.get(key, ()), at)
+                if streak.last - streak.since < threshold.for_:
+                    continue
+            elif match.burst is not None:
+                events[key] = (*events.get(key, ()), signal.observed_at)
+            hit = hits.get(key)
+            if hit is None:
+                hit = hits[key] = _Hit([], signal, streak)
+            hit.signals.append(signal)
+            if streak is None or hit.streak is None or streak.since <= hit.streak.since:
+                hit.lead, hit.streak = signal, streak
+
+    per_node: dict[str, list[Decision]] = {}
+    for (name, node), hit in hits.items():
+        decision = _decide(
+            by_name[name], node, hit, events.get((name, node), ()), history, now, settings
+        )
+        if decision is not None:
+            per_node.setdefault(node, []).append(decision)
+    winners = [min(found, key=lambda d: (-d.priority, d.policy)) for found in per_node.values()]
+    winners.sort(key=lambda d: (-d.priority, d.node))
+    return Evaluation(tuple(winners), EvalState(streaks, events))
+
+
+def _decide(
+    policy: Policy,
+    node: str,
+    hit: _Hit,
+    node_events: tuple[datetime, ...],
+    history: History,
+    now: datetime,
+    settings: GlobalSettings,
+) -> Decision | None:
+    if node in history.open:
+        return None
+    match = policy.match
+    past = history.past.get(node, ())
+    cooldown = policy.cooldown if policy.cooldown is not None else settings.default_cooldown
+    if any(r.policy == policy.name and r.started_at > now - cooldown for r in past):
+        return None
+    reasons = [_signal_reason(policy, hit)]
+    if match.burst is not None:
+        if len(node_events) < match.burst.count:
+            return None
+        reasons.append(f"{len(node_events)} events within {format_duration(match.burst.within)}")
+    if match.repeat is not None:
+        recent = sum(1 for r in past if r.started_at > now - match.repeat.within)
+        if recent + 1 < match.repeat.nth:
+            return None
+        reasons.append(
+            f"remediation #{recent + 1} of this node within {format_duration(match.repeat.within)}"
+        )
+    return Decision(
+        node=node,
+        pool=history.pools.get(node),
+        policy=policy.name,
+        priority=policy.priority,
+        signals=tuple(hit.signals),
+        actions=tuple(policy.actions),
+        approval=policy.approval,
+        dry_run=policy.dry_run or settings.dry_run,
+        disruptive=policy.disruptive,
+        reason=f"{policy.name}: " + "; ".join(reasons),
+        decided_at=now,
+    )
+
+
+def _signal_reason(policy: Policy, hit: _Hit) -> str:
+    lead = hit.lead
+    what = lead.kind.value if lead.code is None else f"{lead.kind.value} {lead.code}"
+    if lead.value is not None:
+        what += f" value {lead.value:g}"
+    if lead.gpu is not None:
+        what += f" on GPU {lead.gpu}"
+    threshold = policy.match.threshold
+    if threshold is not None and hit.streak is not None:
+        if threshold.above is not None:
+            what += f" (≥ {threshold.above:g}"
+        elif threshold.below is not None:
+            what += f" (≤ {threshold.below:g}"
+        else:
+            what += " (present"
+        held = format_duration(
+            timedelta(seconds=int((hit.streak.last - hit.streak.since).total_seconds()))
+        )
+        what += f" for {held})"
+    return what
+
+
+def _selects(policy: Policy, node: str, history: History) -> bool:
+    selector = policy.nodes
+    if selector.pools is not None and history.pools.get(node) not in selector.pools:
+        return False
+    return not selector.labels or _subset(selector.labels, history.labels.get(node, {}))
+
+
+def _subset(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
+    return all(have.get(k) == v for k, v in wanted.items())
+
+
+def _live_streaks(
+    streaks: Mapping[StreakKey, Streak], by_name: Mapping[str, Policy], now: datetime
+) -> dict[StreakKey, Streak]:
+    """Drop streaks of policies that are gone and streaks whose readings stopped coming."""
+    live: dict[StreakKey, Streak] = {}
+    for key, streak in streaks.items():
+        policy = by_name.get(key[0])
+        threshold = policy.match.threshold if policy is not None else None
+        if threshold is not None and now - streak.last <= threshold.gap:
+            live[key] = streak
+    return live
+
+
+def _live_events(
+    events: Mapping[EventKey, tuple[datetime, ...]], by_name: Mapping[str, Policy], now: datetime
+) -> dict[EventKey, tuple[datetime, ...]]:
+    live: dict[EventKey, tuple[datetime, ...]] = {}
+    for key, times in events.items():
+        policy = by_name.get(key[0])
+        burst = policy.match.burst if policy is not None else None
+        if burst is None:
+            continue
+        kept = tuple(t for t in times if t > now - burst.within)
+        if kept:
+            live[key] = kept
+    return live

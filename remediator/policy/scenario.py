@@ -1,0 +1,222 @@
+"""Policy scenarios: a fleet, a timeline of signals and the decisions expected, run with a fake
+clock through the very evaluate and admit functions the controller uses, so CI can show what a
+policy change does before it merges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from remediator.errors import PolicyError
+from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
+from remediator.policy.durations import Duration, format_duration
+from remediator.policy.evaluate import EvalState, History, PastRemediation, evaluate
+from remediator.policy.loader import PolicySet, parse_yaml, validate_model
+from remediator.policy.schema import GlobalSettings
+from remediator.signals.model import Signal, SignalKind
+
+SCENARIO_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FleetNode(_Strict):
+    name: str
+    pool: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class PastEntry(_Strict):
+    node: str
+    policy: str
+    ago: Duration
+    outcome: str = "succeeded"
+
+
+class SignalSpec(_Strict):
+    node: str
+    kind: SignalKind
+    gpu: int | None = None
+    code: int | None = None
+    value: float | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class TimelineEntry(_Strict):
+    """Signals at `at`, repeated `every` until `until` (inclusive) when given; `resolve` closes
+    the named nodes' open remediations, as a finished remediation would."""
+
+    at: Duration
+    every: Duration | None = None
+    until: Duration | None = None
+    signals: list[SignalSpec] = Field(default_factory=list)
+    resolve: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _repeat(self) -> TimelineEntry:
+        if (self.every is None) != (self.until is None):
+            raise ValueError("every and until go together")
+        if self.every is not None and self.every <= timedelta(0):
+            raise ValueError("every must be positive")
+        return self
+
+    def times(self) -> Iterator[timedelta]:
+        at = self.at
+        while True:
+            yield at
+            if self.every is None or self.until is None or at + self.every > self.until:
+                return
+            at += self.every
+
+
+class Expectation(_Strict):
+    """`policy: none` means no decision at all for the node at that moment."""
+
+    at: Duration
+    node: str
+    policy: str
+    outcome: Literal["admitted", "held"] = "admitted"
+
+
+class Scenario(_Strict):
+    name: str
+    start: AwareDatetime = SCENARIO_START
+    settings: dict[str, Any] = Field(default_factory=dict)
+    fleet: list[FleetNode] = Field(min_length=1)
+    history: list[PastEntry] = Field(default_factory=list)
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    expect: list[Expectation] = Field(min_length=1)
+
+
+class ScenarioFile(_Strict):
+    scenarios: list[Scenario] = Field(min_length=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    scenario: str
+    expectation: Expectation
+    actual: str
+    passed: bool
+
+    def line(self) -> str:
+        want = self.expectation.policy
+        if want != "none":
+            want += f" ({self.expectation.outcome})"
+        verdict = "PASS" if self.passed else "FAIL"
+        at = format_duration(self.expectation.at)
+        text = f"{verdict} {self.scenario} @{at} {self.expectation.node}: expected {want}"
+        return text if self.passed else f"{text}, got {self.actual}"
+
+
+def load_scenarios(path: Path) -> list[Scenario]:
+    problems: list[str] = []
+    parsed = parse_yaml(str(path), path.read_text(encoding="utf-8"), problems)
+    if parsed is not None:
+        model = validate_model(ScenarioFile, str(path), parsed[0], parsed[1], problems)
+        if isinstance(model, ScenarioFile) and not problems:
+            return list(model.scenarios)
+    raise PolicyError(problems)
+
+
+def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
+    settings = policy_set.settings
+    if scenario.settings:
+        merged = settings.model_dump(mode="json") | scenario.settings
+        settings = GlobalSettings.model_validate(merged)
+    pools = {n.name: n.pool for n in scenario.fleet}
+    labels = {n.name: dict(n.labels) for n in scenario.fleet}
+    per_pool: dict[str, int] = {}
+    for member in scenario.fleet:
+        per_pool[member.pool] = per_pool.get(member.pool, 0) + 1
+    start = scenario.start
+    past = [PastRemediation(e.node, e.policy, start - e.ago, e.outcome) for e in scenario.history]
+    open_nodes: dict[str, str] = {}
+    state = EvalState()
+    breaker = BreakerState()
+
+    signals_at: dict[timedelta, list[Signal]] = {}
+    resolve_at: dict[timedelta, list[str]] = {}
+    for step in scenario.timeline:
+        for offset in step.times():
+            batch = signals_at.setdefault(offset, [])
+            batch.extend(_signal(spec, start + offset) for spec in step.signals)
+            resolve_at.setdefault(offset, []).extend(step.resolve)
+    ticks = sorted({*signals_at, *resolve_at, *(e.at for e in scenario.expect)})
+
+    seen: dict[timedelta, Admission] = {}
+    for offset in ticks:
+        now = start + offset
+        for node in resolve_at.get(offset, ()):
+            open_nodes.pop(node, None)
+        history = History.build(
+            remediations=past, open=open_nodes, pools=pools, labels=labels, state=state
+        )
+        result = evaluate(signals_at.get(offset, ()), history, policy_set.policies, now, settings)
+        state = result.state
+        unhealthy: dict[str, set[str]] = {}
+        for node in open_nodes:
+            unhealthy.setdefault(pools.get(node, ""), set()).add(node)
+        cluster = ClusterState(
+            nodes_per_pool=per_pool,
+            unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
+            open_remediations=len(open_nodes),
+        )
+        admission = admit(result.decisions, cluster, settings, breaker, now)
+        breaker = admission.breaker
+        for decision in admission.admitted:
+            if decision.disruptive:
+                open_nodes[decision.node] = decision.policy
+            past.append(PastRemediation(decision.node, decision.policy, now, "started"))
+        seen[offset] = admission
+
+    known = {p.name for p in policy_set.policies}
+    return [
+        _unknown(scenario.name, e)
+        if e.policy not in known | {"none"}
+        else _check(scenario.name, e, seen[e.at])
+        for e in scenario.expect
+    ]
+
+
+def _unknown(name: str, expectation: Expectation) -> Outcome:
+    """A typo in an expected policy name must fail, not pass as 'nothing happened'."""
+    return Outcome(name, expectation, "no such policy in the set", False)
+
+
+def _signal(spec: SignalSpec, at: datetime) -> Signal:
+    return Signal(
+        node=spec.node,
+        kind=spec.kind,
+        source="scenario",
+        observed_at=at,
+        gpu=spec.gpu,
+        code=spec.code,
+        value=spec.value,
+        labels=spec.labels,
+    )
+
+
+def _check(name: str, expectation: Expectation, admission: Admission) -> Outcome:
+    node = expectation.node
+    actual = "none"
+    outcome: str | None = None
+    for decision in admission.admitted:
+        if decision.node == node:
+            actual, outcome = decision.policy, "admitted"
+    for held in admission.held:
+        if held.decision.node == node:
+            actual, outcome = held.decision.policy, "held"
+    if outcome is not None:
+        passed = expectation.policy == actual and expectation.outcome == outcome
+        actual = f"{actual} ({outcome})"
+    else:
+        passed = expectation.policy == "none"
+    return Outcome(name, expectation, actual, passed)

@@ -1,0 +1,212 @@
+"""The policy YAML as pydantic models: every model forbids unknown fields so a typo is an error,
+not a silently ignored rule."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from remediator.policy.durations import Duration
+from remediator.signals.model import SignalKind
+
+DEFAULT_GRACE = timedelta(seconds=120)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Threshold(_Strict):
+    """A level held for a while. Without `above`/`below`, the signal's mere presence is the breach
+    (node conditions); `gap` ends a streak whose readings stopped coming."""
+
+    above: float | None = None
+    below: float | None = None
+    clear: float | None = None
+    for_: Duration = Field(default=timedelta(0), alias="for")
+    gap: Duration = timedelta(minutes=2)
+
+    @model_validator(mode="after")
+    def _levels(self) -> Threshold:
+        if self.above is not None and self.below is not None:
+            raise ValueError("give either above or below, not both")
+        if self.clear is not None:
+            if self.above is None and self.below is None:
+                raise ValueError("clear needs above or below")
+            if self.above is not None and self.clear > self.above:
+                raise ValueError(f"clear ({self.clear}) must not exceed above ({self.above})")
+            if self.below is not None and self.clear < self.below:
+                raise ValueError(f"clear ({self.clear}) must not be under below ({self.below})")
+        return self
+
+    def breached(self, value: float | None) -> bool:
+        if self.above is not None:
+            return value is not None and value >= self.above
+        if self.below is not None:
+            return value is not None and value <= self.below
+        return True
+
+    def cleared(self, value: float | None) -> bool:
+        """Hysteresis: between the trigger and the clear level a running breach keeps running."""
+        if self.above is not None:
+            if value is None:
+                return True
+            return value <= self.clear if self.clear is not None else value < self.above
+        if self.below is not None:
+            if value is None:
+                return True
+            return value >= self.clear if self.clear is not None else value > self.below
+        return False
+
+
+class Burst(_Strict):
+    """`count` qualifying signals within `within`, e.g. 3 NVLink bursts in 10 minutes."""
+
+    count: int = Field(ge=1)
+    within: Duration
+
+
+class Repeat(_Strict):
+    """This would be at least the `nth` remediation of the node within `within`."""
+
+    nth: int = Field(ge=2)
+    within: Duration
+
+
+class Match(_Strict):
+    kind: SignalKind
+    codes: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    threshold: Threshold | None = None
+    burst: Burst | None = None
+    repeat: Repeat | None = None
+
+
+class NodeSelector(_Strict):
+    """Both parts must hold when given; an empty selector matches every node."""
+
+    pools: list[str] | None = Field(default=None, min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Notify(_Strict):
+    action: Literal["notify"]
+    message: str | None = None
+
+
+class Cordon(_Strict):
+    action: Literal["cordon"]
+
+
+class Taint(_Strict):
+    action: Literal["taint"]
+    key: str = "remediator.io/unhealthy"
+    value: str = "true"
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Checkpoint(_Strict):
+    """Ask workloads to save their state, then wait up to `grace` before moving on."""
+
+    action: Literal["checkpoint"]
+    grace: Duration = DEFAULT_GRACE
+
+
+class Drain(_Strict):
+    action: Literal["drain"]
+    grace: Duration = DEFAULT_GRACE
+    timeout: Duration = timedelta(minutes=10)
+    on_timeout: Literal["force", "hold"] = "hold"
+
+
+class Replace(_Strict):
+    action: Literal["replace"]
+
+
+Step = Annotated[
+    Notify | Cordon | Taint | Checkpoint | Drain | Replace, Field(discriminator="action")
+]
+
+# Disruptive steps only make sense in this order; notify may go anywhere.
+STEP_ORDER = ("cordon", "taint", "checkpoint", "drain", "replace")
+
+
+_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def _policy_name(value: str) -> str:
+    # Names end up in label values, URLs and metric labels: keep them DNS-label shaped.
+    if not _NAME.fullmatch(value):
+        raise ValueError("use lowercase letters, digits and '-', at most 63 characters")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if not value.strip() or "\n" in value.strip():
+        raise ValueError("must be one non-empty line")
+    return value.strip()
+
+
+class Policy(_Strict):
+    name: Annotated[str, AfterValidator(_policy_name)]
+    description: str = Field(min_length=1)
+    why: Annotated[str, AfterValidator(_one_line)]
+    match: Match
+    nodes: NodeSelector = Field(default_factory=NodeSelector)
+    priority: int = Field(default=0, ge=0, le=1000)
+    actions: list[Step] = Field(min_length=1)
+    approval: Literal["auto", "required"] = "auto"
+    cooldown: Duration | None = None
+    dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _ladder_order(self) -> Policy:
+        ranks = [STEP_ORDER.index(s.action) for s in self.actions if s.action != "notify"]
+        if ranks != sorted(set(ranks)):
+            raise ValueError(
+                "actions must not repeat and must follow the order " + " → ".join(STEP_ORDER)
+            )
+        return self
+
+    @property
+    def disruptive(self) -> bool:
+        """Notify-only policies take no node out of service, so budgets do not count them."""
+        return any(step.action != "notify" for step in self.actions)
+
+
+class PolicyFile(_Strict):
+    """The envelope only: each entry is validated as a Policy on its own, so one broken policy
+    does not hide the problems (or the duplicate names) of its neighbours."""
+
+    policies: list[Any] = Field(min_length=1)
+
+
+class Limit(_Strict):
+    """Both bounds apply when both are given; the stricter wins."""
+
+    count: int | None = Field(default=None, ge=0)
+    percent: float | None = Field(default=None, ge=0, le=100)
+
+
+class MaxUnhealthy(_Strict):
+    per_pool: Limit = Limit(percent=10)
+    cluster: Limit = Limit(percent=10)
+
+
+class StormBreaker(_Strict):
+    """More than `max_new_faults` nodes newly faulted within `window` pauses everything."""
+
+    enabled: bool = True
+    max_new_faults: int = Field(default=20, ge=1)
+    window: Duration = timedelta(minutes=5)
+
+
+class GlobalSettings(_Strict):
+    max_unhealthy: MaxUnhealthy = MaxUnhealthy()
+    max_concurrent: int = Field(default=5, ge=0)
+    storm_breaker: StormBreaker = StormBreaker()
+    default_cooldown: Duration = timedelta(hours=1)
+    dry_run: bool = False

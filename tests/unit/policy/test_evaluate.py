@@ -1,0 +1,332 @@
+"""Evaluation with a fake clock: every test drives `now` and the signals by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from remediator.policy.evaluate import (
+    EvalState,
+    Evaluation,
+    History,
+    PastRemediation,
+    evaluate,
+)
+from remediator.policy.schema import GlobalSettings, Policy
+from remediator.signals.model import Signal
+from tests.unit.policy.builders import SETTINGS, at, policy, signal
+
+HOT = policy(
+    "gpu-hot",
+    {"kind": "thermal", "threshold": {"above": 78, "clear": 75, "for": "2m"}},
+    priority=60,
+)
+XID79 = policy("xid-79", {"kind": "xid", "codes": [79]}, priority=100)
+APP = policy("app", {"kind": "xid", "codes": [13, 79]}, actions=[{"action": "notify"}])
+
+
+def run(
+    readings: Sequence[tuple[float, float]],
+    policies: Sequence[Policy] = (HOT,),
+    gpu: int = 0,
+) -> list[tuple[float, list[str]]]:
+    """Feed one reading per cycle, carrying the state; return the decided policies per cycle."""
+    state = EvalState()
+    out = []
+    for when, value in readings:
+        history = History.build(state=state)
+        result = evaluate(
+            [signal("n1", "thermal", when, gpu=gpu, value=value)],
+            history,
+            policies,
+            at(when),
+            SETTINGS,
+        )
+        state = result.state
+        out.append((when, [d.policy for d in result.decisions]))
+    return out
+
+
+def fired(trace: list[tuple[float, list[str]]]) -> list[float]:
+    return [when for when, names in trace if names]
+
+
+def test_threshold_needs_the_for_duration() -> None:
+    trace = run([(t, 79.0) for t in range(0, 151, 30)])
+    assert fired(trace) == [120, 150]
+
+
+def test_below_the_threshold_never_fires() -> None:
+    assert fired(run([(t, 77.9) for t in range(0, 3600, 30)])) == []
+
+
+def test_hysteresis_band_keeps_a_running_breach() -> None:
+    readings = [(0, 80.0), (30, 76.0), (60, 76.0), (90, 77.0), (120, 76.0)]
+    assert fired(run(readings)) == [120]
+
+
+def test_hysteresis_band_does_not_start_a_breach() -> None:
+    assert fired(run([(t, 77.0) for t in range(0, 300, 30)])) == []
+
+
+def test_clear_level_resets_the_clock() -> None:
+    readings = [(0, 80.0), (60, 80.0), (90, 75.0), (120, 80.0), (210, 80.0), (240, 80.0)]
+    assert fired(run(readings)) == [240]
+
+
+def test_a_gap_in_readings_restarts_the_streak() -> None:
+    # Default gap is 2m: readings that stop coming cannot prove the GPU stayed hot.
+    readings = [(0, 80.0), (30, 80.0), (200, 80.0), (230, 80.0), (320, 80.0)]
+    assert fired(run(readings)) == [320]
+
+
+def test_streak_is_per_gpu() -> None:
+    state = EvalState()
+    for t in range(0, 121, 30):
+        gpu = 0 if t < 60 else 1
+        result = evaluate(
+            [signal("n1", "thermal", t, gpu=gpu, value=80.0)],
+            History.build(state=state),
+            [HOT],
+            at(t),
+            SETTINGS,
+        )
+        state = result.state
+        assert result.decisions == ()
+
+
+def test_decision_carries_what_the_executor_needs() -> None:
+    sig = signal("n1", "xid", 5, gpu=3, code=79)
+    history = History.build(pools={"n1": "train"})
+    policy_ = policy("xid-79", {"kind": "xid", "codes": [79]}, priority=7, approval="required")
+    (decision,) = evaluate([sig], history, [policy_], at(5), SETTINGS).decisions
+    assert decision.node == "n1"
+    assert decision.pool == "train"
+    assert decision.policy == "xid-79"
+    assert decision.priority == 7
+    assert decision.signals == (sig,)
+    assert [s.action for s in decision.actions] == ["cordon", "drain", "replace"]
+    assert decision.approval == "required"
+    assert decision.dry_run is False
+    assert decision.disruptive is True
+    assert decision.decided_at == at(5)
+    assert decision.reason == "xid-79: xid 79 on GPU 3"
+
+
+def test_threshold_reason_names_level_and_duration() -> None:
+    trace_state = EvalState()
+    result: Evaluation | None = None
+    for t in range(0, 121, 30):
+        result = evaluate(
+            [signal("n1", "thermal", t, gpu=2, value=81.0)],
+            History.build(state=trace_state),
+            [HOT],
+            at(t),
+            SETTINGS,
+        )
+        trace_state = result.state
+    assert result is not None
+    assert result.decisions[0].reason == "gpu-hot: thermal value 81 on GPU 2 (≥ 78 for 2m)"
+
+
+def test_dry_run_from_policy_or_global_settings() -> None:
+    sig = signal("n1", "xid", code=79)
+    dry_policy = policy("xid-79", {"kind": "xid", "codes": [79]}, dry_run=True)
+    (d1,) = evaluate([sig], History(), [dry_policy], at(0), SETTINGS).decisions
+    (d2,) = evaluate([sig], History(), [XID79], at(0), GlobalSettings(dry_run=True)).decisions
+    (d3,) = evaluate([sig], History(), [XID79], at(0), SETTINGS).decisions
+    assert (d1.dry_run, d2.dry_run, d3.dry_run) == (True, True, False)
+
+
+def test_highest_priority_wins_per_node() -> None:
+    sigs = [signal("n1", "xid", code=79), signal("n2", "xid", code=13)]
+    decisions = evaluate(sigs, History(), [APP, XID79], at(0), SETTINGS).decisions
+    assert [(d.node, d.policy) for d in decisions] == [("n1", "xid-79"), ("n2", "app")]
+    assert decisions[1].disruptive is False
+
+
+def test_equal_priority_breaks_ties_by_name() -> None:
+    a = policy("b-policy", {"kind": "xid"})
+    b = policy("a-policy", {"kind": "xid"})
+    (decision,) = evaluate(
+        [signal("n1", "xid", code=1)], History(), [a, b], at(0), SETTINGS
+    ).decisions
+    assert decision.policy == "a-policy"
+
+
+def test_node_under_remediation_is_not_decided_again() -> None:
+    history = History.build(open={"n1": "gpu-hot"})
+    sigs = [signal("n1", "xid", code=79), signal("n2", "xid", code=79)]
+    decisions = evaluate(sigs, history, [XID79], at(0), SETTINGS).decisions
+    assert [d.node for d in decisions] == ["n2"]
+
+
+def test_cooldown_per_node_and_policy() -> None:
+    past = [PastRemediation("n1", "xid-79", at(0), "succeeded")]
+    sigs = [signal("n1", "xid", 1800, code=79)]
+    inside = evaluate(sigs, History.build(remediations=past), [XID79], at(1800), SETTINGS)
+    assert inside.decisions == ()
+    after = evaluate(sigs, History.build(remediations=past), [XID79], at(3601), SETTINGS)
+    assert [d.policy for d in after.decisions] == ["xid-79"]
+    other = [PastRemediation("n1", "something-else", at(0), "succeeded")]
+    unrelated = evaluate(sigs, History.build(remediations=other), [XID79], at(1800), SETTINGS)
+    assert [d.policy for d in unrelated.decisions] == ["xid-79"]
+
+
+def test_policy_cooldown_overrides_the_default() -> None:
+    short = policy("xid-79", {"kind": "xid", "codes": [79]}, cooldown="5m")
+    past = [PastRemediation("n1", "xid-79", at(0), "succeeded")]
+    result = evaluate(
+        [signal("n1", "xid", 400, code=79)],
+        History.build(remediations=past),
+        [short],
+        at(400),
+        SETTINGS,
+    )
+    assert len(result.decisions) == 1
+
+
+def test_cooldown_lets_a_lower_priority_policy_act() -> None:
+    past = [PastRemediation("n1", "xid-79", at(0), "succeeded")]
+    result = evaluate(
+        [signal("n1", "xid", 60, code=79)],
+        History.build(remediations=past),
+        [XID79, APP],
+        at(60),
+        SETTINGS,
+    )
+    assert [d.policy for d in result.decisions] == ["app"]
+
+
+def test_burst_counts_within_the_window() -> None:
+    burst = policy("nvl", {"kind": "xid", "codes": [74], "burst": {"count": 3, "within": "10m"}})
+    state = EvalState()
+    decided = []
+    for t in (0, 300, 660, 700, 1200):
+        result = evaluate(
+            [signal("n1", "xid", t, code=74)], History.build(state=state), [burst], at(t), SETTINGS
+        )
+        state = result.state
+        if result.decisions:
+            decided.append(t)
+            assert "3 events within 10m" in result.decisions[0].reason
+    # 0, 300, 660 span 11 minutes; 300, 660, 700 fit in 10; 660, 700, 1200 do too.
+    assert decided == [700, 1200]
+
+
+def test_burst_with_threshold_counts_only_breaches() -> None:
+    burst = policy(
+        "nvl", {"kind": "nvlink", "threshold": {"above": 1}, "burst": {"count": 2, "within": "5m"}}
+    )
+    state = EvalState()
+    decided = []
+    for t, value in ((0, 5.0), (60, 0.0), (120, 0.0), (180, 3.0)):
+        result = evaluate(
+            [signal("n1", "nvlink", t, gpu=0, value=value)],
+            History.build(state=state),
+            [burst],
+            at(t),
+            SETTINGS,
+        )
+        state = result.state
+        decided += [t for _ in result.decisions]
+    assert decided == [180]
+
+
+def test_events_of_other_nodes_do_not_add_up() -> None:
+    burst = policy("nvl", {"kind": "xid", "codes": [74], "burst": {"count": 2, "within": "10m"}})
+    sigs = [signal("n1", "xid", 0, code=74), signal("n2", "xid", 1, code=74)]
+    assert evaluate(sigs, History(), [burst], at(1), SETTINGS).decisions == ()
+
+
+def test_repeat_offender_counts_past_remediations_in_the_window() -> None:
+    third = policy(
+        "third", {"kind": "xid", "codes": [79], "repeat": {"nth": 3, "within": "7d"}}, priority=200
+    )
+    day = 86400
+    now = 10 * day
+    sig = [signal("n1", "xid", now, code=79)]
+
+    def decide(*started_days_ago: float) -> list[str]:
+        past = [
+            PastRemediation("n1", "other", at(now - d * day), "succeeded") for d in started_days_ago
+        ]
+        result = evaluate(sig, History.build(remediations=past), [third, XID79], at(now), SETTINGS)
+        return [d.policy for d in result.decisions]
+
+    assert decide(1) == ["xid-79"]
+    assert decide(1, 8) == ["xid-79"]
+    assert decide(1, 6) == ["third"]
+
+
+def test_node_selector_by_pool_and_labels() -> None:
+    only_train = policy("train-only", {"kind": "xid"}, nodes={"pools": ["train"]})
+    only_h100 = policy("h100", {"kind": "xid"}, nodes={"labels": {"gpu": "h100"}})
+    history = History.build(
+        pools={"a": "train", "b": "infer", "c": "train"},
+        labels={"a": {"gpu": "a100"}, "b": {"gpu": "h100"}},
+    )
+    sigs = [signal(n, "xid", code=1) for n in ("a", "b", "c", "unknown")]
+    decisions = evaluate(sigs, history, [only_train, only_h100], at(0), SETTINGS).decisions
+    assert sorted((d.node, d.policy) for d in decisions) == [
+        ("a", "train-only"),
+        ("b", "h100"),
+        ("c", "train-only"),
+    ]
+
+
+def test_signal_labels_must_match() -> None:
+    down = policy("ib-down", {"kind": "infiniband", "labels": {"problem": "link_down"}})
+    sigs = [
+        signal("a", "infiniband", labels={"problem": "link_down", "port": "1"}),
+        signal("b", "infiniband", labels={"problem": "symbol_errors"}),
+    ]
+    decisions = evaluate(sigs, History(), [down], at(0), SETTINGS).decisions
+    assert [d.node for d in decisions] == ["a"]
+
+
+def test_presence_threshold_for_conditions() -> None:
+    not_ready = policy(
+        "not-ready",
+        {"kind": "node_condition", "labels": {"type": "Ready"}, "threshold": {"for": "1m"}},
+    )
+    state = EvalState()
+    decided = []
+    for t in range(0, 91, 15):
+        result = evaluate(
+            [signal("n1", "node_condition", t, code=1, labels={"type": "Ready"})],
+            History.build(state=state),
+            [not_ready],
+            at(t),
+            SETTINGS,
+        )
+        state = result.state
+        decided += [t for _ in result.decisions]
+    assert decided == [60, 75, 90]
+
+
+def test_state_is_pruned_for_removed_policies_and_stale_streaks() -> None:
+    state = EvalState()
+    result = evaluate(
+        [signal("n1", "thermal", 0, gpu=0, value=90.0)], History(), [HOT], at(0), SETTINGS
+    )
+    assert len(result.state.streaks) == 1
+    state = result.state
+    later = evaluate([], History.build(state=state), [HOT], at(600), SETTINGS)
+    assert later.state.streaks == {}
+    gone = evaluate([], History.build(state=state), [], at(1), SETTINGS)
+    assert gone.state.streaks == {}
+
+
+def test_input_history_is_not_mutated() -> None:
+    history = History.build(state=EvalState())
+    evaluate([signal("n1", "thermal", 0, gpu=0, value=90.0)], history, [HOT], at(0), SETTINGS)
+    assert history.state.streaks == {}
+
+
+def test_signals_are_taken_in_time_order() -> None:
+    late_first: list[Signal] = [
+        signal("n1", "thermal", 120, gpu=0, value=80.0),
+        signal("n1", "thermal", 0, gpu=0, value=80.0),
+    ]
+    result = evaluate(late_first, History(), [HOT], at(120), SETTINGS)
+    assert [d.policy for d in result.decisions] == ["gpu-hot"]
