@@ -41,3 +41,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
         | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
     touch "$stamp"
 fi
+
+if [ "$want_system" = 1 ]; then
+    scripts/install-helm.sh  # the chart tests render with the real helm
+fi

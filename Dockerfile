@@ -1,0 +1,33 @@
+# remediator controller image: `remediator run --config /etc/remediator/config.yaml`.
+# Build: docker build -t REGISTRY/remediator:0.1.0 .
+
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python -m venv /opt/remediator/venv
+COPY pyproject.toml README.md ./
+COPY remediator/ remediator/
+RUN /opt/remediator/venv/bin/pip install .
+
+FROM python:3.11-slim
+# git: the policy loader records the commit of the git-sync checkout it reads.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*
+# A numeric, non-root user, so that the kubelet can verify runAsNonRoot.
+RUN groupadd --system --gid 10001 remediator \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent \
+        --shell /usr/sbin/nologin remediator
+COPY --from=build /opt/remediator/venv /opt/remediator/venv
+COPY migrations/ /opt/remediator/migrations/
+COPY policies/ /opt/remediator/policies/
+ENV PATH=/opt/remediator/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    REMEDIATOR_MIGRATIONS_DIR=/opt/remediator/migrations \
+    REMEDIATOR_POLICIES_DIR=/opt/remediator/policies
+WORKDIR /opt/remediator
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["remediator"]
+CMD ["run", "--config", "/etc/remediator/config.yaml"]
