@@ -1,0 +1,257 @@
+"""The durable record: remediations, their append-only timelines, observed signals, the policy
+versions they were decided under, and per-cluster controller state.
+
+Every table carries `cluster` so that one PostgreSQL can serve many clusters. Timestamps are
+aware UTC on both backends; JSON is JSONB on PostgreSQL and plain JSON on SQLite. The indexes are
+shaped for the console's keyset-paginated filters at millions of rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    column,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
+
+from remediator.remediation.states import OPEN
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Sorted so that the partial-index predicates render identically on every run (no drift).
+OPEN_STATES: tuple[str, ...] = tuple(sorted(s.value for s in OPEN))
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY, not a BIGINT one.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC, returns aware UTC: SQLite keeps no zone, so a naive value read back is UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store only takes aware datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def exists_on(dialect_name: str, item: object) -> bool:
+    """Whether a schema item declared with `ddl_if(dialect=...)` belongs on this backend, for
+    autogenerate comparisons (Alembic does not read ddl_if itself)."""
+    condition = getattr(item, "_ddl_if", None)
+    if condition is None or condition.dialect is None:
+        return True
+    wanted = (condition.dialect,) if isinstance(condition.dialect, str) else condition.dialect
+    return dialect_name in wanted
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _open_predicate() -> ColumnElement[bool]:
+    return column("state").in_(OPEN_STATES)
+
+
+class Remediation(Base):
+    __tablename__ = "remediations"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str | None] = mapped_column(String(128))
+    policy: Mapped[str] = mapped_column(String(128))
+    policy_priority: Mapped[int] = mapped_column(Integer, default=0)
+    policy_commit: Mapped[str | None] = mapped_column(String(64))
+    policy_hash: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32))
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    approval_required: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str] = mapped_column(Text)
+    signal_kind: Mapped[str] = mapped_column(String(32))
+    xid_code: Mapped[int | None] = mapped_column(Integer)
+    signals: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    ladder: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    step_index: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str] = mapped_column(String(64), unique=True)
+    replacement_operation_id: Mapped[str | None] = mapped_column(String(256))
+    new_node: Mapped[str | None] = mapped_column(String(253))
+    hold_reason: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_remediations_cluster_created", "cluster", created_at.desc(), id.desc()),
+        Index("ix_remediations_cluster_node", "cluster", "node", "created_at"),
+        Index("ix_remediations_cluster_pool", "cluster", "pool", "created_at"),
+        Index("ix_remediations_cluster_state", "cluster", "state", "created_at"),
+        Index("ix_remediations_cluster_policy", "cluster", "policy", "created_at"),
+        Index("ix_remediations_cluster_signal_kind", "cluster", "signal_kind", "created_at"),
+        Index("ix_remediations_cluster_xid", "cluster", "xid_code", "created_at"),
+        # Substring search on node names without scanning the table (PostgreSQL's pg_trgm).
+        Index(
+            "ix_remediations_node_trgm",
+            "node",
+            postgresql_using="gin",
+            postgresql_ops={"node": "gin_trgm_ops"},
+        ).ddl_if(dialect="postgresql"),
+        # The race guard: at most one open remediation per node, whoever inserts first wins.
+        Index(
+            "uq_remediations_open_node",
+            "cluster",
+            "node",
+            unique=True,
+            postgresql_where=_open_predicate(),
+            sqlite_where=_open_predicate(),
+        ),
+        # Serves list_open() and "in flight first" without touching the closed millions.
+        Index(
+            "ix_remediations_open",
+            "cluster",
+            created_at.desc(),
+            id.desc(),
+            postgresql_where=_open_predicate(),
+            sqlite_where=_open_predicate(),
+        ),
+    )
+
+
+class RemediationEvent(Base):
+    """One line of a remediation's timeline; never updated or deleted once written."""
+
+    __tablename__ = "remediation_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    remediation_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("remediations.id", ondelete="RESTRICT")
+    )
+    cluster: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    from_state: Mapped[str | None] = mapped_column(String(32))
+    to_state: Mapped[str | None] = mapped_column(String(32))
+    action: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[dict[str, Any]] = mapped_column(Json)
+    actor: Mapped[str] = mapped_column(String(256))
+
+    __table_args__ = (
+        Index("ix_remediation_events_remediation", "remediation_id", "at", "id"),
+        Index("ix_remediation_events_cluster_to_state", "cluster", "to_state", "at"),
+    )
+
+
+class ObservedSignal(Base):
+    """Signals as observed, for the node page; kept apart from the copies inside remediations."""
+
+    __tablename__ = "signals"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    gpu: Mapped[int | None] = mapped_column(Integer)
+    gpu_uuid: Mapped[str | None] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(32))
+    code: Mapped[int | None] = mapped_column(Integer)
+    value: Mapped[float | None] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(64))
+    observed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    labels: Mapped[dict[str, str]] = mapped_column(Json)
+    remediation_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("remediations.id", ondelete="SET NULL")
+    )
+
+    __table_args__ = (Index("ix_signals_cluster_node_observed", "cluster", "node", "observed_at"),)
+
+
+class PolicySet(Base):
+    """A policy set as loaded (or refused), so any remediation's policy text can be shown."""
+
+    __tablename__ = "policy_sets"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    commit: Mapped[str | None] = mapped_column(String(64))
+    dirty: Mapped[bool] = mapped_column(Boolean, default=False)
+    status: Mapped[str] = mapped_column(String(16))
+    loaded_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    files: Mapped[dict[str, str]] = mapped_column(Json)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_policy_sets_cluster_hash", "cluster", "content_hash", "loaded_at"),
+        Index("ix_policy_sets_cluster_loaded", "cluster", "loaded_at"),
+    )
+
+
+class ControllerState(Base):
+    """Pause and breaker switches; `paused_by/at` and `pause_reason` describe the last pause or
+    resume."""
+
+    __tablename__ = "controller_state"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    paused_by: Mapped[str | None] = mapped_column(String(256))
+    paused_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    pause_reason: Mapped[str | None] = mapped_column(Text)
+    breaker_tripped: Mapped[bool] = mapped_column(Boolean, default=False)
+    breaker_reason: Mapped[str | None] = mapped_column(Text)
+    breaker_tripped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    breaker_reset_by: Mapped[str | None] = mapped_column(String(256))
+    breaker_reset_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    breaker_reset_reason: Mapped[str | None] = mapped_column(Text)
+    leader_identity: Mapped[str | None] = mapped_column(String(256))
+    leader_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SourceHealth(Base):
+    __tablename__ = "source_health"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[str] = mapped_column(String(64), primary_key=True)
+    up: Mapped[bool] = mapped_column(Boolean)
+    checked_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)

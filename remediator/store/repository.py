@@ -1,0 +1,855 @@
+"""Typed queries over the store for the remediation engine and the console, scoped to one cluster.
+
+Every transition is one compare-and-set UPDATE (state and version must still be what the caller
+saw) plus its timeline event, in one transaction: a lost race surfaces as ConflictError, never
+as a silent double step. The unique partial index on open remediations per node is what makes
+"one open remediation per node" hold under races; the pre-check only gives a friendlier error.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Date, Select, and_, cast, func, insert, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediator.clock import Clock, SystemClock
+from remediator.errors import ConflictError, NotFoundError
+from remediator.remediation.states import OPEN, State, check_transition
+from remediator.signals.model import Signal, SignalKind
+from remediator.store import cursor as cursors
+from remediator.store.db import session_scope
+from remediator.store.models import (
+    OPEN_STATES,
+    ControllerState,
+    ObservedSignal,
+    PolicySet,
+    Remediation,
+    RemediationEvent,
+    SourceHealth,
+)
+from remediator.store.records import (
+    ControllerStatus,
+    DailyCount,
+    EventRecord,
+    NewRemediation,
+    NodeHistory,
+    Overview,
+    Page,
+    PolicySetRecord,
+    RemediationFilter,
+    RemediationRecord,
+    RepairTimes,
+    SignalEntry,
+    SourceStatus,
+)
+from remediator.store.stats import step_durations, summarise
+
+# Bookkeeping a caller may change alongside (or without) a transition.
+MUTABLE_FIELDS = frozenset(
+    {
+        "step_index",
+        "ladder",
+        "replacement_operation_id",
+        "new_node",
+        "hold_reason",
+        "error",
+        "attempts",
+        "next_attempt_at",
+    }
+)
+FINISHED = frozenset({State.SUCCEEDED, State.CANCELLED, State.FAILED})
+OPEN_VALUES = OPEN_STATES
+CLOSED_VALUES = tuple(sorted(s.value for s in State if s not in OPEN))
+MAX_PAGE = 500
+REPAIR_WINDOW = 10_000
+
+
+class OpenRemediationExists(ConflictError):
+    """The node already has an open remediation; `existing_id` names it."""
+
+    def __init__(self, node: str, existing_id: int | None) -> None:
+        super().__init__(f"node {node} already has open remediation {existing_id}")
+        self.node = node
+        self.existing_id = existing_id
+
+
+class Repository:
+    def __init__(
+        self, session_factory: sessionmaker[Session], cluster: str, clock: Clock | None = None
+    ) -> None:
+        self.session_factory = session_factory
+        self.cluster = cluster
+        self._clock: Clock = clock or SystemClock()
+
+    # -- remediations: writes ----------------------------------------------------------------
+
+    def create(
+        self,
+        new: NewRemediation,
+        *,
+        actor: str,
+        action: str = "detected",
+        detail: Mapping[str, Any] | None = None,
+    ) -> RemediationRecord:
+        """Persist a remediation in DETECTED with its first event, atomically; refuse a second
+        open remediation for the node with OpenRemediationExists."""
+        signal_kind, xid_code = _classify(new)
+        now = self._clock.now()
+        row = Remediation(
+            cluster=self.cluster,
+            node=new.node,
+            pool=new.pool,
+            policy=new.policy,
+            policy_priority=new.policy_priority,
+            policy_commit=new.policy_commit,
+            policy_hash=new.policy_hash,
+            state=State.DETECTED.value,
+            dry_run=new.dry_run,
+            approval_required=new.approval_required,
+            reason=new.reason,
+            signal_kind=signal_kind,
+            xid_code=xid_code,
+            signals=[s.model_dump(mode="json") for s in new.signals],
+            ladder=[dict(step) for step in new.ladder],
+            step_index=0,
+            idempotency_key=new.idempotency_key or uuid.uuid4().hex,
+            attempts=0,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            with session_scope(self.session_factory, write=True) as session:
+                existing = self._open_for_node(session, new.node)
+                if existing is not None:
+                    raise OpenRemediationExists(new.node, existing)
+                session.add(row)
+                session.flush()
+                event = self._event(row.id, now, None, State.DETECTED, action, detail, actor)
+                session.add(event)
+                session.flush()
+                return _remediation(row, (_event_record(event),))
+        except IntegrityError as exc:
+            with session_scope(self.session_factory) as session:
+                existing = self._open_for_node(session, new.node)
+            if existing is None:
+                raise
+            raise OpenRemediationExists(new.node, existing) from exc
+
+    def transition(
+        self,
+        remediation_id: int,
+        expected_state: State,
+        new_state: State,
+        *,
+        action: str,
+        actor: str,
+        detail: Mapping[str, Any] | None = None,
+        expected_version: int | None = None,
+        **field_updates: Any,
+    ) -> RemediationRecord:
+        """Move expected_state → new_state if nobody moved it first (else ConflictError), with
+        the event and any bookkeeping fields in the same transaction."""
+        check_transition(expected_state, new_state)
+        values = _checked_fields(field_updates)
+        now = self._clock.now()
+        values["state"] = new_state.value
+        if new_state in FINISHED:
+            values["finished_at"] = now
+        elif expected_state in FINISHED:
+            values["finished_at"] = None
+        with session_scope(self.session_factory, write=True) as session:
+            state, version = self._current(session, remediation_id)
+            if state != expected_state or expected_version not in (None, version):
+                raise ConflictError(
+                    f"remediation {remediation_id} is {state.value} v{version}, "
+                    f"not {expected_state.value}"
+                    + (f" v{expected_version}" if expected_version else "")
+                )
+            self._compare_and_set(session, remediation_id, expected_state, version, values, now)
+            session.add(
+                self._event(remediation_id, now, expected_state, new_state, action, detail, actor)
+            )
+            session.flush()
+            return self._load(session, remediation_id, with_events=False)
+
+    def update_fields(
+        self, remediation_id: int, expected_version: int, **fields: Any
+    ) -> RemediationRecord:
+        """Bookkeeping that is not a transition (attempts, next_attempt_at, operation id)."""
+        values = _checked_fields(fields)
+        now = self._clock.now()
+        with session_scope(self.session_factory, write=True) as session:
+            state, version = self._current(session, remediation_id)
+            if version != expected_version:
+                raise ConflictError(
+                    f"remediation {remediation_id} is at v{version}, not v{expected_version}"
+                )
+            self._compare_and_set(session, remediation_id, state, version, values, now)
+            return self._load(session, remediation_id, with_events=False)
+
+    def append_event(
+        self,
+        remediation_id: int,
+        *,
+        action: str,
+        actor: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> EventRecord:
+        """A timeline line that is not a state change ("pod ns/x got SIGTERM, grace 120 s")."""
+        now = self._clock.now()
+        with session_scope(self.session_factory, write=True) as session:
+            self._current(session, remediation_id)
+            event = self._event(remediation_id, now, None, None, action, detail, actor)
+            session.add(event)
+            session.flush()
+            return _event_record(event)
+
+    # -- remediations: reads -----------------------------------------------------------------
+
+    def get(self, remediation_id: int) -> RemediationRecord | None:
+        with session_scope(self.session_factory) as session:
+            try:
+                return self._load(session, remediation_id, with_events=True)
+            except NotFoundError:
+                return None
+
+    def list_open(self) -> tuple[RemediationRecord, ...]:
+        """Every open remediation, oldest first: what a restarted engine resumes."""
+        query = (
+            select(Remediation)
+            .where(Remediation.cluster == self.cluster, Remediation.state.in_(OPEN_VALUES))
+            .order_by(Remediation.created_at, Remediation.id)
+        )
+        with session_scope(self.session_factory) as session:
+            return tuple(_remediation(r) for r in session.scalars(query))
+
+    def list(
+        self,
+        filters: RemediationFilter | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Newest first (optionally open ones first), keyset-paginated; raises InvalidCursor."""
+        filters = filters or RemediationFilter()
+        limit = max(1, min(limit, MAX_PAGE))
+        position = (
+            cursors.decode(cursor)
+            if cursor
+            else cursors.Cursor("open" if filters.in_flight_first else "all", None, None)
+        )
+        if (position.phase == "all") == filters.in_flight_first:
+            raise cursors.InvalidCursor("cursor does not belong to this ordering")
+        rows: tuple[RemediationRecord, ...] = ()
+        with session_scope(self.session_factory) as session:
+            while True:
+                wanted = limit - len(rows)
+                query = self._page_query(filters, position).limit(wanted + 1)
+                found = tuple(_remediation(r) for r in session.scalars(query))
+                rows += found[:wanted]
+                if len(found) > wanted:
+                    last = rows[-1]
+                    return Page(rows, cursors.encode(_after(position.phase, last)))
+                if position.phase != "open":
+                    return Page(rows, None)
+                position = cursors.Cursor("closed", None, None)
+                if len(rows) == limit:
+                    return Page(rows, self._next_if_any(session, filters, position))
+
+    def node_history(self, node: str, limit: int = 100) -> NodeHistory:
+        remediations = (
+            select(Remediation)
+            .where(Remediation.cluster == self.cluster, Remediation.node == node)
+            .order_by(Remediation.created_at.desc(), Remediation.id.desc())
+            .limit(limit)
+        )
+        with session_scope(self.session_factory) as session:
+            found = tuple(_remediation(r) for r in session.scalars(remediations))
+        return NodeHistory(node, found, self.signals_for_node(node, limit=limit))
+
+    def recent_remediations(self, node: str, since: datetime) -> tuple[RemediationRecord, ...]:
+        """The node's remediations created at or after `since`, oldest first (repeat offenders)."""
+        query = (
+            select(Remediation)
+            .where(
+                Remediation.cluster == self.cluster,
+                Remediation.node == node,
+                Remediation.created_at >= since,
+            )
+            .order_by(Remediation.created_at, Remediation.id)
+        )
+        with session_scope(self.session_factory) as session:
+            return tuple(_remediation(r) for r in session.scalars(query))
+
+    # -- overview ----------------------------------------------------------------------------
+
+    def counts_by_state(self, closed_since: datetime | None = None) -> dict[State, int]:
+        """Every open remediation by state; the others only if created at or after
+        `closed_since` (when given), since counting a million finished rows is slow."""
+        closed: ColumnElement[bool] = Remediation.state.in_(CLOSED_VALUES)
+        if closed_since is not None:
+            closed = and_(closed, Remediation.created_at >= closed_since)
+        counts: dict[State, int] = {}
+        with session_scope(self.session_factory) as session:
+            for states in (Remediation.state.in_(OPEN_VALUES), closed):
+                query = (
+                    select(Remediation.state, func.count())
+                    .where(Remediation.cluster == self.cluster, states)
+                    .group_by(Remediation.state)
+                )
+                counts.update((State(state), count) for state, count in session.execute(query))
+        return counts
+
+    def failed_since(self, since: datetime) -> int:
+        """Remediations that entered FAILED at or after `since` (even if retried since)."""
+        query = select(func.count(func.distinct(RemediationEvent.remediation_id))).where(
+            RemediationEvent.cluster == self.cluster,
+            RemediationEvent.to_state == State.FAILED.value,
+            RemediationEvent.at >= since,
+        )
+        with session_scope(self.session_factory) as session:
+            return int(session.execute(query).scalar_one())
+
+    def open_by_pool(self) -> dict[str, int]:
+        """Open remediations per node pool; nodes without a pool count under ""."""
+        query = (
+            select(Remediation.pool, func.count())
+            .where(Remediation.cluster == self.cluster, Remediation.state.in_(OPEN_VALUES))
+            .group_by(Remediation.pool)
+        )
+        with session_scope(self.session_factory) as session:
+            return {pool or "": count for pool, count in session.execute(query)}
+
+    def overview(self, closed_window: timedelta = timedelta(days=7)) -> Overview:
+        now = self._clock.now()
+        return Overview(
+            self.counts_by_state(closed_since=now - closed_window),
+            self.failed_since(now - timedelta(hours=24)),
+            self.open_by_pool(),
+        )
+
+    def daily_counts_by_kind(self, days: int) -> tuple[DailyCount, ...]:
+        """Remediations created per UTC day and signal kind over the last `days` days."""
+        start = self._clock.now() - timedelta(days=days)
+        with session_scope(self.session_factory) as session:
+            day: ColumnElement[Any]
+            if session.get_bind().dialect.name == "postgresql":
+                day = cast(func.timezone("UTC", Remediation.created_at), Date)
+            else:
+                day = func.date(Remediation.created_at)
+            query = (
+                select(day.label("day"), Remediation.signal_kind, func.count())
+                .where(Remediation.cluster == self.cluster, Remediation.created_at >= start)
+                .group_by(day, Remediation.signal_kind)
+                .order_by(day, Remediation.signal_kind)
+            )
+            return tuple(
+                DailyCount(d if isinstance(d, date) else date.fromisoformat(d), kind, count)
+                for d, kind, count in session.execute(query)
+            )
+
+    def time_to_repair(self, since: datetime, window: int = REPAIR_WINDOW) -> RepairTimes:
+        """Median/p90 of detection → success, and of the stay in each state, over the newest
+        `window` remediations that succeeded at or after `since`."""
+        succeeded = (
+            select(Remediation.id, Remediation.created_at, Remediation.finished_at)
+            .where(
+                Remediation.cluster == self.cluster,
+                Remediation.state == State.SUCCEEDED.value,
+                Remediation.finished_at >= since,
+            )
+            .order_by(Remediation.finished_at.desc())
+            .limit(window)
+        )
+        with session_scope(self.session_factory) as session:
+            done = session.execute(succeeded).all()
+            ids = [row_id for row_id, _, _ in done]
+            events = session.execute(
+                select(
+                    RemediationEvent.remediation_id,
+                    RemediationEvent.at,
+                    RemediationEvent.from_state,
+                    RemediationEvent.to_state,
+                )
+                .where(
+                    RemediationEvent.remediation_id.in_(ids),
+                    RemediationEvent.to_state.is_not(None),
+                )
+                .order_by(RemediationEvent.remediation_id, RemediationEvent.at, RemediationEvent.id)
+            )
+            transitions = [(rid, at, frm, to) for rid, at, frm, to in events if to is not None]
+        overall = summarise(
+            (finished - created).total_seconds() for _, created, finished in done if finished
+        )
+        by_step = {
+            state: stats
+            for state, spent in step_durations(transitions).items()
+            if (stats := summarise(spent)) is not None
+        }
+        return RepairTimes(overall, by_step)
+
+    # -- controller state --------------------------------------------------------------------
+
+    def controller_status(self) -> ControllerStatus:
+        with session_scope(self.session_factory) as session:
+            row = session.get(ControllerState, self.cluster)
+            return _controller(row) if row else ControllerStatus(cluster=self.cluster)
+
+    def pause(self, *, by: str, reason: str) -> ControllerStatus:
+        now = self._clock.now()
+        return self._set_controller(paused=True, paused_by=by, paused_at=now, pause_reason=reason)
+
+    def resume(self, *, by: str, reason: str) -> ControllerStatus:
+        now = self._clock.now()
+        return self._set_controller(paused=False, paused_by=by, paused_at=now, pause_reason=reason)
+
+    def trip_breaker(self, *, reason: str) -> ControllerStatus:
+        now = self._clock.now()
+        return self._set_controller(
+            breaker_tripped=True, breaker_reason=reason, breaker_tripped_at=now
+        )
+
+    def reset_breaker(self, *, by: str, reason: str) -> ControllerStatus:
+        now = self._clock.now()
+        return self._set_controller(
+            breaker_tripped=False,
+            breaker_reset_by=by,
+            breaker_reset_at=now,
+            breaker_reset_reason=reason,
+        )
+
+    def record_leader(self, identity: str) -> ControllerStatus:
+        return self._set_controller(leader_identity=identity, leader_seen_at=self._clock.now())
+
+    def _set_controller(self, **values: Any) -> ControllerStatus:
+        now = self._clock.now()
+        with session_scope(self.session_factory, write=True) as session:
+            dialect_insert = _insert_for(session)
+            session.execute(
+                dialect_insert(ControllerState)
+                .values(cluster=self.cluster, paused=False, breaker_tripped=False, updated_at=now)
+                .on_conflict_do_nothing(index_elements=["cluster"])
+            )
+            session.execute(
+                update(ControllerState)
+                .where(ControllerState.cluster == self.cluster)
+                .values(updated_at=now, **values)
+            )
+            row = session.get(ControllerState, self.cluster, populate_existing=True)
+            assert row is not None
+            return _controller(row)
+
+    # -- source health -----------------------------------------------------------------------
+
+    def record_source_health(self, source: str, *, up: bool, error: str | None = None) -> None:
+        now = self._clock.now()
+        with session_scope(self.session_factory, write=True) as session:
+            dialect_insert = _insert_for(session)
+            statement = dialect_insert(SourceHealth).values(
+                cluster=self.cluster,
+                source=source,
+                up=up,
+                checked_at=now,
+                last_success_at=now if up else None,
+                error=error,
+            )
+            changes: dict[str, Any] = {"up": up, "checked_at": now, "error": error}
+            if up:
+                changes["last_success_at"] = now
+            session.execute(
+                statement.on_conflict_do_update(index_elements=["cluster", "source"], set_=changes)
+            )
+
+    def source_health(self) -> tuple[SourceStatus, ...]:
+        query = (
+            select(SourceHealth)
+            .where(SourceHealth.cluster == self.cluster)
+            .order_by(SourceHealth.source)
+        )
+        with session_scope(self.session_factory) as session:
+            return tuple(
+                SourceStatus(r.source, r.up, r.checked_at, r.last_success_at, r.error)
+                for r in session.scalars(query)
+            )
+
+    # -- policy sets -------------------------------------------------------------------------
+
+    def record_policy_set(
+        self,
+        *,
+        content_hash: str,
+        commit: str | None,
+        dirty: bool,
+        files: Mapping[str, str],
+        status: str = "ok",
+        error: str | None = None,
+    ) -> PolicySetRecord:
+        """Record a load; a reload identical to the latest record returns that record instead."""
+        if status not in ("ok", "refused"):
+            raise ValueError(f"policy set status must be ok or refused, not {status!r}")
+        with session_scope(self.session_factory, write=True) as session:
+            latest = session.scalars(
+                select(PolicySet)
+                .where(PolicySet.cluster == self.cluster)
+                .order_by(PolicySet.loaded_at.desc(), PolicySet.id.desc())
+                .limit(1)
+            ).first()
+            same = (content_hash, commit, dirty, status, error, dict(files))
+            if latest is not None and same == (
+                latest.content_hash,
+                latest.commit,
+                latest.dirty,
+                latest.status,
+                latest.error,
+                latest.files,
+            ):
+                return _policy_set(latest)
+            row = PolicySet(
+                cluster=self.cluster,
+                content_hash=content_hash,
+                commit=commit,
+                dirty=dirty,
+                status=status,
+                loaded_at=self._clock.now(),
+                files=dict(files),
+                error=error,
+            )
+            session.add(row)
+            session.flush()
+            return _policy_set(row)
+
+    def policy_set_by_hash(self, content_hash: str) -> PolicySetRecord | None:
+        """The policy text a remediation was decided under (its `policy_hash`)."""
+        with session_scope(self.session_factory) as session:
+            row = session.scalars(
+                select(PolicySet)
+                .where(PolicySet.cluster == self.cluster, PolicySet.content_hash == content_hash)
+                .order_by(PolicySet.loaded_at.desc(), PolicySet.id.desc())
+                .limit(1)
+            ).first()
+            return _policy_set(row) if row else None
+
+    def latest_policy_set(self) -> PolicySetRecord | None:
+        with session_scope(self.session_factory) as session:
+            row = session.scalars(
+                select(PolicySet)
+                .where(PolicySet.cluster == self.cluster)
+                .order_by(PolicySet.loaded_at.desc(), PolicySet.id.desc())
+                .limit(1)
+            ).first()
+            return _policy_set(row) if row else None
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def insert_signals(self, signals: Sequence[Signal], remediation_id: int | None = None) -> int:
+        if not signals:
+            return 0
+        rows = [
+            {
+                "cluster": self.cluster,
+                "node": s.node,
+                "gpu": s.gpu,
+                "gpu_uuid": s.gpu_uuid,
+                "kind": s.kind.value,
+                "code": s.code,
+                "value": s.value,
+                "source": s.source,
+                "observed_at": s.observed_at,
+                "labels": dict(s.labels),
+                "remediation_id": remediation_id,
+            }
+            for s in signals
+        ]
+        with session_scope(self.session_factory, write=True) as session:
+            session.execute(insert(ObservedSignal), rows)
+        return len(rows)
+
+    def signals_for_node(
+        self,
+        node: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 500,
+    ) -> tuple[SignalEntry, ...]:
+        """The node's observed signals, newest first, within [since, until)."""
+        query = select(ObservedSignal).where(
+            ObservedSignal.cluster == self.cluster, ObservedSignal.node == node
+        )
+        if since is not None:
+            query = query.where(ObservedSignal.observed_at >= since)
+        if until is not None:
+            query = query.where(ObservedSignal.observed_at < until)
+        query = query.order_by(ObservedSignal.observed_at.desc(), ObservedSignal.id.desc()).limit(
+            limit
+        )
+        with session_scope(self.session_factory) as session:
+            return tuple(_signal_entry(r) for r in session.scalars(query))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _open_for_node(self, session: Session, node: str) -> int | None:
+        return session.scalars(
+            select(Remediation.id).where(
+                Remediation.cluster == self.cluster,
+                Remediation.node == node,
+                Remediation.state.in_(OPEN_VALUES),
+            )
+        ).first()
+
+    def _current(self, session: Session, remediation_id: int) -> tuple[State, int]:
+        row = session.execute(
+            select(Remediation.state, Remediation.version).where(
+                Remediation.id == remediation_id, Remediation.cluster == self.cluster
+            )
+        ).first()
+        if row is None:
+            raise NotFoundError(f"remediation {remediation_id} not found in {self.cluster}")
+        return State(row[0]), row[1]
+
+    def _compare_and_set(
+        self,
+        session: Session,
+        remediation_id: int,
+        state: State,
+        version: int,
+        values: dict[str, Any],
+        now: datetime,
+    ) -> None:
+        result = session.execute(
+            update(Remediation)
+            .where(
+                Remediation.id == remediation_id,
+                Remediation.cluster == self.cluster,
+                Remediation.state == state.value,
+                Remediation.version == version,
+            )
+            .values(version=version + 1, updated_at=now, **values)
+            .execution_options(synchronize_session=False)
+        )
+        if getattr(result, "rowcount", 0) != 1:
+            raise ConflictError(f"remediation {remediation_id} changed concurrently")
+
+    def _load(
+        self, session: Session, remediation_id: int, *, with_events: bool
+    ) -> RemediationRecord:
+        row = session.get(Remediation, remediation_id, populate_existing=True)
+        if row is None or row.cluster != self.cluster:
+            raise NotFoundError(f"remediation {remediation_id} not found in {self.cluster}")
+        events: tuple[EventRecord, ...] = ()
+        if with_events:
+            events = tuple(
+                _event_record(e)
+                for e in session.scalars(
+                    select(RemediationEvent)
+                    .where(RemediationEvent.remediation_id == remediation_id)
+                    .order_by(RemediationEvent.at, RemediationEvent.id)
+                )
+            )
+        return _remediation(row, events)
+
+    def _event(
+        self,
+        remediation_id: int,
+        at: datetime,
+        from_state: State | None,
+        to_state: State | None,
+        action: str,
+        detail: Mapping[str, Any] | None,
+        actor: str,
+    ) -> RemediationEvent:
+        return RemediationEvent(
+            remediation_id=remediation_id,
+            cluster=self.cluster,
+            at=at,
+            from_state=from_state.value if from_state else None,
+            to_state=to_state.value if to_state else None,
+            action=action,
+            detail=dict(detail or {}),
+            actor=actor,
+        )
+
+    def _page_query(
+        self, filters: RemediationFilter, position: cursors.Cursor
+    ) -> Select[Remediation]:
+        query = select(Remediation).where(
+            Remediation.cluster == self.cluster, *_filter_clauses(filters)
+        )
+        if position.phase == "open":
+            query = query.where(Remediation.state.in_(OPEN_VALUES))
+        elif position.phase == "closed":
+            query = query.where(Remediation.state.not_in(OPEN_VALUES))
+        if position.created_at is not None and position.id is not None:
+            # Comparing with a plain tuple binds each value with its column's type (UTCDateTime).
+            query = query.where(
+                tuple_(Remediation.created_at, Remediation.id) < (position.created_at, position.id)
+            )
+        return query.order_by(Remediation.created_at.desc(), Remediation.id.desc())
+
+    def _next_if_any(
+        self, session: Session, filters: RemediationFilter, position: cursors.Cursor
+    ) -> str | None:
+        """After a page that ended exactly at the last open row: a cursor only if more follow."""
+        more = session.scalars(self._page_query(filters, position).limit(1)).first()
+        return cursors.encode(position) if more is not None else None
+
+
+def _after(phase: cursors.Phase, last: RemediationRecord) -> cursors.Cursor:
+    return cursors.Cursor(phase, last.created_at, last.id)
+
+
+def _filter_clauses(filters: RemediationFilter) -> list[ColumnElement[bool]]:
+    clauses: list[ColumnElement[bool]] = []
+    if filters.node is not None:
+        clauses.append(Remediation.node == filters.node)
+    if filters.node_search:
+        pattern = "%" + _escape_like(filters.node_search) + "%"
+        clauses.append(Remediation.node.ilike(pattern, escape="\\"))
+    if filters.pool is not None:
+        clauses.append(Remediation.pool == filters.pool)
+    if filters.states:
+        clauses.append(Remediation.state.in_(sorted(s.value for s in filters.states)))
+    if filters.signal_kind is not None:
+        clauses.append(Remediation.signal_kind == filters.signal_kind)
+    if filters.xid_code is not None:
+        clauses.append(Remediation.xid_code == filters.xid_code)
+    if filters.policy is not None:
+        clauses.append(Remediation.policy == filters.policy)
+    if filters.created_from is not None:
+        clauses.append(Remediation.created_at >= filters.created_from)
+    if filters.created_to is not None:
+        clauses.append(Remediation.created_at < filters.created_to)
+    if filters.dry_run is not None:
+        clauses.append(Remediation.dry_run.is_(filters.dry_run))
+    return clauses
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _classify(new: NewRemediation) -> tuple[str, int | None]:
+    first = new.signals[0] if new.signals else None
+    kind = new.signal_kind or (first.kind.value if first else None)
+    if kind is None:
+        raise ValueError("a remediation needs a signal or an explicit signal_kind")
+    xid = new.xid_code
+    if xid is None and first is not None and first.kind is SignalKind.XID:
+        xid = first.code
+    return kind, xid
+
+
+def _checked_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(fields) - MUTABLE_FIELDS
+    if unknown:
+        raise ValueError(f"cannot update {', '.join(sorted(unknown))}")
+    values = dict(fields)
+    if "ladder" in values:
+        values["ladder"] = [dict(step) for step in values["ladder"]]
+    return values
+
+
+def _insert_for(session: Session) -> Any:
+    """The dialect's INSERT, which (unlike the generic one) knows ON CONFLICT."""
+    return pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+
+
+def _remediation(row: Remediation, events: tuple[EventRecord, ...] = ()) -> RemediationRecord:
+    return RemediationRecord(
+        id=row.id,
+        cluster=row.cluster,
+        node=row.node,
+        pool=row.pool,
+        policy=row.policy,
+        policy_priority=row.policy_priority,
+        policy_commit=row.policy_commit,
+        policy_hash=row.policy_hash,
+        state=State(row.state),
+        dry_run=row.dry_run,
+        approval_required=row.approval_required,
+        reason=row.reason,
+        signal_kind=row.signal_kind,
+        xid_code=row.xid_code,
+        signals=tuple(Signal.model_validate(s) for s in row.signals),
+        ladder=tuple(row.ladder),
+        step_index=row.step_index,
+        idempotency_key=row.idempotency_key,
+        replacement_operation_id=row.replacement_operation_id,
+        new_node=row.new_node,
+        hold_reason=row.hold_reason,
+        error=row.error,
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        version=row.version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        finished_at=row.finished_at,
+        events=events,
+    )
+
+
+def _event_record(row: RemediationEvent) -> EventRecord:
+    return EventRecord(
+        id=row.id,
+        remediation_id=row.remediation_id,
+        at=row.at,
+        from_state=State(row.from_state) if row.from_state else None,
+        to_state=State(row.to_state) if row.to_state else None,
+        action=row.action,
+        detail=row.detail,
+        actor=row.actor,
+    )
+
+
+def _signal_entry(row: ObservedSignal) -> SignalEntry:
+    signal = Signal(
+        node=row.node,
+        kind=SignalKind(row.kind),
+        source=row.source,
+        observed_at=row.observed_at,
+        gpu=row.gpu,
+        gpu_uuid=row.gpu_uuid,
+        code=row.code,
+        value=row.value,
+        labels=row.labels,
+    )
+    return SignalEntry(row.id, signal, row.remediation_id)
+
+
+def _policy_set(row: PolicySet) -> PolicySetRecord:
+    return PolicySetRecord(
+        id=row.id,
+        content_hash=row.content_hash,
+        commit=row.commit,
+        dirty=row.dirty,
+        status=row.status,
+        loaded_at=row.loaded_at,
+        files=row.files,
+        error=row.error,
+    )
+
+
+def _controller(row: ControllerState) -> ControllerStatus:
+    return ControllerStatus(
+        cluster=row.cluster,
+        paused=row.paused,
+        paused_by=row.paused_by,
+        paused_at=row.paused_at,
+        pause_reason=row.pause_reason,
+        breaker_tripped=row.breaker_tripped,
+        breaker_reason=row.breaker_reason,
+        breaker_tripped_at=row.breaker_tripped_at,
+        breaker_reset_by=row.breaker_reset_by,
+        breaker_reset_at=row.breaker_reset_at,
+        breaker_reset_reason=row.breaker_reset_reason,
+        leader_identity=row.leader_identity,
+        leader_seen_at=row.leader_seen_at,
+        updated_at=row.updated_at,
+    )
