@@ -1,0 +1,222 @@
+"""Push API: signals that other systems send us, and the Alertmanager webhook.
+
+Both endpoints write into a `SignalInbox`, which the controller drains once per cycle (the
+inbox is itself a Source, so it sits in the same list as the polled ones). A batch is taken
+whole or not at all: a 422 names every bad item and stores nothing, so a client can fix and
+resend the batch without creating duplicates. A full inbox answers 503, which Alertmanager
+retries, rather than dropping signals silently.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.params import Depends
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from remediator.clock import Clock, SystemClock
+from remediator.signals.model import Signal
+from remediator.signals.sources.alertmanager import (
+    AlertMapping,
+    PayloadError,
+    Webhook,
+    map_webhook,
+    parse_webhook,
+)
+from remediator.signals.sources.base import HealthTracker, SourceResult
+
+MAX_BATCH = 5_000
+MAX_FUTURE_SKEW = timedelta(minutes=5)
+
+
+class InboxFull(Exception):
+    """The controller is not draining fast enough; the sender should retry later."""
+
+
+class SignalInbox:
+    """Thread-safe, bounded queue between the web handlers and the controller cycle."""
+
+    def __init__(self, capacity: int = 100_000, name: str = "push") -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.name = name
+        self.capacity = capacity
+        self._queue: deque[Signal] = deque()
+        self._lock = threading.Lock()
+        self._health = HealthTracker(name)
+        self._accepted = 0
+        self._refused = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    def put(self, signals: Sequence[Signal]) -> int:
+        """Queue all of `signals` or none (InboxFull); returns how many were queued."""
+        with self._lock:
+            if len(self._queue) + len(signals) > self.capacity:
+                self._refused += len(signals)
+                raise InboxFull(
+                    f"inbox full ({len(self._queue)} of {self.capacity} queued); retry later"
+                )
+            self._queue.extend(signals)
+            self._accepted += len(signals)
+            return len(signals)
+
+    def drain(self) -> tuple[Signal, ...]:
+        with self._lock:
+            taken = tuple(self._queue)
+            self._queue.clear()
+            return taken
+
+    def poll(self, now: datetime) -> SourceResult:
+        """Passive source: it is up whenever the process is; the detail shows the flow."""
+        signals = self.drain()
+        with self._lock:
+            detail = {"accepted_total": str(self._accepted), "refused_total": str(self._refused)}
+        return self._health.ok(now, signals, detail)
+
+
+def validate_batch(payload: Any, now: datetime) -> tuple[list[Signal], list[dict[str, Any]]]:
+    """Pure: decoded JSON → (signals, problems). Any problem means the batch is refused."""
+    if not isinstance(payload, list):
+        return [], [{"index": None, "field": "body", "reason": "must be a JSON list of signals"}]
+    if len(payload) > MAX_BATCH:
+        reason = f"at most {MAX_BATCH} signals per request, got {len(payload)}"
+        return [], [{"index": None, "field": "body", "reason": reason}]
+    signals: list[Signal] = []
+    problems: list[dict[str, Any]] = []
+    for index, item in enumerate(payload):
+        try:
+            signal = Signal.model_validate(item)
+        except ValidationError as exc:
+            problems.extend(
+                {
+                    "index": index,
+                    "field": ".".join(str(p) for p in err["loc"]) or "item",
+                    "reason": err["msg"],
+                }
+                for err in exc.errors()
+            )
+            continue
+        if signal.observed_at > now + MAX_FUTURE_SKEW:
+            problems.append(
+                {
+                    "index": index,
+                    "field": "observed_at",
+                    "reason": f"{signal.observed_at.isoformat()} is in the future "
+                    f"(server time {now.isoformat()})",
+                }
+            )
+            continue
+        signals.append(signal)
+    return signals, problems
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """Resolve `#/$defs/…` references: OpenAPI has no `$defs` beside a request body."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline(v, defs) for v in schema]
+    return schema
+
+
+def _body_doc(schema: dict[str, Any]) -> dict[str, Any]:
+    """The request body for the OpenAPI document; the handlers validate it themselves so that
+    a refused batch can name each bad item."""
+    defs = schema.pop("$defs", {})
+    content = {"application/json": {"schema": _inline(schema, defs)}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+class _Problems(BaseModel):
+    detail: list[dict[str, Any]]
+
+
+REFUSED: dict[int | str, dict[str, Any]] = {
+    422: {"model": _Problems, "description": "refused: every problem named, nothing stored"},
+    503: {"description": "inbox full: nothing stored, retry after `Retry-After` seconds"},
+}
+
+
+async def _json_body(request: Request) -> tuple[Any, JSONResponse | None]:
+    try:
+        return await request.json(), None
+    except ValueError as exc:
+        reason = f"body is not valid JSON: {exc}"
+        return None, JSONResponse({"detail": [{"field": "body", "reason": reason}]}, 422)
+
+
+def make_signals_router(
+    inbox: SignalInbox,
+    dependencies: Sequence[Depends] = (),
+    *,
+    mapping: AlertMapping | None = None,
+    clock: Clock | None = None,
+) -> APIRouter:
+    """The push endpoints; the web app mounts them under its auth `dependencies`."""
+    router = APIRouter(dependencies=list(dependencies), tags=["signals"])
+    alert_mapping = mapping or AlertMapping()
+    time_source = clock or SystemClock()
+
+    def _store(signals: Sequence[Signal]) -> JSONResponse | None:
+        try:
+            inbox.put(signals)
+        except InboxFull as exc:
+            return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": "5"})
+        return None
+
+    @router.post(
+        "/api/v1/signals",
+        status_code=202,
+        responses=REFUSED,
+        openapi_extra=_body_doc(TypeAdapter(list[Signal]).json_schema()),
+    )
+    async def push_signals(request: Request) -> JSONResponse:
+        """Accept a JSON list of signals, all or none."""
+        payload, error = await _json_body(request)
+        if error is not None:
+            return error
+        signals, problems = validate_batch(payload, time_source.now())
+        if problems:
+            return JSONResponse({"detail": problems, "accepted": 0}, 422)
+        refused = _store(signals)
+        return refused or JSONResponse({"accepted": len(signals)}, 202)
+
+    @router.post(
+        "/api/v1/alertmanager",
+        responses=REFUSED,
+        openapi_extra=_body_doc(Webhook.model_json_schema()),
+    )
+    async def alertmanager_webhook(request: Request) -> JSONResponse:
+        """Alertmanager webhook receiver (payload version 4)."""
+        payload, error = await _json_body(request)
+        if error is not None:
+            return error
+        try:
+            webhook = parse_webhook(payload)
+        except PayloadError as exc:
+            detail = [{"field": "body", "reason": reason} for reason in exc.reasons]
+            return JSONResponse({"detail": detail}, 422)
+        batch = map_webhook(webhook, alert_mapping, time_source.now())
+        refused = _store(batch.signals)
+        return refused or JSONResponse(
+            {
+                "accepted": len(batch.signals),
+                "resolved": batch.resolved,
+                "ignored": list(batch.ignored),
+            },
+            200,
+        )
+
+    return router

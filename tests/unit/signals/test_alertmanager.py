@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from remediator.signals.model import SignalKind
+from remediator.signals.sources.alertmanager import (
+    AlertMapping,
+    PayloadError,
+    map_webhook,
+    parse_webhook,
+)
+from tests.unit.signals.alertmanager_payloads import FIRING_XID, resolved
+
+NOW = datetime(2026, 1, 1, 10, 16, tzinfo=UTC)
+
+
+def one_alert(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    payload = copy.deepcopy(FIRING_XID)
+    payload["alerts"] = [
+        {
+            "status": "firing",
+            "labels": labels,
+            "annotations": annotations or {},
+            "startsAt": "2026-01-01T10:15:00Z",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "",
+            "fingerprint": "0000000000000001",
+        }
+    ]
+    return payload
+
+
+def test_firing_group_maps_xid_and_thermal_and_ignores_the_rest() -> None:
+    batch = map_webhook(parse_webhook(FIRING_XID), AlertMapping(), NOW)
+    xid, thermal = batch.signals
+    assert (xid.node, xid.gpu, xid.kind, xid.code) == ("gpu-node-7", 3, SignalKind.XID, 79)
+    assert xid.gpu_uuid == "GPU-9b1e2f5e-0d7a-4c43-8f0e-7a1f2b3c4d5e"
+    assert xid.observed_at == NOW and xid.source == "alertmanager"
+    assert xid.labels["alert_fingerprint"] == "1a30ba71cca2921f"
+    assert xid.labels["err_msg"] == "GPU has fallen off the bus"
+    assert (thermal.node, thermal.gpu, thermal.kind, thermal.value) == (
+        "gpu-node-2",
+        0,
+        SignalKind.THERMAL,
+        81.0,
+    )
+    assert batch.resolved == 0
+    assert len(batch.ignored) == 1 and "Watchdog" in batch.ignored[0]
+
+
+def test_resolved_alerts_yield_no_signals() -> None:
+    batch = map_webhook(parse_webhook(resolved(FIRING_XID)), AlertMapping(), NOW)
+    assert batch.signals == ()
+    assert batch.resolved == 3
+    assert batch.ignored == ()
+
+
+def test_explicit_kind_label_wins_over_alertname() -> None:
+    payload = one_alert(
+        {"alertname": "GPUHighTemperature", "remediator_kind": "nvlink", "node": "n1", "gpu": "2"}
+    )
+    (signal,) = map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals
+    assert signal.kind is SignalKind.NVLINK and signal.node == "n1"
+
+
+def test_custom_mapping() -> None:
+    mapping = AlertMapping(
+        alertnames={"DCGMXid": SignalKind.XID}, node_labels=("kubernetes_node",), code_labels=("x",)
+    )
+    payload = one_alert({"alertname": "DCGMXid", "kubernetes_node": "n9", "x": "48"})
+    (signal,) = map_webhook(parse_webhook(payload), mapping, NOW).signals
+    assert (signal.node, signal.code, signal.gpu) == ("n9", 48, None)
+
+
+def test_fixed_code_from_alertname() -> None:
+    payload = one_alert({"alertname": "GPUFellOffTheBus", "node": "n1", "gpu": "0"})
+    (signal,) = map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals
+    assert (signal.kind, signal.code) == (SignalKind.XID, 79)
+
+
+def test_xid_code_read_from_a_kernel_log_line() -> None:
+    payload = one_alert(
+        {"alertname": "GPUXidError", "node": "n1"},
+        {"message": "NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=x, DBE detected"},
+    )
+    (signal,) = map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals
+    assert signal.code == 48 and signal.labels["pci"] == "0000:18:00"
+
+
+def test_node_condition_alert_gets_code_one() -> None:
+    payload = one_alert({"alertname": "NodeProblem", "node": "n1", "reason": "KernelDeadlock"})
+    (signal,) = map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals
+    assert (signal.kind, signal.code) == (SignalKind.NODE_CONDITION, 1)
+
+
+@pytest.mark.parametrize(
+    ("labels", "reason"),
+    [
+        ({"alertname": "GPUXidError", "gpu": "1"}, "no node label"),
+        ({"alertname": "GPUXidError", "node": "n1"}, "without an XID code"),
+        ({"alertname": "GPUXidError", "node": "n1", "xid": "79", "gpu": "x"}, "not a GPU index"),
+        ({"alertname": "X", "remediator_kind": "bogus", "node": "n1"}, "unknown remediator_kind"),
+        ({"alertname": "SomethingElse", "node": "n1"}, "not mapped"),
+    ],
+)
+def test_alerts_that_cannot_be_signals_are_ignored_with_a_reason(
+    labels: dict[str, str], reason: str
+) -> None:
+    batch = map_webhook(parse_webhook(one_alert(labels)), AlertMapping(), NOW)
+    assert batch.signals == ()
+    assert len(batch.ignored) == 1 and reason in batch.ignored[0]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda p: p.update(version="3"), "unsupported webhook payload version '3'"),
+        (lambda p: p.pop("version"), "unsupported webhook payload version None"),
+        (lambda p: p.pop("alerts"), "alerts: Field required"),
+        (lambda p: p["alerts"][0].update(status="pending"), "alerts.0.status"),
+        (lambda p: p["alerts"][0].update(startsAt="yesterday"), "alerts.0.startsAt"),
+        (lambda p: p["alerts"][0].update(labels=["a"]), "alerts.0.labels"),
+    ],
+)
+def test_malformed_payloads_are_rejected_with_reasons(mutate: Any, reason: str) -> None:
+    payload = copy.deepcopy(FIRING_XID)
+    mutate(payload)
+    with pytest.raises(PayloadError) as caught:
+        parse_webhook(payload)
+    assert any(reason in r for r in caught.value.reasons), caught.value.reasons
+
+
+@pytest.mark.parametrize("body", [None, [], "x", 4])
+def test_non_object_bodies_are_rejected(body: Any) -> None:
+    with pytest.raises(PayloadError, match="JSON object"):
+        parse_webhook(body)
+
+
+def test_payload_from_an_older_alertmanager_without_fingerprint_is_accepted() -> None:
+    payload = copy.deepcopy(FIRING_XID)
+    for alert in payload["alerts"]:
+        del alert["fingerprint"]
+    del payload["truncatedAlerts"]
+    assert len(map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals) == 2

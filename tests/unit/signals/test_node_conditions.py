@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from remediator.signals.model import SignalKind
+from remediator.signals.sources.node_conditions import NodeConditionConfig, node_signals
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def cond(ctype: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+        "lastTransitionTime": "2025-12-31T23:00:00Z",
+    }
+
+
+def node(name: str, *conditions: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"conditions": list(conditions)}}
+
+
+HEALTHY = (
+    cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+    cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+    cond("PIDPressure", "False", "KubeletHasSufficientPID"),
+    cond("KernelDeadlock", "False", "KernelHasNoDeadlock"),
+    cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+
+
+def test_healthy_fleet_has_no_signals() -> None:
+    nodes = [node(f"n{i}", *HEALTHY) for i in range(5)]
+    assert node_signals(nodes, NodeConditionConfig(), "nodes", NOW) == []
+
+
+def test_not_ready_unknown_and_problem_conditions() -> None:
+    nodes = [
+        node("a", *HEALTHY[:-1], cond("Ready", "False", "KubeletNotReady", "PLEG is not healthy")),
+        node("b", *HEALTHY[:-1], cond("Ready", "Unknown", "NodeStatusUnknown")),
+        node(
+            "c", cond("KernelDeadlock", "True", "DockerHung", "task docker:7 blocked"), HEALTHY[-1]
+        ),
+    ]
+    found = node_signals(nodes, NodeConditionConfig(), "nodes", NOW)
+    assert [(s.node, s.labels["type"], s.labels["status"]) for s in found] == [
+        ("a", "Ready", "False"),
+        ("b", "Ready", "Unknown"),
+        ("c", "KernelDeadlock", "True"),
+    ]
+    assert all(s.kind is SignalKind.NODE_CONDITION and s.code == 1 for s in found)
+    assert found[0].labels["reason"] == "KubeletNotReady"
+    assert found[0].labels["message"] == "PLEG is not healthy"
+    assert found[2].labels["last_transition_time"] == "2025-12-31T23:00:00Z"
+
+
+def test_configured_types_only_and_ignored_types() -> None:
+    nodes = [
+        node(
+            "a",
+            cond("MemoryPressure", "True"),
+            cond("GpuXid", "True", "XID79"),
+            cond("Ready", "False"),
+        )
+    ]
+    only = NodeConditionConfig(condition_types=frozenset({"GpuXid", "Ready"}))
+    assert [s.labels["type"] for s in node_signals(nodes, only, "n", NOW)] == ["GpuXid", "Ready"]
+    ignoring = NodeConditionConfig(ignore_types=frozenset({"MemoryPressure"}))
+    assert [s.labels["type"] for s in node_signals(nodes, ignoring, "n", NOW)] == [
+        "GpuXid",
+        "Ready",
+    ]
+
+
+def test_kernel_xid_message_is_decoded_into_labels() -> None:
+    message = "NVRM: Xid (PCI:0000:18:00): 79, pid=77, name=python, GPU has fallen off the bus."
+    (signal,) = node_signals(
+        [node("a", cond("GpuXid", "True", "XID79", message))], NodeConditionConfig(), "n", NOW
+    )
+    assert (signal.labels["xid"], signal.labels["pci"]) == ("79", "0000:18:00")
+
+
+def test_odd_objects_are_skipped() -> None:
+    nodes: list[dict[str, Any]] = [
+        {},
+        {"metadata": {}},
+        {"metadata": {"name": "x"}},
+        {"metadata": {"name": "y"}, "status": {"conditions": None}},
+        node("z", {"status": "True"}),
+    ]
+    assert node_signals(nodes, NodeConditionConfig(), "n", NOW) == []

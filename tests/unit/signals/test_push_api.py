@@ -1,0 +1,196 @@
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi import Depends, FastAPI, Header, HTTPException
+from fastapi.testclient import TestClient
+
+from remediator.clock import FakeClock
+from remediator.signals.model import Signal, SignalKind
+from remediator.signals.sources.push import InboxFull, SignalInbox, make_signals_router
+from tests.unit.signals.alertmanager_payloads import FIRING_XID, resolved
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def item(**overrides: Any) -> dict[str, Any]:
+    base = {
+        "node": "gpu-node-1",
+        "kind": "xid",
+        "source": "npd",
+        "observed_at": "2026-01-01T11:59:30Z",
+        "gpu": 2,
+        "code": 79,
+    }
+    return {**base, **overrides}
+
+
+@pytest.fixture
+def inbox() -> SignalInbox:
+    return SignalInbox(capacity=10)
+
+
+@pytest.fixture
+def client(inbox: SignalInbox) -> TestClient:
+    app = FastAPI()
+    app.include_router(make_signals_router(inbox, clock=FakeClock(NOW)))
+    return TestClient(app)
+
+
+def test_accepts_a_batch(client: TestClient, inbox: SignalInbox) -> None:
+    response = client.post("/api/v1/signals", json=[item(), item(kind="thermal", value=83.5)])
+    assert response.status_code == 202
+    assert response.json() == {"accepted": 2}
+    xid, thermal = inbox.drain()
+    assert (xid.node, xid.kind, xid.code, xid.gpu) == ("gpu-node-1", SignalKind.XID, 79, 2)
+    assert thermal.value == 83.5
+    assert inbox.drain() == ()
+
+
+def test_bad_items_are_named_and_nothing_is_stored(client: TestClient, inbox: SignalInbox) -> None:
+    batch = [item(), item(kind="bogus"), item(gpu=-1, node=""), item(extra="x")]
+    response = client.post("/api/v1/signals", json=batch)
+    assert response.status_code == 422
+    problems = response.json()["detail"]
+    assert {(p["index"], p["field"]) for p in problems} == {
+        (1, "kind"),
+        (2, "gpu"),
+        (2, "node"),
+        (3, "extra"),
+    }
+    assert all(p["reason"] for p in problems)
+    assert len(inbox) == 0
+
+
+def test_naive_timestamp_and_future_are_refused(client: TestClient, inbox: SignalInbox) -> None:
+    future = (NOW + timedelta(hours=1)).isoformat()
+    response = client.post(
+        "/api/v1/signals", json=[item(observed_at="2026-01-01T11:59:30"), item(observed_at=future)]
+    )
+    assert response.status_code == 422
+    fields = [(p["index"], p["field"]) for p in response.json()["detail"]]
+    assert fields == [(0, "observed_at"), (1, "observed_at")]
+    assert "future" in response.json()["detail"][1]["reason"]
+    assert len(inbox) == 0
+
+
+@pytest.mark.parametrize("body", [b"{not json", b'{"node": "x"}', b"42"])
+def test_body_must_be_a_json_list(client: TestClient, body: bytes) -> None:
+    response = client.post(
+        "/api/v1/signals", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["field"] == "body"
+
+
+def test_full_inbox_refuses_the_whole_batch(client: TestClient, inbox: SignalInbox) -> None:
+    assert client.post("/api/v1/signals", json=[item()] * 8).status_code == 202
+    response = client.post("/api/v1/signals", json=[item()] * 3)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    assert len(inbox) == 8
+
+
+def test_alertmanager_webhook(client: TestClient, inbox: SignalInbox) -> None:
+    response = client.post("/api/v1/alertmanager", json=FIRING_XID)
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["accepted"], body["resolved"], len(body["ignored"])) == (2, 0, 1)
+    kinds = sorted(s.kind for s in inbox.drain())
+    assert kinds == [SignalKind.THERMAL, SignalKind.XID]
+
+
+def test_alertmanager_resolved_stores_nothing(client: TestClient, inbox: SignalInbox) -> None:
+    response = client.post("/api/v1/alertmanager", json=resolved(FIRING_XID))
+    assert response.status_code == 200
+    assert response.json()["resolved"] == 3
+    assert len(inbox) == 0
+
+
+def test_alertmanager_wrong_version_is_a_client_error(
+    client: TestClient, inbox: SignalInbox
+) -> None:
+    response = client.post("/api/v1/alertmanager", json={**FIRING_XID, "version": "3"})
+    assert response.status_code == 422
+    assert "version" in response.json()["detail"][0]["reason"]
+    assert len(inbox) == 0
+
+
+def test_router_takes_the_apps_auth_dependencies(inbox: SignalInbox) -> None:
+    def require_token(authorization: str = Header(default="")) -> None:
+        if authorization != "Bearer s3cret":
+            raise HTTPException(401, "bad token")
+
+    app = FastAPI()
+    app.include_router(make_signals_router(inbox, [Depends(require_token)]))
+    client = TestClient(app)
+    assert client.post("/api/v1/signals", json=[item()]).status_code == 401
+    assert client.post("/api/v1/alertmanager", json=FIRING_XID).status_code == 401
+    assert len(inbox) == 0
+    ok = client.post("/api/v1/signals", json=[item()], headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 202
+
+
+def test_inbox_is_a_source_that_drains() -> None:
+    inbox = SignalInbox(capacity=5)
+    client_app = FastAPI()
+    client_app.include_router(make_signals_router(inbox, clock=FakeClock(NOW)))
+    TestClient(client_app).post("/api/v1/signals", json=[item()])
+    result = inbox.poll(NOW)
+    assert len(result.signals) == 1
+    assert result.health.up and result.health.name == "push"
+    assert result.health.detail["accepted_total"] == "1"
+    assert inbox.poll(NOW).signals == ()
+
+
+def test_inbox_loses_nothing_under_concurrent_push_and_drain() -> None:
+    inbox = SignalInbox(capacity=1000)
+    app = FastAPI()
+    app.include_router(make_signals_router(inbox, clock=FakeClock(NOW)))
+    client = TestClient(app)
+    statuses: list[int] = []
+    taken: list[int] = []
+
+    def writer() -> None:
+        for _ in range(20):
+            statuses.append(client.post("/api/v1/signals", json=[item()] * 10).status_code)
+
+    def reader() -> None:
+        for _ in range(50):
+            taken.append(len(inbox.drain()))
+
+    threads = [threading.Thread(target=writer) for _ in range(4)] + [
+        threading.Thread(target=reader)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [202] * 80
+    assert sum(taken) + len(inbox.drain()) == 800
+
+
+def test_put_refuses_beyond_capacity() -> None:
+    inbox = SignalInbox(capacity=2)
+    signal = Signal.model_validate(item())
+    assert inbox.put([signal, signal]) == 2
+    with pytest.raises(InboxFull, match="2 of 2"):
+        inbox.put([signal])
+    assert len(inbox.drain()) == 2
+    assert inbox.put([signal]) == 1
+
+
+def test_openapi_documents_both_bodies_without_dangling_refs(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    for path in ("/api/v1/signals", "/api/v1/alertmanager"):
+        operation = document["paths"][path]["post"]
+        schema = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert "#/$defs/" not in json.dumps(schema)
+        assert {"422", "503"} <= set(operation["responses"])
+    signals = document["paths"]["/api/v1/signals"]["post"]["requestBody"]
+    item = signals["content"]["application/json"]["schema"]["items"]
+    assert "xid" in item["properties"]["kind"]["enum"]
