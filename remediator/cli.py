@@ -9,7 +9,11 @@ from collections.abc import Sequence
 
 # Each module exposes `register(subparsers)`, which adds its subcommand and sets
 # `func(args) -> int` as the parser default.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "remediator.policy.cli",
+    "remediator.store.cli",
+    "remediator.sim.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

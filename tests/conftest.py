@@ -1,3 +1,7 @@
 """Shared fixtures live in tests/fixtures/, one module per real service; register them here."""
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.fixtures.prometheus",
+    "tests.fixtures.postgres",
+    "tests.fixtures.sim",
+]

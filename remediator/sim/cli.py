@@ -1,0 +1,70 @@
+"""`remediator sim serve` (the simulated cluster in one process) and `remediator sim inject`
+(fault injection against a running one)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from remediator.sim import inject as inject_module
+from remediator.sim.serve import ServeOptions, serve
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
+    sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
+
+    run = sub.add_parser("serve", help="serve the Kubernetes, node-pool, metrics and inject APIs")
+    run.add_argument("--nodes", type=int, default=4, help="GPU nodes to seed (default 4)")
+    run.add_argument("--gpus-per-node", type=int, default=8)
+    run.add_argument("--kubeconfig", type=Path, required=True, help="where to write the kubeconfig")
+    run.add_argument(
+        "--ready-file",
+        type=Path,
+        required=True,
+        help="written (JSON with every URL and the pid) once all endpoints answer",
+    )
+    run.add_argument(
+        "--provision-delay",
+        type=float,
+        default=3.0,
+        help="seconds a replacement node takes to be provisioned",
+    )
+    run.add_argument("--host", default="127.0.0.1")
+    for name in ("kube", "nodepool", "metrics", "inject"):
+        run.add_argument(f"--{name}-port", type=int, default=0, help="default: a free port")
+    run.add_argument(
+        "--tick-interval", type=float, default=0.1, help="seconds between simulation steps"
+    )
+    run.add_argument(
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NAME",
+        help="a namespace to create besides the fleet's (repeatable; default: remediator)",
+    )
+    run.set_defaults(func=_serve)
+
+    inject = sub.add_parser("inject", help="inject a fault into a running simulator")
+    inject_module.add_arguments(inject)
+    inject.set_defaults(func=inject_module.run)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    return serve(
+        ServeOptions(
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            kubeconfig=args.kubeconfig,
+            ready_file=args.ready_file,
+            provision_delay=args.provision_delay,
+            host=args.host,
+            kube_port=args.kube_port,
+            nodepool_port=args.nodepool_port,
+            metrics_port=args.metrics_port,
+            inject_port=args.inject_port,
+            tick_interval=args.tick_interval,
+            namespaces=tuple(args.namespaces or ("remediator",)),
+        )
+    )

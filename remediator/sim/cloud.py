@@ -1,0 +1,39 @@
+"""The simulated cloud beside the simulated cluster: the node-pool API, the fleet's GPU and
+InfiniBand telemetry, and fault injection, as three ASGI apps that `sim serve` puts on three
+loopback ports. All three share one state, so a fault injected through one shows in the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp
+
+from remediator.clock import Clock, SystemClock
+from remediator.sim.cluster import SimCluster
+from remediator.sim.inject import FaultInjector, build_inject_app
+from remediator.sim.nodepool import NodePoolService, build_nodepool_app
+from remediator.sim.telemetry import Telemetry, build_metrics_app
+
+
+@dataclass
+class CloudApps:
+    nodepool: ASGIApp  # the cloud node-pool REST API (contract in docs/nodepool-api.yaml)
+    metrics: ASGIApp  # GET /metrics: DCGM exporter + node_exporter infiniband series
+    inject: ASGIApp  # POST fault injection endpoints
+
+
+def build_cloud_apps(
+    cluster: SimCluster, provision_delay: float = 3.0, clock: Clock | None = None
+) -> CloudApps:
+    """`clock` must be the one the cluster runs on (the system clock unless a test drives a
+    FakeClock): telemetry and operations keep the cluster's time."""
+    clock = clock or SystemClock()
+    telemetry = Telemetry(cluster.store, clock)
+    nodepool = NodePoolService(cluster, clock, provision_delay)
+    cluster.on_tick(nodepool.advance)
+    injector = FaultInjector(cluster, telemetry, nodepool)
+    return CloudApps(
+        nodepool=build_nodepool_app(nodepool),
+        metrics=build_metrics_app(telemetry),
+        inject=build_inject_app(injector),
+    )

@@ -1,0 +1,99 @@
+"""What the simulated kubelet and controllers share: the store they write through, the informer
+cache they read, a timer queue on the injected clock, the Event recorder, and the work queues
+(dirty keys) that let a tick touch only what changed."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from remediator.clock import Clock
+from remediator.sim import builders
+from remediator.sim.index import ClusterIndex, Key
+from remediator.sim.kobj import name_suffix
+from remediator.sim.store import AlreadyExists, Obj, ObjectStore
+
+# Timer kinds: what to mark dirty when the timer is due.
+POD, NODE, PDB, HEARTBEAT, NODE_READY, EVENT_GC = "pod", "node", "pdb", "heartbeat", "ready", "gc"
+
+
+@dataclass
+class WorkQueues:
+    pods: dict[Key, None] = field(default_factory=dict)
+    nodes: dict[str, None] = field(default_factory=dict)
+    owners: dict[str, None] = field(default_factory=dict)  # controller uids whose pods changed
+    owner_specs: dict[str, None] = field(default_factory=dict)  # controller uids whose spec changed
+    pdbs: dict[Key, None] = field(default_factory=dict)
+    reschedule: bool = False  # capacity or node state changed: retry unschedulable pods
+
+    def busy(self) -> bool:
+        return bool(self.pods or self.nodes or self.owners or self.owner_specs or self.pdbs)
+
+
+@dataclass
+class SimContext:
+    store: ObjectStore
+    clock: Clock
+    index: ClusterIndex = field(default_factory=ClusterIndex)
+    queues: WorkQueues = field(default_factory=WorkQueues)
+    _timers: list[tuple[datetime, int, str, object]] = field(default_factory=list)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+
+    def after(self, due: datetime, kind: str, arg: object) -> None:
+        heapq.heappush(self._timers, (due, next(self._seq), kind, arg))
+
+    def due_timers(self, now: datetime) -> list[tuple[str, object]]:
+        out = []
+        while self._timers and self._timers[0][0] <= now:
+            _, _, kind, arg = heapq.heappop(self._timers)
+            out.append((kind, arg))
+        return out
+
+    def record(
+        self,
+        involved: Obj,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+        component: str = "kubelet",
+        host: str = "",
+        field_path: str = "",
+    ) -> None:
+        self.store.create(
+            "events",
+            builders.event(
+                involved,
+                reason,
+                message,
+                self.clock.now(),
+                next(self._seq),
+                type_=type_,
+                component=component,
+                host=host,
+                field_path=field_path,
+            ),
+        )
+
+    def free_name(self, resource: str, namespace: str, prefix: str, seed: str) -> str:
+        """A generated name not taken yet (for objects built before they are created)."""
+        for attempt in range(25):
+            name = prefix + name_suffix(f"{seed}/{attempt}")
+            if self.store.find(resource, namespace, name) is None:
+                return name
+        raise AlreadyExists(f'{resource} "{prefix}…": no free generated name')
+
+    def create_named(self, resource: str, obj: Obj, prefix: str, seed: str) -> Obj:
+        """Create with a generated name `prefix + suffix`, deterministic for the seed and
+        retried on the (rare) clash, as generateName is."""
+        clash: AlreadyExists | None = None
+        for attempt in range(25):
+            obj["metadata"]["name"] = prefix + name_suffix(f"{seed}/{attempt}")
+            try:
+                return self.store.create(resource, obj)
+            except AlreadyExists as exc:
+                clash = exc
+        assert clash is not None
+        raise clash

@@ -1,0 +1,478 @@
+"""Fault injection for the simulated cluster: over HTTP (the inject app) and from the command line.
+
+`POST /v1/faults` breaks a node the way hardware breaks: an XID on a GPU, a GPU overheating, an
+NVLink error burst, an InfiniBand link down or symbol errors, a node condition, a GPU gone from
+the node; `clear` repairs it. The telemetry shows it at the next scrape, and the Node object
+changes where a real cluster's would (conditions; allocatable GPUs when one is lost).
+`POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave. Both answer what was done,
+or 400/404 with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from typing import Annotated, Any, Literal, Protocol
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from remediator.sim.kobj import GPU_RESOURCE
+from remediator.sim.nodepool import NodePoolError, NodePoolService, error_response
+from remediator.sim.store import ApiError, Obj, ObjectStore
+from remediator.sim.telemetry import XID_OFF_BUS, Telemetry, UnknownNode, xid_message
+
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+class _Fault(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: str = Field(min_length=1, max_length=253)
+
+
+class XidFault(_Fault):
+    type: Literal["xid"]
+    gpu: int = Field(ge=0)
+    code: int = Field(ge=1, le=1023)
+
+
+class TemperatureFault(_Fault):
+    """Without `gpu`, every GPU of the node heats up: the node's cooling failed."""
+
+    type: Literal["temperature"]
+    gpu: int | None = Field(default=None, ge=0)
+    celsius: float = Field(ge=0, le=130)
+    rate: float = Field(default=1.0, gt=0, le=100, description="°C per second")
+
+
+class NvlinkFault(_Fault):
+    type: Literal["nvlink_errors"]
+    gpu: int = Field(ge=0)
+    count: int = Field(ge=1, le=10**9)
+
+
+class IbLinkDownFault(_Fault):
+    type: Literal["ib_link_down"]
+    device: str = "mlx5_0"
+
+
+class IbSymbolFault(_Fault):
+    type: Literal["ib_symbol_errors"]
+    device: str = "mlx5_0"
+    count: int = Field(ge=1, le=10**9)
+
+
+class ConditionFault(_Fault):
+    type: Literal["condition"]
+    condition: str = Field(min_length=1, max_length=316, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="FaultInjected", pattern=r"^[A-Za-z][A-Za-z0-9_,:]*$")
+    message: str = "injected by the simulator"
+
+
+class GpuMissingFault(_Fault):
+    type: Literal["gpu_missing"]
+    gpu: int = Field(ge=0)
+
+
+class ClearFault(_Fault):
+    """Without `gpu`, the whole node: GPUs, links and injected conditions."""
+
+    type: Literal["clear"]
+    gpu: int | None = Field(default=None, ge=0)
+
+
+Fault = Annotated[
+    XidFault
+    | TemperatureFault
+    | NvlinkFault
+    | IbLinkDownFault
+    | IbSymbolFault
+    | ConditionFault
+    | GpuMissingFault
+    | ClearFault,
+    Field(discriminator="type"),
+]
+FAULT = TypeAdapter(Fault)
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorRule(_Rule):
+    """The next `count` requests answer `status`; with `after_processing` the request takes
+    effect first and only its answer is lost, as when a load balancer drops a reply."""
+
+    type: Literal["error"]
+    status: Literal[500, 503] = 500
+    count: int = Field(default=1, ge=0, le=10_000)
+    after_processing: bool = False
+
+
+class ThrottleRule(_Rule):
+    type: Literal["throttle"]
+    count: int = Field(default=1, ge=0, le=10_000)
+    retry_after: int = Field(default=1, ge=0, le=3600)
+
+
+class DelayRule(_Rule):
+    type: Literal["delay"]
+    count: int = Field(default=1, ge=0, le=10_000)
+    seconds: float = Field(gt=0, le=300)
+
+
+class SpareCapacityRule(_Rule):
+    type: Literal["spare_capacity"]
+    pool: str = Field(min_length=1)
+    spare: int = Field(ge=0, le=100_000)
+
+
+class FailNextRule(_Rule):
+    type: Literal["fail_next"]
+    count: int = Field(default=1, ge=1, le=10_000)
+    code: str = Field(default="provisioning_failed", min_length=1, max_length=64)
+    message: str = "the cloud could not provision a replacement instance"
+
+
+class ClearRule(_Rule):
+    type: Literal["clear"]
+
+
+NodePoolRule = Annotated[
+    ErrorRule | ThrottleRule | DelayRule | SpareCapacityRule | FailNextRule | ClearRule,
+    Field(discriminator="type"),
+]
+NODEPOOL_RULE = TypeAdapter(NodePoolRule)
+
+
+class FaultCluster(Protocol):
+    store: ObjectStore
+
+    def set_node_condition(
+        self, node: str, type: str, status: str, reason: str = "", message: str = ""
+    ) -> None: ...
+
+
+class BadFault(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def gpu_range(indices: list[int]) -> str:
+    if len(indices) == 1:
+        return f"GPU {indices[0]}"
+    return f"GPUs {indices[0]}-{indices[-1]}"
+
+
+def healthy_status(condition: str) -> str:
+    return "True" if condition == "Ready" else "False"
+
+
+class FaultInjector:
+    """Applies faults to the telemetry, the Node objects and the node-pool API."""
+
+    def __init__(
+        self, cluster: FaultCluster, telemetry: Telemetry, nodepool: NodePoolService
+    ) -> None:
+        self._cluster = cluster
+        self._telemetry = telemetry
+        self._nodepool = nodepool
+        self._lock = threading.Lock()
+        self._conditions: dict[str, dict[str, str]] = {}  # node -> condition -> injected status
+
+    def apply(self, fault: Fault) -> str:
+        """Carry out one fault; the sentence that says what was done."""
+        node = fault.node
+        try:
+            self._telemetry.node(node)
+        except UnknownNode as exc:
+            raise BadFault(404, "node_not_found", f'node "{node}" does not exist') from exc
+        try:
+            return self._apply(fault)
+        except ValueError as exc:
+            raise BadFault(400, "invalid_fault", str(exc)) from exc
+
+    def _apply(self, fault: Fault) -> str:
+        tel, node = self._telemetry, fault.node
+        if isinstance(fault, XidFault):
+            tel.xid(node, fault.gpu, fault.code)
+            text = f"XID {fault.code} ({xid_message(fault.code)}) on node {node} GPU {fault.gpu}"
+            if fault.code == XID_OFF_BUS:
+                allocatable = self._sync_allocatable(node)
+                text += (
+                    "; the GPU is off the bus: only its DCGM_FI_DEV_XID_ERRORS series remains, "
+                    f"allocatable {GPU_RESOURCE} is now {allocatable}"
+                )
+            return text
+        if isinstance(fault, TemperatureFault):
+            gpus = tel.heat(node, fault.gpu, fault.celsius, fault.rate)
+            return (
+                f"{gpu_range(gpus)} of node {node} heading to {fault.celsius:g} °C "
+                f"at {fault.rate:g} °C/s"
+            )
+        if isinstance(fault, NvlinkFault):
+            tel.nvlink_errors(node, fault.gpu, fault.count)
+            return f"NVLink error burst of {fault.count} on node {node} GPU {fault.gpu}"
+        if isinstance(fault, IbLinkDownFault):
+            tel.ib_link(node, fault.device, up=False)
+            return f"InfiniBand link {fault.device} port 1 of node {node} is down"
+        if isinstance(fault, IbSymbolFault):
+            tel.ib_symbol_errors(node, fault.device, fault.count)
+            return f"{fault.count} symbol errors on InfiniBand {fault.device} of node {node}"
+        if isinstance(fault, ConditionFault):
+            self._set_condition(node, fault.condition, fault.status, fault.reason, fault.message)
+            with self._lock:
+                self._conditions.setdefault(node, {})[fault.condition] = fault.status
+            return f"node {node} condition {fault.condition}={fault.status}"
+        if isinstance(fault, GpuMissingFault):
+            tel.gpu_missing(node, fault.gpu)
+            allocatable = self._sync_allocatable(node)
+            return (
+                f"GPU {fault.gpu} of node {node} is gone: its series vanished, "
+                f"allocatable {GPU_RESOURCE} is now {allocatable}"
+            )
+        tel.clear(node, fault.gpu)
+        allocatable = self._sync_allocatable(node)
+        if fault.gpu is not None:
+            return f"cleared node {node} GPU {fault.gpu}; allocatable {GPU_RESOURCE} {allocatable}"
+        with self._lock:
+            injected = self._conditions.pop(node, {})
+        for condition in sorted(injected):
+            self._set_condition(
+                node, condition, healthy_status(condition), "FaultCleared", "cleared by simulator"
+            )
+        return f"cleared node {node}; allocatable {GPU_RESOURCE} {allocatable}" + (
+            f"; conditions reset: {', '.join(sorted(injected))}" if injected else ""
+        )
+
+    def _set_condition(self, node: str, condition: str, status: str, reason: str, msg: str) -> None:
+        try:
+            self._cluster.set_node_condition(node, condition, status, reason, msg)
+        except ApiError as exc:
+            raise BadFault(exc.code, "node_update_failed", exc.message) from exc
+
+    def _sync_allocatable(self, node: str) -> int:
+        """What the device plugin does: GPUs that are gone or off the bus are not allocatable."""
+        unhealthy = self._telemetry.unhealthy_gpus(node)
+        result = 0
+
+        def change(obj: Obj) -> None:
+            nonlocal result
+            status = obj.setdefault("status", {})
+            capacity = int((status.get("capacity") or {}).get(GPU_RESOURCE, "0"))
+            result = max(0, capacity - unhealthy)
+            status.setdefault("allocatable", {})[GPU_RESOURCE] = str(result)
+
+        try:
+            self._cluster.store.mutate("nodes", "", node, change)
+        except ApiError as exc:
+            raise BadFault(exc.code, "node_update_failed", exc.message) from exc
+        return result
+
+    def active(self) -> list[dict[str, Any]]:
+        faults = self._telemetry.active_faults()
+        with self._lock:
+            for node in sorted(self._conditions):
+                if self._cluster.store.find("nodes", "", node) is None:
+                    continue
+                for condition, status in sorted(self._conditions[node].items()):
+                    faults.append(
+                        {
+                            "node": node,
+                            "type": "condition",
+                            "condition": condition,
+                            "status": status,
+                        }
+                    )
+        return faults
+
+    def nodepool_faults(self) -> dict[str, Any]:
+        return self._nodepool.faults_json()
+
+    def nodepool_rule(self, rule: NodePoolRule) -> str:
+        pool = self._nodepool
+        if isinstance(rule, ErrorRule):
+            pool.update_faults(
+                error_count=rule.count,
+                error_status=rule.status,
+                error_after_processing=rule.after_processing,
+            )
+            when = "after taking effect" if rule.after_processing else "without taking effect"
+            return f"the next {rule.count} node-pool requests answer {rule.status} {when}"
+        if isinstance(rule, ThrottleRule):
+            pool.update_faults(throttle_count=rule.count, retry_after=rule.retry_after)
+            return (
+                f"the next {rule.count} node-pool requests answer 429 "
+                f"with Retry-After: {rule.retry_after}"
+            )
+        if isinstance(rule, DelayRule):
+            pool.update_faults(delay_count=rule.count, delay_seconds=rule.seconds)
+            return f"the next {rule.count} node-pool answers come {rule.seconds:g}s late"
+        if isinstance(rule, SpareCapacityRule):
+            try:
+                pool.set_spare(rule.pool, rule.spare)
+            except NodePoolError as exc:
+                raise BadFault(exc.status, exc.code, exc.message) from exc
+            return f"node pool {rule.pool} has {rule.spare} spare nodes"
+        if isinstance(rule, FailNextRule):
+            pool.fail_next(rule.count, rule.code, rule.message)
+            return f"the next {rule.count} replacement operations will fail with {rule.code}"
+        pool.update_faults(error_count=0, throttle_count=0, delay_count=0, fail_next=[])
+        return "node-pool faults cleared"
+
+
+def _parse(adapter: TypeAdapter[Any], raw: bytes) -> Any:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise BadFault(400, "invalid_json", f"request body is not JSON: {exc}") from exc
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise BadFault(400, "invalid_fault", problems) from exc
+
+
+def build_inject_app(injector: FaultInjector) -> Starlette:
+    async def post_fault(request: Request) -> Response:
+        try:
+            fault = _parse(FAULT, await request.body())
+            message = injector.apply(fault)
+        except BadFault as err:
+            return error_response(err.status, err.code, err.message)
+        return JSONResponse({"applied": fault.model_dump(), "message": message})
+
+    async def list_faults(_request: Request) -> Response:
+        return JSONResponse({"faults": injector.active()})
+
+    async def post_nodepool_fault(request: Request) -> Response:
+        try:
+            rule = _parse(NODEPOOL_RULE, await request.body())
+            message = injector.nodepool_rule(rule)
+        except BadFault as err:
+            return error_response(err.status, err.code, err.message)
+        return JSONResponse(
+            {"applied": rule.model_dump(), "message": message, "faults": injector.nodepool_faults()}
+        )
+
+    async def list_nodepool_faults(_request: Request) -> Response:
+        return JSONResponse({"faults": injector.nodepool_faults()})
+
+    async def root(_request: Request) -> Response:
+        return JSONResponse(
+            {
+                "endpoints": [
+                    "POST /v1/faults",
+                    "GET /v1/faults",
+                    "POST /v1/nodepool-faults",
+                    "GET /v1/nodepool-faults",
+                ]
+            }
+        )
+
+    async def http_error(_request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        code = "method_not_allowed" if status == 405 else "not_found"
+        return error_response(status, code, "no such endpoint in the inject API")
+
+    return Starlette(
+        routes=[
+            Route("/", root),
+            Route("/v1/faults", post_fault, methods=["POST"]),
+            Route("/v1/faults", list_faults, methods=["GET"]),
+            Route("/v1/nodepool-faults", post_nodepool_fault, methods=["POST"]),
+            Route("/v1/nodepool-faults", list_nodepool_faults, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", required=True, help="the inject API (inject_url in the ready file)"
+    )
+    parser.add_argument("--node", required=True, help="the node to break")
+    parser.add_argument("--gpu", type=int, metavar="N", help="the GPU index, where it applies")
+    parser.add_argument("--ib-device", default="mlx5_0", help="InfiniBand device (mlx5_0…)")
+    parser.add_argument(
+        "--rate", type=float, default=1.0, help="heating rate for --temp, °C per second"
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout in seconds")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--xid", type=int, metavar="CODE", help="an XID on --gpu")
+    what.add_argument("--temp", type=float, metavar="CELSIUS", help="overheat toward CELSIUS")
+    what.add_argument("--nvlink-errors", type=int, metavar="COUNT", help="an NVLink error burst")
+    what.add_argument("--ib-link-down", action="store_true", help="take an IB link down")
+    what.add_argument("--ib-symbol-errors", type=int, metavar="COUNT", help="IB symbol errors")
+    what.add_argument("--condition", metavar="TYPE=STATUS", help="set a node condition")
+    what.add_argument("--gpu-missing", action="store_true", help="the GPU drops out of the node")
+    what.add_argument("--clear", action="store_true", help="repair the node (or --gpu)")
+
+
+def fault_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON a command line asks for; ValueError names what is malformed."""
+    body: dict[str, Any] = {"node": args.node}
+    gpu = {"gpu": args.gpu} if args.gpu is not None else {}
+    if args.xid is not None:
+        body.update(type="xid", code=args.xid, **gpu)
+    elif args.temp is not None:
+        body.update(type="temperature", celsius=args.temp, rate=args.rate, **gpu)
+    elif args.nvlink_errors is not None:
+        body.update(type="nvlink_errors", count=args.nvlink_errors, **gpu)
+    elif args.ib_link_down:
+        body.update(type="ib_link_down", device=args.ib_device)
+    elif args.ib_symbol_errors is not None:
+        body.update(type="ib_symbol_errors", device=args.ib_device, count=args.ib_symbol_errors)
+    elif args.condition is not None:
+        kind, sep, status = args.condition.partition("=")
+        if not sep or not kind or status not in CONDITION_STATUSES:
+            raise ValueError(
+                f"--condition wants TYPE=STATUS with STATUS one of "
+                f"{', '.join(CONDITION_STATUSES)}; got {args.condition!r}"
+            )
+        body.update(type="condition", condition=kind, status=status)
+    elif args.gpu_missing:
+        body.update(type="gpu_missing", **gpu)
+    else:
+        body.update(type="clear", **gpu)
+    return body
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        body = fault_body(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    url = args.url.rstrip("/") + "/v1/faults"
+    try:
+        response = httpx.post(url, json=body, timeout=args.timeout)
+    except httpx.HTTPError as exc:
+        print(f"error: cannot reach the inject API at {url}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {"error": {"message": response.text.strip() or response.reason_phrase}}
+    if response.status_code >= 400:
+        reason = (answer.get("error") or {}).get("message") or response.reason_phrase
+        print(f"error: {response.status_code}: {reason}", file=sys.stderr)
+        return 1
+    print(answer.get("message", ""))
+    print(json.dumps(answer.get("applied", answer), indent=2, sort_keys=True))
+    return 0

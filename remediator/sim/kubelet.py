@@ -1,0 +1,180 @@
+"""The simulated kubelets: start bound pods, run graceful termination (SIGTERM, exit after the
+workload's own shutdown time, SIGKILL at the grace deadline), answer checkpoint requests.
+
+Level-triggered like the real one: `sync(pod)` looks at the pod as stored and at what this
+kubelet already did for it (its `Runtime`), and takes the next step that is due; timers only
+bring the pod back into the queue. A node whose Ready condition is Unknown has no kubelet:
+nothing happens on it until it comes back, so its terminating pods stay terminating."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from remediator.sim import builders
+from remediator.sim.context import POD, SimContext
+from remediator.sim.kobj import (
+    CHECKPOINT_DONE,
+    CHECKPOINT_REQUESTED,
+    CHECKPOINT_SECONDS,
+    SHUTDOWN_SECONDS,
+    STARTUP_SECONDS,
+    annotation,
+    condition,
+    float_annotation,
+    is_ready,
+    is_terminal,
+    is_terminating,
+    key_of,
+    parse_time,
+    rfc3339,
+)
+from remediator.sim.store import NotFound, Obj
+
+DEFAULT_STARTUP_SECONDS = 0.5
+DEFAULT_SHUTDOWN_SECONDS = 1.0
+
+
+@dataclass
+class Runtime:
+    """What the kubelet has done for one pod UID."""
+
+    start_at: datetime | None = None
+    exit_at: datetime | None = None
+    kill_at: datetime | None = None
+    checkpoint: tuple[str, datetime] | None = None  # (request seen, when to answer)
+
+
+class Kubelets:
+    def __init__(self, ctx: SimContext) -> None:
+        self._ctx = ctx
+        self._runtime: dict[str, Runtime] = {}
+
+    def forget(self, uid: str) -> None:
+        self._runtime.pop(uid, None)
+
+    def sync(self, pod: Obj, now: datetime) -> None:
+        node_name = pod.get("spec", {}).get("nodeName")
+        node = self._ctx.index.nodes.get(node_name) if node_name else None
+        if node is None:
+            return
+        ready = condition(node, "Ready")
+        node_status = ready.get("status") if ready else "Unknown"
+        if node_status not in ("True", "False"):
+            return  # the kubelet is not running there
+        rt = self._runtime.setdefault(pod["metadata"]["uid"], Runtime())
+        if is_terminating(pod):
+            self._terminate(pod, node, rt, now)
+            return
+        if is_terminal(pod):
+            return
+        if pod.get("status", {}).get("phase") != "Running":
+            if node_status == "True":
+                self._start(pod, node, rt, now)
+            return
+        if not is_ready(pod) and node_status == "True":
+            ns, name = key_of(pod)
+            self._write(ns, name, pod, lambda p: builders.ready_again(p, now))
+        self._checkpoint(pod, rt, now)
+
+    # -- start -----------------------------------------------------------------------------
+
+    def _start(self, pod: Obj, node: Obj, rt: Runtime, now: datetime) -> None:
+        ns, name = key_of(pod)
+        if rt.start_at is None:
+            startup = float_annotation(pod, STARTUP_SECONDS, DEFAULT_STARTUP_SECONDS) or 0.0
+            rt.start_at = now + timedelta(seconds=startup)
+            host_ip = builders.node_ip(node)
+            self._write(ns, name, pod, lambda p: builders.creating(p, host_ip, now))
+            self._ctx.after(rt.start_at, POD, (ns, name))
+        elif now >= rt.start_at:
+            ip = builders.pod_ip(pod, node)
+            self._write(ns, name, pod, lambda p: builders.running(p, ip, now))
+            self._ctx.record(
+                pod,
+                "Started",
+                f"Started container {builders.container_names(pod)}",
+                host=node["metadata"]["name"],
+            )
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoint(self, pod: Obj, rt: Runtime, now: datetime) -> None:
+        requested = annotation(pod, CHECKPOINT_REQUESTED)
+        seconds = float_annotation(pod, CHECKPOINT_SECONDS, None)
+        if requested is None or seconds is None or annotation(pod, CHECKPOINT_DONE) is not None:
+            return
+        ns, name = key_of(pod)
+        if rt.checkpoint is None or rt.checkpoint[0] != requested:
+            rt.checkpoint = (requested, now + timedelta(seconds=seconds))
+            self._ctx.after(rt.checkpoint[1], POD, (ns, name))
+        if now >= rt.checkpoint[1]:
+            done = rfc3339(now)
+
+            def answer(p: Obj) -> None:
+                p["metadata"].setdefault("annotations", {})[CHECKPOINT_DONE] = done
+
+            self._write(ns, name, pod, answer)
+
+    # -- termination -------------------------------------------------------------------------
+
+    def _terminate(self, pod: Obj, node: Obj, rt: Runtime, now: datetime) -> None:
+        ns, name = key_of(pod)
+        deadline = parse_time(pod["metadata"]["deletionTimestamp"])
+        grace = int(pod["metadata"].get("deletionGracePeriodSeconds", 0))
+        host = node["metadata"]["name"]
+        if rt.kill_at is None:
+            started = pod.get("status", {}).get("phase") == "Running"
+            shutdown = float_annotation(pod, SHUTDOWN_SECONDS, DEFAULT_SHUTDOWN_SECONDS) or 0.0
+            rt.exit_at = now + timedelta(seconds=shutdown) if started else now
+            rt.kill_at = deadline
+            self._ctx.record(
+                pod,
+                "Killing",
+                f"Stopping container {builders.container_names(pod)}: sending SIGTERM at "
+                f"{rfc3339(now)}, grace period {grace}s",
+                host=host,
+            )
+            self._ctx.after(rt.exit_at, POD, (ns, name))
+            self._ctx.after(rt.kill_at, POD, (ns, name))
+        elif deadline < rt.kill_at:
+            rt.kill_at = deadline
+            self._ctx.after(deadline, POD, (ns, name))
+        assert rt.exit_at is not None
+        if now >= rt.exit_at and rt.exit_at <= rt.kill_at:
+            self._finish(pod, killed=False, now=now)
+        elif now >= rt.kill_at:
+            self._ctx.record(
+                pod,
+                "Killing",
+                f"Container {builders.container_names(pod)} did not exit within the {grace}s "
+                f"grace period: sending SIGKILL at {rfc3339(now)}",
+                type_="Warning",
+                host=host,
+            )
+            self._finish(pod, killed=True, now=now)
+
+    def _finish(self, pod: Obj, killed: bool, now: datetime) -> None:
+        """Containers are gone: report the final status, then remove the pod (grace 0)."""
+        ns, name = key_of(pod)
+        self._write(ns, name, pod, lambda p: builders.terminated(p, killed, now))
+        try:
+            self._ctx.store.delete("pods", ns, name)
+        except NotFound:
+            return
+
+    def _write(self, ns: str, name: str, pod: Obj, change: Callable[[Obj], Obj | None]) -> None:
+        """Apply a status change to the pod this decision was made on (same UID), if it is
+        still there."""
+        uid = pod["metadata"]["uid"]
+
+        def guarded(current: Obj) -> Obj | None:
+            if current["metadata"].get("uid") != uid:
+                return current
+            return change(current)
+
+        try:
+            self._ctx.store.mutate("pods", ns, name, guarded)
+        except NotFound:
+            return

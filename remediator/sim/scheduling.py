@@ -1,0 +1,159 @@
+"""Where a pending pod goes: the default scheduler's filters that matter on a GPU fleet (node
+readiness, cordon, taints, nodeSelector, free `nvidia.com/gpu`, pod count) and a deterministic
+score (spread a controller's pods, then least allocated, then name). Gangs are placed all or
+nothing, as a gang scheduler does. Pure: callers pass node views and current usage."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from remediator.sim.kobj import (
+    GPU_RESOURCE,
+    UNSCHEDULABLE_TAINT,
+    condition,
+    gpu_request,
+    tolerates,
+)
+from remediator.sim.store import Obj
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the scheduler reads of a node."""
+
+    name: str
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Obj, ...]
+    labels: Mapping[str, str]
+    gpus: int
+    max_pods: int
+
+    @classmethod
+    def of(cls, node: Obj) -> NodeView:
+        ready = condition(node, "Ready")
+        allocatable = node.get("status", {}).get("allocatable") or {}
+        return cls(
+            name=node["metadata"]["name"],
+            ready=ready is not None and ready.get("status") == "True",
+            unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+            taints=tuple(node.get("spec", {}).get("taints") or ()),
+            labels=dict(node["metadata"].get("labels") or {}),
+            gpus=int(allocatable.get(GPU_RESOURCE, 0)),
+            max_pods=int(allocatable.get("pods", 110)),
+        )
+
+
+@dataclass
+class Usage:
+    """GPUs and pod slots taken on each node, and how many of each owner's pods sit there."""
+
+    gpus: dict[str, int] = field(default_factory=dict)
+    pods: dict[str, int] = field(default_factory=dict)
+    owners: dict[str, Counter[str]] = field(default_factory=dict)  # owner uid -> node -> count
+
+    def add(self, node: str, gpus: int, owner: str | None, sign: int = 1) -> None:
+        self.gpus[node] = self.gpus.get(node, 0) + sign * gpus
+        self.pods[node] = self.pods.get(node, 0) + sign
+        if owner:
+            self.owners.setdefault(owner, Counter())[node] += sign
+
+
+def unfit_reason(pod: Obj, node: NodeView, usage: Usage, gpus: int) -> str | None:
+    """Why the pod cannot go to the node (the scheduler's own wording), or None if it can."""
+    spec = pod.get("spec") or {}
+    tolerations = spec.get("tolerations") or []
+    if not node.ready:
+        return "node(s) were not ready"
+    if node.unschedulable and not tolerates(
+        tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    ):
+        return "node(s) were unschedulable"
+    for taint in node.taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            value = taint.get("value")
+            shown = f"{taint['key']}: {value}" if value else taint["key"]
+            return f"node(s) had untolerated taint {{{shown}}}"
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if node.labels.get(key) != value:
+            return "node(s) didn't match Pod's node affinity/selector"
+    if usage.pods.get(node.name, 0) + 1 > node.max_pods:
+        return "Too many pods"
+    if gpus and usage.gpus.get(node.name, 0) + gpus > node.gpus:
+        return f"Insufficient {GPU_RESOURCE}"
+    return None
+
+
+def _score(node: NodeView, usage: Usage, owner: str | None) -> tuple[int, float, int, str]:
+    spread = usage.owners[owner][node.name] if owner in usage.owners else 0
+    allocated = usage.gpus.get(node.name, 0) / node.gpus if node.gpus else 0.0
+    return spread, allocated, usage.pods.get(node.name, 0), node.name
+
+
+def pick_node(
+    pod: Obj,
+    candidates: Iterable[NodeView],
+    usage: Usage,
+    owner: str | None,
+    every_node: Iterable[NodeView] | None = None,
+) -> tuple[str | None, str]:
+    """The best node among `candidates` (every node, or a subset already known to carry the
+    pod's nodeSelector labels), or None and the scheduler's "0/N nodes are available" message
+    over `every_node`. Free GPUs are checked first: on a busy fleet that rules out most nodes
+    at the cost of one lookup."""
+    gpus = gpu_request(pod)
+    best: tuple[tuple[int, float, int, str], str] | None = None
+    for node in candidates:
+        if gpus and usage.gpus.get(node.name, 0) + gpus > node.gpus:
+            continue
+        if unfit_reason(pod, node, usage, gpus) is None:
+            score = _score(node, usage, owner)
+            if best is None or score < best[0]:
+                best = (score, node.name)
+    if best is not None:
+        return best[1], ""
+    return None, explain(pod, candidates if every_node is None else every_node, usage, gpus)
+
+
+def explain(pod: Obj, nodes: Iterable[NodeView], usage: Usage, gpus: int) -> str:
+    """Why no node fits, each node counted under its first failing filter."""
+    reasons: Counter[str] = Counter()
+    total = 0
+    for node in nodes:
+        total += 1
+        reason = unfit_reason(pod, node, usage, gpus)
+        if reason is not None:
+            reasons[reason] += 1
+    detail = ", ".join(
+        f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    return f"0/{total} nodes are available: {detail}." if detail else "0/0 nodes are available."
+
+
+def place_gang(
+    pods: list[Obj],
+    candidates: list[NodeView],
+    usage: Usage,
+    owner: str | None,
+    every_node: list[NodeView] | None = None,
+) -> tuple[dict[str, str] | None, str]:
+    """Nodes for every member (pod name -> node), or None when the whole gang does not fit;
+    `usage` is left as it was either way."""
+    placed: dict[str, str] = {}
+    taken: list[tuple[str, int]] = []
+    message = ""
+    for pod in pods:
+        name, message = pick_node(pod, candidates, usage, owner, every_node)
+        if name is None:
+            break
+        gpus = gpu_request(pod)
+        usage.add(name, gpus, owner)
+        taken.append((name, gpus))
+        placed[pod["metadata"]["name"]] = name
+    for name, gpus in taken:
+        usage.add(name, gpus, owner, sign=-1)
+    if len(placed) < len(pods):
+        return None, f"gang of {len(pods)} does not fit: {message}"
+    return placed, ""

@@ -1,0 +1,214 @@
+"""`remediator sim serve`: the whole simulated cluster in one process — the Kubernetes API, the
+cloud node-pool API, the telemetry endpoint and fault injection, each on its own loopback port —
+plus the kubeconfig and a ready file that tests and demos wait for.
+
+Each uvicorn server runs in its own thread (uvicorn only installs signal handlers on the main
+thread), so the main thread owns SIGINT/SIGTERM and stops them all together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import httpx
+import uvicorn
+import yaml
+from starlette.types import ASGIApp
+
+from remediator.sim.cloud import build_cloud_apps
+from remediator.sim.cluster import SimCluster
+from remediator.sim.server import create_kube_app
+from remediator.sim.store import ObjectStore
+
+CONTEXT = "remediator-sim"
+READY_TIMEOUT = 60.0
+KEEP_ALIVE = 120
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    nodes: int
+    gpus_per_node: int
+    kubeconfig: Path
+    ready_file: Path
+    provision_delay: float = 3.0
+    host: str = "127.0.0.1"
+    kube_port: int = 0
+    nodepool_port: int = 0
+    metrics_port: int = 0
+    inject_port: int = 0
+    tick_interval: float = 0.1
+    namespaces: tuple[str, ...] = ("remediator",)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    # proto must be IPPROTO_TCP: asyncio only sets TCP_NODELAY on accepted sockets that say
+    # so, and without it every small response waits out the peer's delayed ACK (~40 ms).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+def kubeconfig(server: str, token: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": {"server": server}}],
+        "users": [{"name": CONTEXT, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": CONTEXT,
+                "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"},
+            }
+        ],
+        "current-context": CONTEXT,
+        "preferences": {},
+    }
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers poll for these files: they must never see half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class AppServers:
+    """uvicorn servers on already-bound sockets, one thread each."""
+
+    def __init__(self) -> None:
+        self._servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(self, app: ASGIApp, sock: socket.socket) -> None:
+        # Clients keep connections idle between retries (kubectl drain waits 5 s after a 429);
+        # uvicorn's 5 s default would close them under a POST in flight, which Go reports as
+        # EOF and does not retry. A real API server keeps idle connections far longer.
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE,
+            timeout_graceful_shutdown=2,
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(
+            target=server.run,
+            kwargs={"sockets": [sock]},
+            daemon=True,
+            name=f"uvicorn-{sock.getsockname()[1]}",
+        )
+        thread.start()
+        self._servers.append((server, thread))
+
+    def stop(self) -> None:
+        for server, _ in self._servers:
+            server.should_exit = True
+        for _, thread in self._servers:
+            thread.join(timeout=10)
+
+    def alive(self) -> bool:
+        return all(thread.is_alive() for _, thread in self._servers)
+
+
+def wait_answering(urls: list[str], deadline: float, alive: Callable[[], bool]) -> None:
+    """Until every URL answers HTTP at all (any status: the point is that it is serving)."""
+    pending = list(urls)
+    with httpx.Client(timeout=2.0) as client:
+        while pending:
+            if not alive():
+                raise RuntimeError("a server thread died during start-up")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not answering: {', '.join(pending)}")
+            try:
+                client.get(pending[0])
+                pending.pop(0)
+            except httpx.TransportError:
+                time.sleep(0.05)
+
+
+def add_namespaces(store: ObjectStore, names: tuple[str, ...]) -> None:
+    """Namespaces an installation would have created (remediator's own, for its Lease)."""
+    for name in names:
+        if store.find("namespaces", "", name) is None:
+            store.create(
+                "namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                    "spec": {"finalizers": ["kubernetes"]},
+                    "status": {"phase": "Active"},
+                },
+            )
+
+
+def serve(options: ServeOptions) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    options.ready_file.unlink(missing_ok=True)  # present exactly while this process serves
+    cluster = SimCluster()
+    cluster.seed(options.nodes, options.gpus_per_node)
+    add_namespaces(cluster.store, options.namespaces)
+    token = secrets.token_urlsafe(24)
+    cloud = build_cloud_apps(cluster, provision_delay=options.provision_delay)
+    socks = {
+        "kube_url": bind(options.host, options.kube_port),
+        "nodepool_url": bind(options.host, options.nodepool_port),
+        "metrics_url": bind(options.host, options.metrics_port),
+        "inject_url": bind(options.host, options.inject_port),
+    }
+    apps: dict[str, ASGIApp] = {
+        "kube_url": create_kube_app(cluster),
+        "nodepool_url": cloud.nodepool,
+        "metrics_url": cloud.metrics,
+        "inject_url": cloud.inject,
+    }
+    urls = {key: url_of(sock) for key, sock in socks.items()}
+    servers = AppServers()
+    cluster.start(options.tick_interval)
+    try:
+        for key, sock in socks.items():
+            servers.start(apps[key], sock)
+        write_atomically(options.kubeconfig, yaml.safe_dump(kubeconfig(urls["kube_url"], token)))
+        probes = [
+            urls["kube_url"] + "/version",
+            urls["nodepool_url"] + "/",
+            urls["metrics_url"] + "/metrics",
+            urls["inject_url"] + "/",
+        ]
+        wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive)
+        write_atomically(options.ready_file, json.dumps({**urls, "pid": os.getpid()}))
+        while not stop.wait(0.5):
+            if not servers.alive():
+                return 1
+        return 0
+    finally:
+        options.ready_file.unlink(missing_ok=True)
+        servers.stop()
+        cluster.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

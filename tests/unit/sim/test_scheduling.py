@@ -1,0 +1,97 @@
+"""The simulated scheduler's filters and scoring as pure functions: readiness, cordon (with
+the unschedulable toleration special case), taints, nodeSelector, free GPUs, spreading, and
+all-or-nothing gang placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remediator.sim.kobj import GPU_RESOURCE
+from remediator.sim.scheduling import NodeView, Usage, pick_node, place_gang
+from remediator.sim.store import Obj
+
+
+def node(name: str, **overrides: Any) -> NodeView:
+    fields: dict[str, Any] = {
+        "name": name,
+        "ready": True,
+        "unschedulable": False,
+        "taints": (),
+        "labels": {"pool": "a"},
+        "gpus": 8,
+        "max_pods": 110,
+    }
+    fields.update(overrides)
+    return NodeView(**fields)
+
+
+def pod(name: str = "p", gpus: int = 1, **spec: Any) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],
+            **spec,
+        },
+    }
+
+
+def test_filters_explain_why_no_node_fits() -> None:
+    nodes = [
+        node("cordoned", unschedulable=True),
+        node("down", ready=False),
+        node("tainted", taints=({"key": "gpu", "value": "bad", "effect": "NoSchedule"},)),
+        node("elsewhere", labels={"pool": "b"}),
+        node("full"),
+    ]
+    usage = Usage()
+    usage.add("full", 8, None)
+    chosen, message = pick_node(pod(nodeSelector={"pool": "a"}), nodes, usage, None)
+    assert chosen is None
+    assert message == (
+        "0/5 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's "
+        "node affinity/selector, 1 node(s) had untolerated taint {gpu: bad}, 1 node(s) were not "
+        "ready, 1 node(s) were unschedulable."
+    )
+
+
+def test_tolerations_open_tainted_and_cordoned_nodes() -> None:
+    tolerant = pod(
+        tolerations=[
+            {"key": "gpu", "operator": "Exists"},
+            {
+                "key": "node.kubernetes.io/unschedulable",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            },
+        ]
+    )
+    tainted = node("tainted", taints=({"key": "gpu", "value": "bad", "effect": "NoExecute"},))
+    assert pick_node(tolerant, [tainted], Usage(), None)[0] == "tainted"
+    assert (
+        pick_node(tolerant, [node("cordoned", unschedulable=True)], Usage(), None)[0] == "cordoned"
+    )
+    assert pick_node(pod(), [tainted], Usage(), None)[0] is None
+
+
+def test_prefers_spreading_a_controllers_pods_then_least_allocated_then_name() -> None:
+    nodes = [node("n1"), node("n2"), node("n3")]
+    usage = Usage()
+    usage.add("n1", 1, "rs")
+    usage.add("n2", 4, "other")
+    assert pick_node(pod(), nodes, usage, "rs")[0] == "n3"
+    usage.add("n3", 1, "rs")
+    assert pick_node(pod(), nodes, usage, "rs")[0] == "n2"
+    assert pick_node(pod(), nodes, usage, "fresh")[0] == "n1"
+
+
+def test_a_gang_is_placed_whole_or_not_at_all() -> None:
+    nodes = [node("n1"), node("n2"), node("n3")]
+    usage = Usage()
+    usage.add("n3", 1, None)
+    members = [pod(f"m{i}", gpus=8) for i in range(3)]
+    placement, message = place_gang(members, nodes, usage, "job")
+    assert placement is None
+    assert message.startswith("gang of 3 does not fit: 0/3 nodes are available")
+    assert usage.gpus.get("n1", 0) == 0 and usage.gpus.get("n2", 0) == 0
+    placement, _ = place_gang(members[:2], nodes, usage, "job")
+    assert placement == {"m0": "n1", "m1": "n2"}
