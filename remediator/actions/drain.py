@@ -1,0 +1,280 @@
+"""Drain: move every movable pod off the node through the Eviction API, as `kubectl drain` does.
+
+Each call is one round: list the node's pods, evict the ones not yet terminating in parallel (a
+bounded thread pool) with the policy's grace period, and report. A pod a PodDisruptionBudget
+protects (429) is retried with backoff on a later round; the drain is done when no movable pod is
+left on the node. Past the drain timeout the policy decides: `force` deletes the rest with the
+same grace period (the workload still gets its SIGTERM), `hold` stops and names the blockers.
+
+The rounds are idempotent: a pod already terminating is not evicted again, so a crash and restart
+only costs one extra list call. The per-pod backoff lives in memory; losing it on a restart only
+means one early retry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from remediator.actions.outcome import Done, Held, Outcome, Waiting
+from remediator.actions.pods import movable, skip_reason
+from remediator.clock import Clock, SystemClock
+from remediator.errors import ConflictError, NotFoundError, RemediatorError
+from remediator.kube.client import KubeClient
+from remediator.kube.objects import EvictionOutcome, EvictionResult, Pod, format_time
+
+DEFAULT_GRACE_SECONDS = 120
+
+
+class OnTimeout(StrEnum):
+    FORCE = "force"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    evict: tuple[Pod, ...]
+    terminating: tuple[Pod, ...]
+    backing_off: tuple[Pod, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+    @property
+    def remaining(self) -> int:
+        return len(self.evict) + len(self.terminating) + len(self.backing_off)
+
+
+def plan_drain(pods: Iterable[Pod], not_before: Mapping[str, float], monotonic: float) -> DrainPlan:
+    """Sort the node's pods: skip, wait for (terminating), evict now, or evict after backoff.
+
+    `not_before` maps a pod UID to the monotonic time of its next allowed eviction attempt.
+    """
+    pods = list(pods)
+    skipped = tuple(sorted((p.key, r) for p in pods if (r := skip_reason(p)) is not None))
+    evict, terminating, backing_off = [], [], []
+    for pod in movable(pods):
+        if pod.terminating:
+            terminating.append(pod)
+        elif not_before.get(pod.uid, 0.0) > monotonic:
+            backing_off.append(pod)
+        else:
+            evict.append(pod)
+    return DrainPlan(tuple(evict), tuple(terminating), tuple(backing_off), skipped)
+
+
+def backoff_seconds(attempts: int, base: float = 1.0, cap: float = 5.0) -> float:
+    """1, 2, 4, then every 5 s (kubectl's fixed PDB retry interval) while a budget forbids."""
+    return min(cap, base * 2 ** max(0, attempts - 1))
+
+
+@dataclass
+class _Blocked:
+    attempts: int = 0
+    not_before: float = 0.0
+    message: str = ""
+    result: str = ""
+
+
+@dataclass
+class _NodeState:
+    blocked: dict[str, _Blocked] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    pod: Pod
+    outcome: EvictionOutcome
+
+
+class Drainer:
+    """Drain rounds with per-pod backoff; one call per node at a time (the engine's node lock),
+    while different nodes may be drained from different threads."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        clock: Clock | None = None,
+        *,
+        workers: int = 16,
+        poll_seconds: float = 1.0,
+    ) -> None:
+        self._client = client
+        self._clock = clock or SystemClock()
+        self._workers = workers
+        self._poll = poll_seconds
+        self._nodes: dict[str, _NodeState] = {}
+
+    def drain(
+        self,
+        node: str,
+        *,
+        started_at: datetime,
+        grace_seconds: int | None = DEFAULT_GRACE_SECONDS,
+        timeout_seconds: float = 600.0,
+        on_timeout: OnTimeout = OnTimeout.HOLD,
+    ) -> Outcome:
+        state = self._nodes.setdefault(node, _NodeState())
+        pods = self._client.list_pods_on_node(node)
+        now, mono = self._clock.now(), self._clock.monotonic()
+        not_before = {uid: b.not_before for uid, b in state.blocked.items()}
+        plan = plan_drain(pods, not_before, mono)
+        present = {p.uid for p in pods}
+        state.blocked = {uid: b for uid, b in state.blocked.items() if uid in present}
+        elapsed = (now - started_at).total_seconds()
+        timed_out = elapsed > timeout_seconds
+
+        if plan.remaining == 0:
+            self._nodes.pop(node, None)
+            return Done(
+                f"node {node} drained ({len(plan.skipped)} pod(s) left in place)",
+                self._facts(node, pods, plan, {}, elapsed),
+            )
+
+        if timed_out and on_timeout is OnTimeout.FORCE:
+            victims = [*plan.evict, *plan.backing_off]
+            results = self._parallel(victims, lambda p: self._force(p, grace_seconds))
+            facts = self._facts(node, pods, plan, {a.pod.uid: a for a in results}, elapsed)
+            return Waiting(
+                f"drain timeout of {timeout_seconds:.0f}s passed: force-deleted "
+                f"{len(victims)} pod(s), waiting for {plan.remaining} to terminate",
+                self._poll,
+                facts,
+            )
+
+        results = self._parallel(
+            list(plan.evict), lambda p: self._client.evict_pod(p.namespace, p.name, grace_seconds)
+        )
+        attempts = {a.pod.uid: a for a in results}
+        for attempt in results:
+            if attempt.outcome.result in (EvictionResult.EVICTED, EvictionResult.NOT_FOUND):
+                state.blocked.pop(attempt.pod.uid, None)
+                continue
+            blocked = state.blocked.setdefault(attempt.pod.uid, _Blocked())
+            blocked.attempts += 1
+            delay = backoff_seconds(blocked.attempts)
+            if attempt.outcome.retry_after is not None:
+                delay = max(delay, attempt.outcome.retry_after)
+            blocked.not_before = mono + delay
+            blocked.message = attempt.outcome.message
+            blocked.result = attempt.outcome.result.value
+        facts = self._facts(node, pods, plan, attempts, elapsed)
+
+        blockers = [
+            (p, state.blocked[p.uid])
+            for p in (*plan.evict, *plan.backing_off)
+            if p.uid in state.blocked
+        ]
+        if timed_out and blockers:
+            return Held(
+                f"drain of {node} exceeded {timeout_seconds:.0f}s; blocked: "
+                + "; ".join(f"{p.key}: {b.message}" for p, b in blockers),
+                facts,
+            )
+        waits = [b.not_before - mono for _, b in blockers]
+        if plan.terminating or len(blockers) < len(plan.evict) + len(plan.backing_off):
+            waits.append(self._poll)
+        retry = max(0.1, min(waits)) if waits else self._poll
+        return Waiting(
+            f"draining {node}: {plan.remaining} pod(s) left, {len(blockers)} blocked",
+            retry,
+            facts,
+        )
+
+    # -- doing -------------------------------------------------------------------------------
+
+    def _parallel(self, pods: list[Pod], act: Callable[[Pod], EvictionOutcome]) -> list[_Attempt]:
+        if not pods:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self._workers, len(pods))) as pool:
+            return list(pool.map(lambda p: _Attempt(p, act(p)), pods))
+
+    def _force(self, pod: Pod, grace_seconds: int | None) -> EvictionOutcome:
+        try:
+            self._client.delete_pod(pod.namespace, pod.name, grace_seconds, uid=pod.uid)
+        except (NotFoundError, ConflictError):
+            # Gone, or the name now belongs to a new incarnation: either way not ours to delete.
+            return EvictionOutcome(EvictionResult.NOT_FOUND)
+        except RemediatorError as exc:
+            return EvictionOutcome(EvictionResult.ERROR, str(exc))
+        return EvictionOutcome(EvictionResult.EVICTED, "force-deleted after the drain timeout")
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def _facts(
+        self,
+        node: str,
+        pods: list[Pod],
+        plan: DrainPlan,
+        attempts: Mapping[str, _Attempt],
+        elapsed: float,
+    ) -> dict[str, Any]:
+        """Per-pod progress for the timeline: who got SIGTERM when, who is blocked by what."""
+        state = self._nodes.get(node, _NodeState())
+        now = format_time(self._clock.now())
+        progress: list[dict[str, Any]] = []
+        for pod in (*plan.terminating, *plan.evict, *plan.backing_off):
+            entry: dict[str, Any] = {"pod": pod.key, "uid": pod.uid}
+            if pod.controller is None:
+                entry["unmanaged"] = True  # nothing will recreate it elsewhere
+            if pod.uses_empty_dir:
+                entry["empty_dir"] = True  # its scratch data goes with it
+            attempt = attempts.get(pod.uid)
+            blocked = state.blocked.get(pod.uid)
+            if pod.terminating and pod.sigterm_at is not None:
+                entry.update(
+                    state="terminating",
+                    sigterm_at=format_time(pod.sigterm_at),
+                    grace_seconds=pod.deletion_grace_seconds,
+                )
+            elif attempt is not None and attempt.outcome.result is EvictionResult.EVICTED:
+                entry.update(state="evicted", sigterm_at=now, message=attempt.outcome.message)
+            elif attempt is not None and attempt.outcome.result is EvictionResult.NOT_FOUND:
+                entry.update(state="gone")
+            elif blocked is not None:
+                entry.update(
+                    state="blocked",
+                    reason=blocked.result,
+                    message=blocked.message,
+                    attempts=blocked.attempts,
+                )
+            else:
+                entry.update(state="pending")
+            progress.append(entry)
+        return {
+            "node": node,
+            "elapsed_seconds": round(elapsed, 3),
+            "pods": progress,
+            "skipped": [{"pod": key, "reason": reason} for key, reason in plan.skipped],
+        }
+
+
+def drain_until_done(
+    drainer: Drainer,
+    node: str,
+    *,
+    started_at: datetime,
+    grace_seconds: int | None = DEFAULT_GRACE_SECONDS,
+    timeout_seconds: float = 600.0,
+    on_timeout: OnTimeout = OnTimeout.HOLD,
+    sleep: Callable[[float], None] = time.sleep,
+    on_round: Callable[[Outcome], None] | None = None,
+) -> Outcome:
+    """Round after round until the drain is done or held: a blocking drain for the CLI, tests
+    and the benchmark (the engine instead schedules each round on its own tick)."""
+    while True:
+        outcome = drainer.drain(
+            node,
+            started_at=started_at,
+            grace_seconds=grace_seconds,
+            timeout_seconds=timeout_seconds,
+            on_timeout=on_timeout,
+        )
+        if on_round is not None:
+            on_round(outcome)
+        if not isinstance(outcome, Waiting):
+            return outcome
+        sleep(outcome.retry_after)

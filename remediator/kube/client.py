@@ -1,0 +1,436 @@
+"""The typed edge to the Kubernetes API: the only module (with leader.py's use of it) that touches
+the `kubernetes` package.
+
+Requests go through the official client's transport (kubeconfig and in-cluster auth, TLS,
+connection pool) but speak raw JSON: the generated models would cost a deserialisation pass per
+object on 100-pod lists and drop fields they do not know. Every library exception is turned into
+one of remediator.errors at this edge, and every call carries a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from remediator.clock import Clock, SystemClock
+from remediator.errors import (
+    ConflictError,
+    NotFoundError,
+    PermanentError,
+    RemediatorError,
+    TransientError,
+)
+from remediator.kube.objects import (
+    EvictionOutcome,
+    EvictionResult,
+    Lease,
+    Node,
+    ObjectRef,
+    Pod,
+    Taint,
+    format_time,
+)
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+COMPONENT = "remediator"
+CONFLICT_RETRIES = 8
+CONFLICT_BACKOFF = 0.02
+
+
+def _status_message(body: str | None) -> tuple[str, JSON]:
+    """The `message` of a Status body (and the body itself), tolerating non-JSON bodies."""
+    if not body:
+        return "", {}
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body[:200], {}
+    if not isinstance(parsed, dict):
+        return body[:200], {}
+    return str(parsed.get("message", "")), parsed
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def wrap_api_exception(exc: ApiException, what: str) -> RemediatorError:
+    """Map an HTTP failure onto our error classes (the caller raises it `from exc`)."""
+    message, _ = _status_message(exc.body)
+    text = f"{what}: {exc.status} {message or exc.reason}"
+    status = exc.status or 0
+    if status == 404:
+        return NotFoundError(text)
+    if status == 409:
+        return ConflictError(text)
+    if status == 429:
+        return TransientError(text, delay=_retry_after(exc) or 1.0)
+    if status in (408, 504) or status >= 500 or status == 0:
+        return TransientError(text)
+    return PermanentError(text)
+
+
+class KubeClient:
+    """Typed, timeout-bound operations on nodes, pods, events and leases."""
+
+    def __init__(
+        self, api_client: k8s.ApiClient, timeout: float = 10.0, clock: Clock | None = None
+    ) -> None:
+        self._api = api_client
+        self._timeout = (min(5.0, timeout), timeout)
+        self._clock = clock or SystemClock()
+        self._instance = socket.gethostname()
+
+    # -- construction ------------------------------------------------------------------------
+
+    @staticmethod
+    def _configuration() -> k8s.Configuration:
+        cfg = k8s.Configuration()
+        # We own retries (per step, with backoff); urllib3's silent ones would hide outages and
+        # could repeat a POST.
+        cfg.retries = 0
+        # Drains evict in parallel; keep one pooled connection per worker.
+        cfg.connection_pool_maxsize = 32
+        return cfg
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: Path, context: str | None = None, timeout: float = 10.0
+    ) -> KubeClient:
+        cfg = cls._configuration()
+        try:
+            k8s_config.load_kube_config(
+                config_file=str(path),
+                context=context,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+        except (ConfigException, OSError, ValueError) as exc:
+            raise PermanentError(f"kubeconfig {path}: {exc}") from exc
+        return cls(k8s.ApiClient(cfg), timeout)
+
+    @classmethod
+    def in_cluster(cls, timeout: float = 10.0) -> KubeClient:
+        cfg = cls._configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        except ConfigException as exc:
+            raise PermanentError(f"in-cluster config: {exc}") from exc
+        return cls(k8s.ApiClient(cfg), timeout)
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None, timeout: float = 10.0) -> KubeClient:
+        """The kubeconfig when one is given, else the pod's service account."""
+        return (
+            cls.from_kubeconfig(kubeconfig, timeout=timeout)
+            if kubeconfig
+            else cls.in_cluster(timeout)
+        )
+
+    def close(self) -> None:
+        self._api.close()
+
+    def __enter__(self) -> KubeClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None,
+        body: Any,
+        content_type: str | None,
+    ) -> bytes:
+        """One request through the official transport; raises the library's own exceptions."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        request = self._api.param_serialize(
+            method,
+            path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=self._timeout)
+        data: bytes = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return data
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> JSON:
+        try:
+            data = self._send(method, path, query, body, content_type)
+        except ApiException as exc:
+            raise wrap_api_exception(exc, what) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        if not data:
+            return {}
+        try:
+            parsed = json.loads(data)
+        except ValueError as exc:
+            raise TransientError(f"{what}: response is not JSON") from exc
+        return parsed if isinstance(parsed, dict) else {}
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def get_node(self, name: str) -> Node:
+        return Node.from_json(self._call("GET", f"/api/v1/nodes/{name}", f"get node {name}"))
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        data = self._call("GET", "/api/v1/nodes", "list nodes", query=query)
+        return [Node.from_json(item) for item in data.get("items") or ()]
+
+    def _patch_node(self, name: str, patch: JSON, content_type: str, what: str) -> Node:
+        raw = self._call(
+            "PATCH", f"/api/v1/nodes/{name}", what, body=patch, content_type=content_type
+        )
+        return Node.from_json(raw)
+
+    def cordon(self, name: str) -> Node:
+        return self._set_unschedulable(name, True)
+
+    def uncordon(self, name: str) -> Node:
+        return self._set_unschedulable(name, False)
+
+    def _set_unschedulable(self, name: str, value: bool) -> Node:
+        # kubectl's own patch: a strategic merge of spec.unschedulable (null removes the field).
+        patch = {"spec": {"unschedulable": True if value else None}}
+        what = f"{'cordon' if value else 'uncordon'} node {name}"
+        return self._patch_node(name, patch, STRATEGIC_MERGE_PATCH, what)
+
+    def add_taint(self, name: str, taint: Taint) -> Node:
+        """Add (or update the value of) a taint; a no-op when it is already there as given."""
+
+        def change(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+            return (*(t for t in taints if not t.same_slot(taint)), taint)
+
+        return self._update_taints(name, change, f"taint node {name} with {taint.key}")
+
+    def remove_taint(self, name: str, key: str, effect: str = "NoSchedule") -> Node:
+        probe = Taint(key, "", effect)
+        return self._update_taints(
+            name,
+            lambda taints: tuple(t for t in taints if not t.same_slot(probe)),
+            f"untaint node {name} of {key}",
+        )
+
+    def _update_taints(self, name: str, change: Any, what: str) -> Node:
+        """Read-modify-write guarded by resourceVersion, so a concurrent taint is never lost."""
+        for attempt in range(CONFLICT_RETRIES):
+            node = self.get_node(name)
+            wanted = change(node.taints)
+            if set(wanted) == set(node.taints):
+                return node
+            patch = {
+                "metadata": {"resourceVersion": node.resource_version},
+                "spec": {"taints": [t.to_json() for t in wanted] or None},
+            }
+            try:
+                return self._patch_node(name, patch, MERGE_PATCH, what)
+            except ConflictError:
+                # Jittered, growing pause: racing writers (and the kubelet's status updates)
+                # would otherwise collide again in lockstep.
+                pause = random.uniform(0, CONFLICT_BACKOFF * 2**attempt)
+                log.info("%s: conflict, re-reading in %.3fs", what, pause)
+                time.sleep(pause)
+        raise ConflictError(f"{what}: still conflicting after {CONFLICT_RETRIES} attempts")
+
+    def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
+        """Set the given annotations; a None value deletes that key."""
+        patch = {"metadata": {"annotations": dict(annotations)}}
+        return self._patch_node(name, patch, MERGE_PATCH, f"annotate node {name}")
+
+    # -- pods --------------------------------------------------------------------------------
+
+    def get_pod(self, namespace: str, name: str) -> Pod:
+        raw = self._call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}", f"get pod {namespace}/{name}"
+        )
+        return Pod.from_json(raw)
+
+    def list_pods_on_node(self, node: str) -> list[Pod]:
+        data = self._call(
+            "GET",
+            "/api/v1/pods",
+            f"list pods on {node}",
+            query=[("fieldSelector", f"spec.nodeName={node}")],
+        )
+        return [Pod.from_json(item) for item in data.get("items") or ()]
+
+    def list_pods(self, namespace: str, label_selector: str | None = None) -> list[Pod]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        data = self._call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", f"list pods in {namespace}", query=query
+        )
+        return [Pod.from_json(item) for item in data.get("items") or ()]
+
+    def set_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Pod:
+        raw = self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            f"annotate pod {namespace}/{name}",
+            body={"metadata": {"annotations": dict(annotations)}},
+            content_type=MERGE_PATCH,
+        )
+        return Pod.from_json(raw)
+
+    def evict_pod(self, namespace: str, name: str, grace_seconds: int | None) -> EvictionOutcome:
+        """POST a policy/v1 Eviction; refusals are outcomes, not exceptions, so that a drain can
+        carry on with the other pods."""
+        body: JSON = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        what = f"evict pod {namespace}/{name}"
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        try:
+            self._send("POST", path, None, body, None)
+        except ApiException as exc:
+            return classify_eviction_error(exc.status or 0, exc.body, _retry_after(exc))
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return EvictionOutcome(EvictionResult.ERROR, f"{what}: {type(exc).__name__}: {exc}")
+        return EvictionOutcome(EvictionResult.EVICTED)
+
+    def delete_pod(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None = None
+    ) -> None:
+        """Graceful delete; with `uid`, only that incarnation (a recreated pod is left alone)."""
+        body: JSON = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        self._call(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            f"delete pod {namespace}/{name}",
+            body=body,
+        )
+
+    # -- events ------------------------------------------------------------------------------
+
+    def create_event(
+        self, about: ObjectRef, reason: str, message: str, type_: str = "Normal"
+    ) -> None:
+        """A core/v1 Event, as `kubectl describe` and `kubectl get events` show them. Events of
+        cluster-scoped objects (nodes) live in "default", as the kubelet's do."""
+        now = self._clock.now()
+        namespace = about.namespace or "default"
+        involved: JSON = {"kind": about.kind, "name": about.name, "apiVersion": about.api_version}
+        if about.namespace:
+            involved["namespace"] = about.namespace
+        if about.uid:
+            involved["uid"] = about.uid
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{about.name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self._instance,
+            "firstTimestamp": format_time(now),
+            "lastTimestamp": format_time(now),
+            "count": 1,
+        }
+        self._call("POST", f"/api/v1/namespaces/{namespace}/events", f"event {reason}", body=body)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def _lease_path(self, namespace: str, name: str = "") -> str:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        return f"{base}/{name}" if name else base
+
+    def get_lease(self, namespace: str, name: str) -> Lease:
+        raw = self._call("GET", self._lease_path(namespace, name), f"get lease {name}")
+        return Lease.from_json(raw)
+
+    def create_lease(self, lease: Lease) -> Lease:
+        raw = self._call(
+            "POST",
+            self._lease_path(lease.namespace),
+            f"create lease {lease.name}",
+            body=lease.to_json(),
+        )
+        return Lease.from_json(raw)
+
+    def replace_lease(self, lease: Lease) -> Lease:
+        """PUT guarded by the lease's resourceVersion: a 409 means someone else wrote first."""
+        raw = self._call(
+            "PUT",
+            self._lease_path(lease.namespace, lease.name),
+            f"update lease {lease.name}",
+            body=lease.to_json(),
+        )
+        return Lease.from_json(raw)
+
+
+def classify_eviction_error(
+    status: int, body: str | None, retry_after: float | None
+) -> EvictionOutcome:
+    """What a refused eviction means, from its status code and Status body."""
+    message, parsed = _status_message(body)
+    causes = (parsed.get("details") or {}).get("causes") or []
+    cause_text = "; ".join(str(c.get("message", "")) for c in causes if isinstance(c, dict))
+    full = f"{message} ({cause_text})" if cause_text else message
+    if status == 404:
+        return EvictionOutcome(EvictionResult.NOT_FOUND, full)
+    if status == 429:
+        pdb = (
+            any(isinstance(c, dict) and c.get("reason") == "DisruptionBudget" for c in causes)
+            or "disruption budget" in message.lower()
+        )
+        if pdb:
+            return EvictionOutcome(EvictionResult.BLOCKED_BY_PDB, full, retry_after)
+        return EvictionOutcome(EvictionResult.ERROR, full or "too many requests", retry_after)
+    if status == 500 and "more than one poddisruptionbudget" in message.lower():
+        return EvictionOutcome(EvictionResult.MULTIPLE_PDBS, full)
+    return EvictionOutcome(EvictionResult.ERROR, f"{status} {full}".strip(), retry_after)

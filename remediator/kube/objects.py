@@ -1,0 +1,289 @@
+"""Our own frozen views of the Kubernetes objects remediator reads, built from raw API JSON.
+
+Actions and planners work on these instead of the client's models, so that the decision code is
+pure, cheap to build in tests, and never sees a `kubernetes` type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def parse_time(value: object) -> datetime | None:
+    """RFC3339 (with or without fractional seconds) → aware UTC datetime; junk → None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_time(when: datetime) -> str:
+    """The API's `Time` format (seconds precision, Z)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(when: datetime) -> str:
+    """The API's `MicroTime` format, used by Leases and events.k8s.io."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Taint:
+        return cls(str(raw.get("key", "")), str(raw.get("value") or ""), str(raw.get("effect", "")))
+
+    def to_json(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+    def same_slot(self, other: Taint) -> bool:
+        """The API server keeps at most one taint per (key, effect)."""
+        return self.key == other.key and self.effect == other.effect
+
+
+@dataclass(frozen=True)
+class NodeCondition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    conditions: tuple[NodeCondition, ...] = ()
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Node:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        return cls(
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            unschedulable=bool(spec.get("unschedulable", False)),
+            taints=tuple(Taint.from_json(t) for t in spec.get("taints") or ()),
+            conditions=tuple(
+                NodeCondition(
+                    str(c.get("type", "")),
+                    str(c.get("status", "")),
+                    str(c.get("reason") or ""),
+                    str(c.get("message") or ""),
+                )
+                for c in status.get("conditions") or ()
+            ),
+            created_at=parse_time(meta.get("creationTimestamp")),
+        )
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    @property
+    def ready(self) -> bool:
+        cond = self.condition("Ready")
+        return cond is not None and cond.status == "True"
+
+    def has_taint(self, taint: Taint) -> bool:
+        return any(t.same_slot(taint) for t in self.taints)
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool = False
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    owners: tuple[OwnerRef, ...] = ()
+    phase: str = "Pending"
+    deletion_timestamp: datetime | None = None
+    deletion_grace_seconds: int | None = None
+    termination_grace_seconds: int | None = None
+    uses_empty_dir: bool = False
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Pod:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        grace = meta.get("deletionGracePeriodSeconds")
+        term = spec.get("terminationGracePeriodSeconds")
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            node_name=str(spec.get("nodeName") or ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            owners=tuple(
+                OwnerRef(
+                    str(o.get("kind", "")),
+                    str(o.get("name", "")),
+                    str(o.get("uid", "")),
+                    bool(o.get("controller", False)),
+                )
+                for o in meta.get("ownerReferences") or ()
+            ),
+            phase=str(status.get("phase") or "Pending"),
+            deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+            deletion_grace_seconds=int(grace) if grace is not None else None,
+            termination_grace_seconds=int(term) if term is not None else None,
+            uses_empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
+        )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        return next((o for o in self.owners if o.controller), None)
+
+    @property
+    def daemonset_owned(self) -> bool:
+        ctrl = self.controller
+        return ctrl is not None and ctrl.kind == "DaemonSet"
+
+    @property
+    def mirror(self) -> bool:
+        """A static pod's API-side reflection: deleting it does nothing to the kubelet's pod."""
+        return MIRROR_ANNOTATION in self.annotations
+
+    @property
+    def terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def sigterm_at(self) -> datetime | None:
+        """When the kubelet was told to stop it: deletionTimestamp is set to that moment + grace."""
+        if self.deletion_timestamp is None:
+            return None
+        return self.deletion_timestamp - timedelta(seconds=self.deletion_grace_seconds or 0)
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What an Event is about."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    api_version: str = "v1"
+
+    @classmethod
+    def of_node(cls, node: Node) -> ObjectRef:
+        return cls("Node", node.name, "", node.uid)
+
+    @classmethod
+    def of_pod(cls, pod: Pod) -> ObjectRef:
+        return cls("Pod", pod.name, pod.namespace, pod.uid)
+
+
+@dataclass(frozen=True)
+class Lease:
+    namespace: str
+    name: str
+    holder: str | None = None
+    duration_seconds: int | None = None
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    transitions: int = 0
+    resource_version: str = ""
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Lease:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        duration = spec.get("leaseDurationSeconds")
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            holder=spec.get("holderIdentity") or None,
+            duration_seconds=int(duration) if duration is not None else None,
+            acquire_time=parse_time(spec.get("acquireTime")),
+            renew_time=parse_time(spec.get("renewTime")),
+            transitions=int(spec.get("leaseTransitions") or 0),
+            resource_version=str(meta.get("resourceVersion", "")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"leaseTransitions": self.transitions}
+        if self.holder:
+            spec["holderIdentity"] = self.holder
+        if self.duration_seconds is not None:
+            spec["leaseDurationSeconds"] = self.duration_seconds
+        if self.acquire_time is not None:
+            spec["acquireTime"] = format_micro_time(self.acquire_time)
+        if self.renew_time is not None:
+            spec["renewTime"] = format_micro_time(self.renew_time)
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.resource_version:
+            meta["resourceVersion"] = self.resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    def expired(self, now: datetime) -> bool:
+        """Free to take: nobody holds it, or the holder stopped renewing in time."""
+        if not self.holder or self.renew_time is None or self.duration_seconds is None:
+            return True
+        return (now - self.renew_time).total_seconds() > self.duration_seconds
+
+
+class EvictionResult(StrEnum):
+    EVICTED = "evicted"
+    BLOCKED_BY_PDB = "blocked_by_pdb"
+    NOT_FOUND = "not_found"
+    MULTIPLE_PDBS = "multiple_pdbs"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class EvictionOutcome:
+    result: EvictionResult
+    message: str = ""
+    retry_after: float | None = None

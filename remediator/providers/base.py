@@ -1,0 +1,56 @@
+"""The narrow contract remediator needs from a cloud's node pools: ask for a replacement, follow
+the operation, and tell how much spare capacity is left."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from remediator.errors import PermanentError
+
+
+class OperationState(StrEnum):
+    PENDING = "pending"
+    PROVISIONING = "provisioning"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A replacement as the provider tracks it; `error` is "code: message" once it failed."""
+
+    id: str
+    pool: str
+    node: str
+    state: OperationState
+    new_node: str | None = None
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (OperationState.SUCCEEDED, OperationState.FAILED)
+
+
+class CapacityExhausted(PermanentError):
+    """The pool has no spare node to give: replacing would only remove capacity."""
+
+    def __init__(self, pool: str, message: str = "") -> None:
+        detail = f": {message}" if message else ""
+        super().__init__(f"node pool {pool!r} has no spare capacity for a replacement{detail}")
+        self.pool = pool
+
+
+class NodePoolProvider(Protocol):
+    def request_replacement(
+        self, pool: str, node: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        """Start replacing `node`; the same key always returns the same operation."""
+        ...
+
+    def get_operation(self, op_id: str) -> Operation: ...
+
+    def spare_capacity(self, pool: str) -> int | None:
+        """Nodes the pool can still hand out; None when the provider cannot tell."""
+        ...

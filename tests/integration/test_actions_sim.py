@@ -1,0 +1,289 @@
+"""Each action against the real simulator, checked through stock kubectl.
+
+The 4-node fleet: h100-train-0000/0001 run a 2-node training gang (answers checkpoint requests
+after 5 s), h100-train-0002 runs an evaluation pod that opts out of automatic replacement and
+never checkpoints, a100-infer-0000 runs three replicas of an inference Deployment (pinned to
+its pool, so the drain tests remove it first: its budget could never be met on one node).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from remediator.actions.checkpoint import ANN_DONE, ANN_REQUESTED, request_checkpoints
+from remediator.actions.drain import Drainer, OnTimeout, drain_until_done
+from remediator.actions.optout import check_opt_out
+from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
+from remediator.actions.quarantine import QUARANTINE_TAINT, Why, quarantine
+from remediator.actions.release import release
+from remediator.actions.verify import verify_recovered
+from remediator.clock import utcnow
+from remediator.kube.client import KubeClient
+from tests.fixtures.sim import SimHandle
+from tests.integration.actions_support import until_settled, wait_for
+
+pytestmark = pytest.mark.integration
+
+TRAIN, OPT_OUT_NODE, SPARE = "h100-train-0000", "h100-train-0002", "a100-infer-0000"
+OTHERS = ("h100-train-0000", "h100-train-0001", "h100-train-0002")
+WHY = Why("rem-1", "xid-fatal", "XID 79 on GPU 3")
+
+
+@pytest.fixture
+def kube(sim: SimHandle) -> Iterator[KubeClient]:
+    with KubeClient.from_kubeconfig(sim.kubeconfig) as client:
+        yield client
+
+
+def get(sim: SimHandle, *args: str) -> Any:
+    return json.loads(sim.kubectl("get", *args, "-o", "json"))
+
+
+def events(sim: SimHandle, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={name},reason={reason}"
+    found: list[dict[str, Any]] = get(sim, "events", "-n", namespace, "--field-selector", selector)[
+        "items"
+    ]
+    return found
+
+
+def test_quarantine_and_release(sim: SimHandle, kube: KubeClient) -> None:
+    dry = quarantine(kube, SPARE, WHY, dry_run=True)
+    assert isinstance(dry, Done) and dry.detail.startswith("dry run: would annotate")
+    untouched = get(sim, "node", SPARE)
+    assert "unschedulable" not in untouched["spec"] and not events(
+        sim, "default", SPARE, "RemediatorQuarantine"
+    )
+
+    assert isinstance(quarantine(kube, SPARE, WHY), Done)
+    node = get(sim, "node", SPARE)
+    assert node["spec"]["unschedulable"] is True
+    assert {"key": "remediator.io/quarantine", "value": "true", "effect": "NoSchedule"} in node[
+        "spec"
+    ]["taints"]
+    annotations = node["metadata"]["annotations"]
+    assert annotations["remediator.io/remediation-id"] == "rem-1"
+    assert annotations["remediator.io/policy"] == "xid-fatal"
+    assert annotations["remediator.io/signal"] == "XID 79 on GPU 3"
+    (event,) = events(sim, "default", SPARE, "RemediatorQuarantine")
+    assert "XID 79 on GPU 3" in event["message"] and event["type"] == "Warning"
+
+    again = quarantine(kube, SPARE, WHY)
+    assert isinstance(again, Done) and "already quarantined" in again.detail
+    assert len(events(sim, "default", SPARE, "RemediatorQuarantine")) == 1
+    assert isinstance(quarantine(kube, SPARE, Why("rem-2", "p", "s")), Held)
+
+    assert isinstance(release(kube, SPARE, "rem-1"), Done)
+    node = get(sim, "node", SPARE)
+    assert "unschedulable" not in node["spec"]
+    assert all(t["key"] != QUARANTINE_TAINT.key for t in node["spec"].get("taints", []))
+    assert not any(k.startswith("remediator.io/") for k in node["metadata"].get("annotations", {}))
+    second = release(kube, SPARE, "rem-1")
+    assert isinstance(second, Done) and "not quarantined" in second.detail
+
+
+def test_release_keeps_a_humans_cordon(sim: SimHandle, kube: KubeClient) -> None:
+    sim.kubectl("cordon", OPT_OUT_NODE)
+    assert isinstance(quarantine(kube, OPT_OUT_NODE, WHY), Done)
+    assert isinstance(release(kube, OPT_OUT_NODE, "rem-1"), Done)
+    node = get(sim, "node", OPT_OUT_NODE)
+    assert node["spec"]["unschedulable"] is True
+    assert all(t["key"] != QUARANTINE_TAINT.key for t in node["spec"].get("taints", []))
+
+
+def test_opt_out_holds_until_the_pod_goes(sim: SimHandle, kube: KubeClient) -> None:
+    held = check_opt_out(kube, OPT_OUT_NODE)
+    assert isinstance(held, Held) and held.facts["pods"] == ["eval/eval-longrun-0"]
+    assert isinstance(check_opt_out(kube, TRAIN), Done)
+    sim.kubectl("delete", "pod", "-n", "eval", "eval-longrun-0", "--wait=false")
+    assert isinstance(check_opt_out(kube, OPT_OUT_NODE), Done)
+
+
+def test_checkpoint_answered_by_the_workload(sim: SimHandle, kube: KubeClient) -> None:
+    asked_at = utcnow()
+    first = request_checkpoints(kube, TRAIN, requested_at=asked_at, grace_seconds=60, now=utcnow())
+    assert isinstance(first, Waiting) and len(first.facts["asked"]) == 1
+    (pod_key,) = first.facts["asked"]
+    namespace, name = pod_key.split("/")
+    stamp = get(sim, "pod", "-n", namespace, name)["metadata"]["annotations"][ANN_REQUESTED]
+    assert isinstance(
+        request_checkpoints(kube, TRAIN, requested_at=asked_at, grace_seconds=60, now=utcnow()),
+        Waiting,
+    )
+    assert len(events(sim, namespace, name, "CheckpointRequested")) == 1  # asked once only
+
+    done = until_settled(
+        lambda: request_checkpoints(
+            kube, TRAIN, requested_at=asked_at, grace_seconds=60, now=utcnow()
+        ),
+        timeout=30,
+    )
+    assert isinstance(done, Done) and done.facts["answered"] == [pod_key]
+    annotations = get(sim, "pod", "-n", namespace, name)["metadata"]["annotations"]
+    assert annotations[ANN_REQUESTED] == stamp and ANN_DONE in annotations
+
+
+def test_checkpoint_grace_runs_out(kube: KubeClient) -> None:
+    asked_at = utcnow()
+    waiting = request_checkpoints(
+        kube, OPT_OUT_NODE, requested_at=asked_at, grace_seconds=1, now=asked_at
+    )
+    assert isinstance(waiting, Waiting) and waiting.retry_after <= 1
+    late = request_checkpoints(
+        kube,
+        OPT_OUT_NODE,
+        requested_at=asked_at,
+        grace_seconds=1,
+        now=asked_at + timedelta(seconds=1.5),
+    )
+    assert isinstance(late, Done) and "did not answer: eval/eval-longrun-0" in late.detail
+
+
+WORKLOAD = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations: {sim.remediator.io/shutdown-seconds: "1"}
+    spec:
+      terminationGracePeriodSeconds: 30
+      tolerations:
+      - {key: simcloud.io/dedicated, operator: Exists}
+      - {key: nvidia.com/gpu, operator: Exists}
+      containers: [{name: web, image: nginx}]
+      volumes: [{name: cache, emptyDir: {}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web-pdb, namespace: shop}
+spec:
+  minAvailable: MIN_AVAILABLE
+  selector: {matchLabels: {app: web}}
+"""
+
+
+def quick_sleep(seconds: float) -> None:
+    time.sleep(min(seconds, 0.5))
+
+
+def place_web_pods(sim: SimHandle, kube: KubeClient, min_available: int) -> None:
+    """Both replicas on SPARE: fence the other nodes while they schedule, then open them again."""
+    sim.kubectl(
+        "delete", "deployments,replicasets,poddisruptionbudgets", "--all", "-n", "inference"
+    )
+    wait_for(lambda: not kube.list_pods("inference"), 30, "inference pods gone")
+    for other in OTHERS:
+        sim.kubectl("cordon", other)
+    manifest = sim.workdir / "web.yaml"
+    manifest.write_text(WORKLOAD.replace("MIN_AVAILABLE", str(min_available)))
+    sim.kubectl("create", "--validate=false", "-f", str(manifest))
+    wait_for(
+        lambda: sum(p.phase == "Running" for p in kube.list_pods("shop")) == 2,
+        30,
+        "two running web pods",
+    )
+    assert {p.node_name for p in kube.list_pods("shop")} == {SPARE}
+    for other in OTHERS:
+        sim.kubectl("uncordon", other)
+
+
+def test_drain_waits_for_the_budget_then_completes(sim: SimHandle, kube: KubeClient) -> None:
+    place_web_pods(sim, kube, min_available=1)
+    daemon_pods = {p.key for p in kube.list_pods_on_node(SPARE) if p.daemonset_owned}
+    assert daemon_pods
+    assert isinstance(quarantine(kube, SPARE, WHY), Done)
+    rounds: list[Outcome] = []
+    outcome = drain_until_done(
+        Drainer(kube),
+        SPARE,
+        started_at=utcnow(),
+        grace_seconds=30,
+        timeout_seconds=60,
+        on_round=rounds.append,
+        sleep=quick_sleep,
+    )
+    assert isinstance(outcome, Done), outcome
+    blocked = [
+        pod
+        for r in rounds
+        for pod in r.facts["pods"]
+        if pod["state"] == "blocked" and pod["reason"] == "blocked_by_pdb"
+    ]
+    assert blocked and "web-pdb" in blocked[0]["message"]
+    evicted = {pod["pod"] for r in rounds for pod in r.facts["pods"] if pod["state"] == "evicted"}
+    assert len(evicted) == 2 and all(key.startswith("shop/web-") for key in evicted)
+    first = [p for p in rounds[0].facts["pods"] if p["pod"] in evicted]
+    assert len(first) == 2 and all(p["empty_dir"] and "unmanaged" not in p for p in first)
+    assert {s["pod"] for s in outcome.facts["skipped"]} == daemon_pods
+
+    left = kube.list_pods_on_node(SPARE)
+    assert {p.key for p in left} == daemon_pods
+    web = kube.list_pods("shop")
+    assert len(web) == 2 and all(p.node_name != SPARE and p.phase == "Running" for p in web)
+    for key in evicted:
+        namespace, name = key.split("/")
+        (killing,) = [
+            e for e in events(sim, namespace, name, "Killing") if "SIGTERM" in e["message"]
+        ]
+        assert "grace period 30s" in killing["message"]
+
+
+def test_drain_timeout_hold_then_force(sim: SimHandle, kube: KubeClient) -> None:
+    place_web_pods(sim, kube, min_available=2)  # the budget never allows an eviction
+    assert isinstance(quarantine(kube, SPARE, WHY), Done)
+    drainer = Drainer(kube)
+    started = utcnow() - timedelta(seconds=120)  # the drain began two minutes ago
+    held = drainer.drain(SPARE, started_at=started, grace_seconds=5, timeout_seconds=60)
+    assert isinstance(held, Held) and "web-pdb" in held.reason
+    assert {p["state"] for p in held.facts["pods"]} == {"blocked"}
+
+    forced = drain_until_done(
+        drainer,
+        SPARE,
+        started_at=started,
+        grace_seconds=5,
+        timeout_seconds=60,
+        on_timeout=OnTimeout.FORCE,
+        sleep=quick_sleep,
+    )
+    assert isinstance(forced, Done), forced
+    assert not [p for p in kube.list_pods_on_node(SPARE) if not p.daemonset_owned]
+
+
+def test_verify_recovered_follows_the_ready_condition(sim: SimHandle, kube: KubeClient) -> None:
+    def inject(fault: dict[str, str]) -> None:
+        httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=5).raise_for_status()
+
+    inject({"type": "condition", "node": SPARE, "condition": "Ready", "status": "False"})
+    wait_for(lambda: not kube.get_node(SPARE).ready, 10, "node NotReady")
+    started = utcnow()
+    waiting = verify_recovered(kube, node=SPARE, started_at=started, now=utcnow())
+    assert isinstance(waiting, Waiting) and f"{SPARE} is not Ready" in waiting.reason
+    late = verify_recovered(
+        kube, node=SPARE, started_at=started, now=started + timedelta(seconds=601)
+    )
+    assert isinstance(late, Failed) and "not verified after 600s" in late.reason
+
+    inject({"type": "clear", "node": SPARE})
+    done = until_settled(
+        lambda: verify_recovered(kube, node=SPARE, started_at=started, now=utcnow())
+    )
+    assert isinstance(done, Done)
+    gone = verify_recovered(kube, node="no-such-node", started_at=started, now=utcnow())
+    assert isinstance(gone, Failed)

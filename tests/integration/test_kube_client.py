@@ -1,0 +1,195 @@
+"""KubeClient against the real simulator, cross-checked with stock kubectl."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from remediator.errors import ConflictError, NotFoundError, PermanentError, TransientError
+from remediator.kube.client import KubeClient
+from remediator.kube.objects import EvictionResult, Lease, ObjectRef, Taint
+from tests.fixtures.sim import SimHandle
+
+pytestmark = pytest.mark.integration
+
+POOL_LABEL = "simcloud.io/nodepool"
+
+
+@pytest.fixture
+def kube(sim: SimHandle) -> Iterator[KubeClient]:
+    with KubeClient.from_kubeconfig(sim.kubeconfig, timeout=10.0) as client:
+        yield client
+
+
+def node_json(sim: SimHandle, name: str) -> Any:
+    return json.loads(sim.kubectl("get", "node", name, "-o", "json"))
+
+
+def test_nodes_and_cordon(sim: SimHandle, kube: KubeClient) -> None:
+    nodes = kube.list_nodes()
+    assert len(nodes) == 4 and all(n.ready for n in nodes)
+    pool = nodes[0].labels[POOL_LABEL]
+    in_pool = kube.list_nodes(f"{POOL_LABEL}={pool}")
+    assert {n.name for n in in_pool} == {n.name for n in nodes if n.labels[POOL_LABEL] == pool}
+
+    name = nodes[0].name
+    assert kube.cordon(name).unschedulable
+    assert kube.cordon(name).unschedulable  # twice is fine
+    assert node_json(sim, name)["spec"]["unschedulable"] is True
+    assert not kube.uncordon(name).unschedulable
+    assert "unschedulable" not in node_json(sim, name)["spec"]
+    with pytest.raises(NotFoundError, match="nope"):
+        kube.get_node("nope")
+
+
+def test_taints_and_annotations(sim: SimHandle, kube: KubeClient) -> None:
+    name = kube.list_nodes()[0].name
+    before = kube.get_node(name).taints
+    taint = Taint("remediator.io/test", "a", "NoSchedule")
+    assert taint in kube.add_taint(name, taint).taints
+    rv = kube.get_node(name).resource_version
+    assert kube.add_taint(name, taint).resource_version == rv  # idempotent: no write at all
+    updated = kube.add_taint(name, Taint("remediator.io/test", "b", "NoSchedule")).taints
+    assert [t.value for t in updated if t.key == "remediator.io/test"] == ["b"]
+    shown = sim.kubectl("get", "node", name, "-o", "jsonpath={.spec.taints[*].key}").split()
+    assert "remediator.io/test" in shown
+    assert kube.remove_taint(name, "remediator.io/test").taints == before
+
+    kube.set_node_annotations(name, {"remediator.io/a": "1", "remediator.io/b": "2"})
+    node = kube.set_node_annotations(name, {"remediator.io/a": None})
+    assert "remediator.io/a" not in node.annotations and node.annotations["remediator.io/b"] == "2"
+
+
+def test_concurrent_taints_are_not_lost(kube: KubeClient) -> None:
+    """Read-modify-write under resourceVersion: racing writers retry instead of overwriting."""
+    name = kube.list_nodes()[0].name
+    keys = [f"remediator.io/race-{i}" for i in range(8)]
+    errors: list[Exception] = []
+
+    def add(key: str) -> None:
+        try:
+            kube.add_taint(name, Taint(key, "x", "NoSchedule"))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(k,)) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    present = {t.key for t in kube.get_node(name).taints}
+    assert set(keys) <= present
+
+
+def test_pods_events_and_eviction(sim: SimHandle, kube: KubeClient) -> None:
+    node = next(n for n in kube.list_nodes() if kube.list_pods_on_node(n.name))
+    pods = kube.list_pods_on_node(node.name)
+    shown = sim.kubectl(
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        f"spec.nodeName={node.name}",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ).split()
+    assert sorted(p.name for p in pods) == sorted(shown)
+    assert all(p.node_name == node.name for p in pods)
+    assert any(p.daemonset_owned for p in pods)
+
+    victim = next(p for p in pods if not p.daemonset_owned)
+    assert kube.get_pod(victim.namespace, victim.name).uid == victim.uid
+    with pytest.raises(ConflictError):
+        kube.delete_pod(victim.namespace, victim.name, 5, uid="not-its-uid")
+    outcome = kube.evict_pod(victim.namespace, victim.name, 7)
+    assert outcome.result is EvictionResult.EVICTED
+    after = kube.get_pod(victim.namespace, victim.name)
+    assert after.terminating and after.deletion_grace_seconds == 7
+    assert kube.evict_pod("default", "no-such-pod", 1).result is EvictionResult.NOT_FOUND
+
+    kube.create_event(ObjectRef.of_node(node), "RemediatorTest", "hello from the test", "Warning")
+    events = sim.kubectl(
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        f"involvedObject.name={node.name},reason=RemediatorTest",
+        "-o",
+        "json",
+    )
+    (event,) = json.loads(events)["items"]
+    assert event["message"] == "hello from the test"
+    assert event["source"]["component"] == "remediator" and event["type"] == "Warning"
+
+
+def test_leases(kube: KubeClient) -> None:
+    with pytest.raises(NotFoundError):
+        kube.get_lease("kube-system", "test-lease")
+    created = kube.create_lease(Lease("kube-system", "test-lease", "a", 15, transitions=0))
+    assert created.resource_version
+    with pytest.raises(ConflictError):
+        kube.create_lease(Lease("kube-system", "test-lease", "b", 15))
+    renewed = kube.replace_lease(
+        Lease(
+            "kube-system",
+            "test-lease",
+            "a",
+            15,
+            transitions=1,
+            resource_version=created.resource_version,
+        )
+    )
+    assert renewed.transitions == 1 and kube.get_lease("kube-system", "test-lease").holder == "a"
+    with pytest.raises(ConflictError):  # stale resourceVersion: someone else wrote first
+        kube.replace_lease(
+            Lease("kube-system", "test-lease", "b", 15, resource_version=created.resource_version)
+        )
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_connection_refused_is_transient(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}")
+    with KubeClient.from_kubeconfig(config, timeout=2.0) as kube, pytest.raises(TransientError):
+        kube.get_node("x")
+
+
+def test_silent_server_times_out(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)  # accepts the TCP handshake, never answers
+        config = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{sock.getsockname()[1]}")
+        with (
+            KubeClient.from_kubeconfig(config, timeout=0.5) as kube,
+            pytest.raises(TransientError, match=r"ReadTimeout|timed out"),
+        ):
+            kube.list_nodes()
+
+
+def test_bad_kubeconfig_is_permanent(tmp_path: Path) -> None:
+    (tmp_path / "kc").write_text("clusters: []\n")
+    with pytest.raises(PermanentError, match="kubeconfig"):
+        KubeClient.from_kubeconfig(tmp_path / "kc")

@@ -1,0 +1,35 @@
+"""The Slack-compatible message shape."""
+
+from __future__ import annotations
+
+from remediator.actions.notify import Notification, NotificationKind, render
+
+
+def test_render_has_fallback_text_and_blocks() -> None:
+    note = Notification(
+        NotificationKind.HELD,
+        "rem-7",
+        "gpu-3",
+        "a pod opts out of automatic replacement",
+        policy="xid-fatal",
+        link="http://remediator/remediations/rem-7",
+        fields={"Signal": "xid 79"},
+    )
+    body = render(note)
+    assert body["text"].startswith(":raised_hand: Remediation held")
+    assert "gpu-3" in body["text"]
+    kinds = [b["type"] for b in body["blocks"]]
+    assert kinds == ["header", "section", "section", "context"]
+    fields = [f["text"] for f in body["blocks"][2]["fields"]]
+    assert fields == [
+        "*Node*\ngpu-3",
+        "*Remediation*\nrem-7",
+        "*Policy*\nxid-fatal",
+        "*Signal*\nxid 79",
+    ]
+    assert "rem-7" in body["blocks"][3]["elements"][0]["text"]
+
+
+def test_every_kind_has_a_headline() -> None:
+    for kind in NotificationKind:
+        assert render(Notification(kind, "r", "n", "s"))["blocks"][0]["text"]["text"]
