@@ -12,7 +12,6 @@ may therefore hold on to what `get`/`list` return without copying, but must not 
 
 from __future__ import annotations
 
-import copy
 import threading
 import uuid
 from collections import deque
@@ -24,6 +23,16 @@ from typing import Any
 Obj = dict[str, Any]
 
 HISTORY_LIMIT = 50_000
+
+
+def clone(value: Any) -> Any:
+    """Deep-copy a JSON-shaped value; several times faster than copy.deepcopy, which matters
+    because every write copies and a 2,000-node fleet's kubelets write all the time."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
 
 
 def now_rfc3339() -> str:
@@ -178,7 +187,7 @@ class ObjectStore:
 
     def create(self, resource: str, obj: Obj) -> Obj:
         with self._lock:
-            obj = copy.deepcopy(obj)
+            obj = clone(obj)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name"):
                 prefix = meta.get("generateName")
@@ -201,7 +210,7 @@ class ObjectStore:
     def update(self, resource: str, obj: Obj) -> Obj:
         """Replace an object; a non-empty metadata.resourceVersion must match (else 409)."""
         with self._lock:
-            obj = copy.deepcopy(obj)
+            obj = clone(obj)
             meta = obj.setdefault("metadata", {})
             key = (meta.get("namespace", ""), meta.get("name", ""))
             current = self._objects.get(resource, {}).get(key)
@@ -230,7 +239,7 @@ class ObjectStore:
             current = self.get(resource, namespace, name)
             if expect_rv and expect_rv != current["metadata"]["resourceVersion"]:
                 raise self._conflict(resource, name)
-            draft = copy.deepcopy(current)
+            draft = clone(current)
             result = change(draft)
             new = draft if result is None else result
             if new == current:
@@ -249,7 +258,7 @@ class ObjectStore:
             if current is None:
                 raise not_found(resource, name)
             self._rv += 1
-            gone = copy.deepcopy(current)
+            gone = clone(current)
             gone["metadata"]["resourceVersion"] = str(self._rv)
             self._emit(WatchEvent("DELETED", resource, gone, self._rv))
             return gone
