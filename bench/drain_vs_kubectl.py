@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from remediator.actions.drain import Drainer, drain_until_done
 from remediator.actions.outcome import Done
 from remediator.clock import utcnow
 from remediator.kube.client import KubeClient
+from remediator.sim.launch import SimHandle, start_sim
 
 KUBECTL = "/usr/bin/kubectl"
 NODES = 6
@@ -38,61 +38,6 @@ PODS_PER_NODE = 110
 REPLICAS = 4
 SCENARIOS = {"4 budgets": 4, "no budgets": 0}  # ReplicaSets behind a PodDisruptionBudget
 GRACE = 30
-
-
-class Sim:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.kubeconfig = workdir / "kubeconfig"
-        ready = workdir / "ready.json"
-        self.log = (workdir / "sim.log").open("wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "remediator",
-                "sim",
-                "serve",
-                "--nodes",
-                str(NODES),
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--ready-file",
-                str(ready),
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 90
-        while not ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError((workdir / "sim.log").read_text()[-3000:])
-            time.sleep(0.05)
-
-    def kubectl(self, *args: str, timeout: float = 300) -> str:
-        done = subprocess.run(
-            [
-                KUBECTL,
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--cache-dir",
-                str(self.workdir / "cache"),
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr}")
-        return done.stdout
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=20)
-        self.log.close()
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -151,7 +96,7 @@ def manifest(namespace: str, pods: int, pdb_sets: int) -> str:
 
 
 def fill(
-    sim: Sim, kube: KubeClient, node: str, namespace: str, nodes: list[str], pdb_sets: int
+    sim: SimHandle, kube: KubeClient, node: str, namespace: str, nodes: list[str], pdb_sets: int
 ) -> None:
     """Put workloads on `node` until it runs PODS_PER_NODE pods: fence the others meanwhile."""
     others = [n for n in nodes if n != node]
@@ -170,7 +115,7 @@ def fill(
         kube.uncordon(other)
 
 
-def clear(sim: Sim, kube: KubeClient, namespace: str) -> None:
+def clear(sim: SimHandle, kube: KubeClient, namespace: str) -> None:
     sim.kubectl("delete", "replicasets,poddisruptionbudgets", "--all", "-n", namespace)
     wait_for(lambda: not kube.list_pods(namespace), 120, f"{namespace} emptied")
 
@@ -187,7 +132,7 @@ def drain_ours(kube: KubeClient, node: str) -> float:
     return elapsed
 
 
-def drain_kubectl(sim: Sim, node: str) -> float:
+def drain_kubectl(sim: SimHandle, node: str) -> float:
     started = time.monotonic()
     sim.kubectl(
         "drain",
@@ -206,7 +151,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
-        sim = Sim(Path(tmp))
+        sim = start_sim(Path(tmp), nodes=NODES)
         try:
             kube = KubeClient.from_kubeconfig(sim.kubeconfig, timeout=30)
             for ns in ("training", "inference", "eval"):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.fixtures.sim import SimHandle, start_sim
+from remediator.sim.launch import SimHandle, start_sim
 
 TARGETS = {"ready (s)": 30.0, "kubectl get nodes (s)": 2.0}
 

@@ -1,0 +1,110 @@
+"""Start `remediator sim serve` as a child process and wait until it is ready.
+
+Shared by the integration-test fixture, the benchmarks and the demo, so that each starts the
+simulator exactly the way a user would: the real CLI, its ready file, its kubeconfig.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class KubectlError(RuntimeError):
+    """Stock kubectl exited non-zero; the message carries its stderr."""
+
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+READY_TIMEOUT = 90.0
+
+
+class SimHandle:
+    def __init__(self, workdir: Path, proc: subprocess.Popen[bytes], ready: dict[str, str]) -> None:
+        self.workdir = workdir
+        self.proc = proc
+        self.kube_url = ready["kube_url"]
+        self.nodepool_url = ready["nodepool_url"]
+        self.metrics_url = ready["metrics_url"]
+        self.inject_url = ready["inject_url"]
+        self.kubeconfig = workdir / "kubeconfig"
+        self.log_path = workdir / "sim.log"
+
+    def kubectl(self, *args: str, timeout: float = 60.0, check: bool = True) -> str:
+        """Run stock kubectl against this simulator; stdout, or raise with stderr on failure."""
+        done = subprocess.run(
+            [
+                KUBECTL,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--cache-dir",
+                str(self.workdir / "kubectl-cache"),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise KubectlError(
+                f"kubectl {' '.join(args)} failed ({done.returncode}):\n"
+                f"{done.stderr}\n{done.stdout}"
+            )
+        return done.stdout if check else done.stdout + done.stderr
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        return self.proc.returncode
+
+
+def start_sim(
+    workdir: Path, nodes: int = 4, gpus_per_node: int = 8, provision_delay: float = 1.0
+) -> SimHandle:
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready_file = workdir / "ready.json"
+    log = (workdir / "sim.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "remediator",
+            "sim",
+            "serve",
+            "--nodes",
+            str(nodes),
+            "--gpus-per-node",
+            str(gpus_per_node),
+            "--provision-delay",
+            str(provision_delay),
+            "--kubeconfig",
+            str(workdir / "kubeconfig"),
+            "--ready-file",
+            str(ready_file),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not ready_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
+            raise RuntimeError(
+                f"sim serve did not become ready:\n{(workdir / 'sim.log').read_text()[-4000:]}"
+            )
+        time.sleep(0.05)
+    return SimHandle(workdir, proc, json.loads(ready_file.read_text()))
