@@ -4,4 +4,5 @@ pytest_plugins: list[str] = [
     "tests.fixtures.prometheus",
     "tests.fixtures.postgres",
     "tests.fixtures.sim",
+    "tests.fixtures.web",
 ]

@@ -1,0 +1,150 @@
+"""The on-call commands: approve, cancel, retry, release, pause, resume, reset the breaker.
+
+A remediation's state is the step being executed, so each command is one compare-and-set
+transition through the repository with the person recorded as the actor; the engine picks the
+new state up on its next tick. Deciding the target state is pure (`*_target`), so a refusal names
+its reason before anything is written. A refusal, or losing a race with the engine, surfaces as
+CommandRefused, which the console shows as 409 with that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from remediator.errors import ConflictError, IllegalTransition, NotFoundError, RemediatorError
+from remediator.remediation.states import CANCELLABLE, TRANSITIONS, State
+from remediator.store.records import ControllerStatus, RemediationRecord
+from remediator.store.repository import Repository
+
+
+class CommandRefused(RemediatorError):
+    """The remediation's (or the controller's) state does not allow the command right now."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """A decided transition: where to go and which bookkeeping fields to clear on the way."""
+
+    target: State
+    fields: dict[str, Any]
+
+
+def approve_target(record: RemediationRecord) -> Move:
+    if record.state is not State.AWAITING_APPROVAL:
+        raise CommandRefused(
+            f"remediation {record.id} is {record.state.value}, not awaiting_approval"
+        )
+    return Move(State.QUARANTINED, {})
+
+
+def cancel_target(record: RemediationRecord) -> Move:
+    if record.state not in CANCELLABLE:
+        raise CommandRefused(f"remediation {record.id} is {record.state.value}: already finished")
+    return Move(State.CANCELLED, {})
+
+
+def retry_target(record: RemediationRecord) -> Move:
+    """Back into the step that failed: the from_state of the last transition into FAILED."""
+    if record.state is not State.FAILED:
+        raise CommandRefused(f"remediation {record.id} is {record.state.value}, not failed")
+    step = entered_from(record, State.FAILED)
+    if step is None or step not in TRANSITIONS[State.FAILED]:
+        where = step.value if step else "an unknown state"
+        raise CommandRefused(
+            f"remediation {record.id} failed in {where}, which cannot be retried; cancel it "
+            "and let the policies decide afresh"
+        )
+    return Move(step, {"error": None, "attempts": 0, "next_attempt_at": None})
+
+
+def release_target(record: RemediationRecord) -> Move:
+    """Held by opt-out: on-call overrides the opt-out and the workloads get their checkpoint.
+    Held: back into the step that held it."""
+    if record.state is State.HELD_BY_OPT_OUT:
+        return Move(State.CHECKPOINTING, {"hold_reason": None})
+    if record.state is State.HELD:
+        step = entered_from(record, State.HELD)
+        if step is None or step not in TRANSITIONS[State.HELD]:
+            where = step.value if step else "an unknown state"
+            raise CommandRefused(f"remediation {record.id} was held in {where}; cannot resume it")
+        return Move(step, {"hold_reason": None, "attempts": 0, "next_attempt_at": None})
+    raise CommandRefused(f"remediation {record.id} is {record.state.value}, not held")
+
+
+def entered_from(record: RemediationRecord, state: State) -> State | None:
+    for event in reversed(record.events):
+        if event.to_state is state:
+            return event.from_state
+    return None
+
+
+COMMANDS: dict[str, tuple[Callable[[RemediationRecord], Move], str]] = {
+    "approve": (approve_target, "approved"),
+    "cancel": (cancel_target, "cancelled"),
+    "retry": (retry_target, "retried"),
+    "release": (release_target, "released"),
+}
+
+
+def run(
+    repository: Repository,
+    command: str,
+    remediation_id: int,
+    *,
+    actor: str,
+    reason: str | None = None,
+) -> RemediationRecord:
+    """Apply one remediation command; NotFoundError when there is no such remediation."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}")
+    decide, action = COMMANDS[command]
+    record = repository.get(remediation_id)
+    if record is None:
+        raise NotFoundError(f"remediation {remediation_id} not found")
+    move = decide(record)
+    detail: dict[str, Any] = {"command": command}
+    if reason:
+        detail["reason"] = reason
+    try:
+        return repository.transition(
+            remediation_id,
+            record.state,
+            move.target,
+            action=action,
+            actor=actor,
+            detail=detail,
+            expected_version=record.version,
+            **move.fields,
+        )
+    except (ConflictError, IllegalTransition) as exc:
+        raise CommandRefused(f"remediation {remediation_id} changed meanwhile: {exc}") from exc
+
+
+def pause(repository: Repository, *, actor: str, reason: str) -> ControllerStatus:
+    """Stop all automation: the engine starts no step while paused (running ones finish)."""
+    status = repository.controller_status()
+    if status.paused:
+        raise CommandRefused(f"automation is already paused (by {status.paused_by})")
+    return repository.pause(by=actor, reason=reason)
+
+
+def resume(repository: Repository, *, actor: str, reason: str) -> ControllerStatus:
+    if not repository.controller_status().paused:
+        raise CommandRefused("automation is not paused")
+    return repository.resume(by=actor, reason=reason)
+
+
+def reset_breaker(repository: Repository, *, actor: str, reason: str) -> ControllerStatus:
+    status = repository.controller_status()
+    if not status.breaker_tripped:
+        raise CommandRefused("the storm breaker is not tripped")
+    return repository.reset_breaker(by=actor, reason=reason)
+
+
+CONTROLLER_COMMANDS: dict[str, Callable[..., ControllerStatus]] = {
+    "pause": pause,
+    "resume": resume,
+    "reset-breaker": reset_breaker,
+}

@@ -1,0 +1,88 @@
+"""FastAPI dependencies: who may read, who may act, and the app-wide objects a route needs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from remediator.web import csrf
+from remediator.web.auth import (
+    ACTOR_HEADER,
+    NAME_COOKIE,
+    TOKEN_COOKIE,
+    Principal,
+    authenticate,
+    bearer_token,
+)
+from remediator.web.console import PolicyTexts
+from remediator.web.deps import WebDeps
+from remediator.web.oncall import ConsoleMetrics
+from remediator.web.problems import WebError
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def web_deps(request: Request) -> WebDeps:
+    deps: WebDeps = request.app.state.deps
+    return deps
+
+
+def console_metrics(request: Request) -> ConsoleMetrics:
+    metrics: ConsoleMetrics = request.app.state.metrics
+    return metrics
+
+
+def policy_texts(request: Request) -> PolicyTexts:
+    texts: PolicyTexts = request.app.state.policy_texts
+    return texts
+
+
+def login_token(request: Request) -> str | None:
+    """The token this request is authenticated with: the header first, then the cookie."""
+    return bearer_token(request.headers.get("authorization")) or request.cookies.get(TOKEN_COOKIE)
+
+
+def principal_of(request: Request) -> Principal | None:
+    settings = web_deps(request).settings.web
+    header = bearer_token(request.headers.get("authorization"))
+    if header is not None:
+        return authenticate(settings, header, name=request.headers.get(ACTOR_HEADER))
+    return authenticate(
+        settings,
+        request.cookies.get(TOKEN_COOKIE),
+        name=request.cookies.get(NAME_COOKIE),
+        via_cookie=True,
+    )
+
+
+async def require_reader(request: Request) -> Principal:
+    principal = principal_of(request)
+    if principal is None:
+        raise WebError(401, "authentication required: a bearer token (read-only or operator)")
+    return principal
+
+
+async def require_operator(
+    request: Request, principal: Annotated[Principal, Depends(require_reader)]
+) -> Principal:
+    if not principal.can_act:
+        raise WebError(403, "this action needs an operator token; yours is read-only")
+    if principal.via_cookie and request.method not in SAFE_METHODS:
+        presented = request.headers.get(csrf.HEADER)
+        if presented is None and request.headers.get("content-type", "").startswith(
+            ("application/x-www-form-urlencoded", "multipart/form-data")
+        ):
+            value = (await request.form()).get(csrf.FORM_FIELD)
+            presented = value if isinstance(value, str) else None
+        token = request.cookies.get(TOKEN_COOKIE) or ""
+        if not csrf.valid(token, presented):
+            raise WebError(403, "missing or wrong CSRF token: reload the page and try again")
+    return principal
+
+
+Reader = Annotated[Principal, Depends(require_reader)]
+Operator = Annotated[Principal, Depends(require_operator)]
+Deps = Annotated[WebDeps, Depends(web_deps)]
+Metrics = Annotated[ConsoleMetrics, Depends(console_metrics)]
+Texts = Annotated[PolicyTexts, Depends(policy_texts)]

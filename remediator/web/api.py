@@ -1,0 +1,202 @@
+"""The JSON API under /api/v1: the same history and the same commands as the pages.
+
+Reads need any valid token, commands an operator token. Errors are JSON `{"reason": …}` with 400
+(bad cursor), 401, 403, 404, 409 (the state does not allow it) or 422 (malformed request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query
+
+from remediator.remediation import commands
+from remediator.remediation.states import State
+from remediator.signals.model import SignalKind
+from remediator.store import cursor as cursors
+from remediator.store.records import Page, RemediationFilter
+from remediator.web import console
+from remediator.web.access import Deps, Metrics, Operator, Texts, require_reader
+from remediator.web.deps import WebDeps
+from remediator.web.filters import MAX_INT
+from remediator.web.oncall import run_command, run_controller_command
+from remediator.web.problems import WebError
+from remediator.web.schemas import (
+    PRINTABLE,
+    CommandIn,
+    ControllerCommandIn,
+    ControllerOut,
+    ErrorOut,
+    NodeOut,
+    OverviewOut,
+    PoliciesOut,
+    RemediationDetailOut,
+    RemediationOut,
+    RemediationPageOut,
+)
+
+MAX_ID = 2**63 - 1
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": text}
+    for code, text in (
+        (400, "bad cursor"),
+        (401, "no or unknown token"),
+        (403, "token lacks the role"),
+        (404, "not found"),
+        (409, "state does not allow it"),
+        (422, "malformed request"),
+    )
+}
+
+RemediationId = Annotated[int, Path(ge=1, le=MAX_ID)]
+Text = Annotated[str | None, Query(max_length=253, pattern=PRINTABLE)]
+
+
+def _utc(value: datetime | None, name: str) -> datetime | None:
+    """Naive means UTC; a time that does not exist in UTC (year 1 at +14:00) is refused."""
+    if value is None:
+        return None
+    try:
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise WebError(422, f"{name}: {value.isoformat()} is out of range") from exc
+
+
+def fetch_page(deps: WebDeps, filters: RemediationFilter, cursor: str | None, limit: int) -> Page:
+    """One page of the list; a cursor the store cannot use (tampered, from another ordering,
+    ids beyond BIGINT) is the client's mistake: 400, never 500."""
+    try:
+        if cursor is not None:
+            position = cursors.decode(cursor)
+            if position.id is not None and not 0 <= position.id <= MAX_ID:
+                raise cursors.InvalidCursor("position out of range")
+            if position.created_at is not None:
+                position.created_at.astimezone(UTC)  # year 1 at +14:00 has no UTC time
+        return deps.repository.list(filters, cursor, limit)
+    except (cursors.InvalidCursor, OverflowError) as exc:
+        raise WebError(400, f"invalid cursor: {exc}") from exc
+
+
+def list_filters(
+    node: Text = None,
+    q: Annotated[
+        str | None, Query(max_length=253, pattern=PRINTABLE, description="substring of node")
+    ] = None,
+    pool: Text = None,
+    state: Annotated[list[State] | None, Query()] = None,
+    signal_kind: SignalKind | None = None,
+    xid: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+    policy: Text = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    dry_run: bool | None = None,
+    in_flight_first: bool = True,
+) -> RemediationFilter:
+    return RemediationFilter(
+        node=node,
+        node_search=q,
+        pool=pool,
+        states=frozenset(state or ()),
+        signal_kind=signal_kind.value if signal_kind else None,
+        xid_code=xid,
+        policy=policy,
+        created_from=_utc(created_from, "created_from"),
+        created_to=_utc(created_to, "created_to"),
+        dry_run=dry_run,
+        in_flight_first=in_flight_first,
+    )
+
+
+def make_api_router() -> APIRouter:
+    router = APIRouter(prefix="/api/v1", tags=["console"], responses=ERRORS)
+
+    @router.get("/remediations", dependencies=[Depends(require_reader)])
+    def list_remediations(
+        deps: Deps,
+        filters: Annotated[RemediationFilter, Depends(list_filters)],
+        cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> RemediationPageOut:
+        """Newest first, in-flight ones on top unless `in_flight_first=false`; follow
+        `next_cursor` for the next page."""
+        page = fetch_page(deps, filters, cursor, limit)
+        now = deps.clock.now()
+        return RemediationPageOut(
+            items=[console.remediation_out(r, now) for r in page.rows],
+            next_cursor=page.next_cursor,
+        )
+
+    @router.get("/remediations/{remediation_id}", dependencies=[Depends(require_reader)])
+    def get_remediation(
+        deps: Deps, texts: Texts, remediation_id: RemediationId
+    ) -> RemediationDetailOut:
+        record = deps.repository.get(remediation_id)
+        if record is None:
+            raise WebError(404, f"remediation {remediation_id} not found")
+        return console.remediation_detail(deps, texts, record, deps.clock.now())
+
+    @router.get("/nodes/{name}", dependencies=[Depends(require_reader)])
+    def get_node(
+        deps: Deps, name: Annotated[str, Path(max_length=253, pattern=PRINTABLE)]
+    ) -> NodeOut:
+        """Every remediation and signal of the node, and whether it is a repeat offender."""
+        return console.node_out(deps, name, deps.clock.now())
+
+    @router.get("/policies", dependencies=[Depends(require_reader)])
+    def get_policies(deps: Deps) -> PoliciesOut:
+        return console.policies_out(deps)
+
+    @router.get("/overview", dependencies=[Depends(require_reader)])
+    def get_overview(deps: Deps) -> OverviewOut:
+        return console.overview_out(deps)
+
+    @router.get("/controller", dependencies=[Depends(require_reader)])
+    def get_controller(deps: Deps) -> ControllerOut:
+        return ControllerOut.model_validate(deps.repository.controller_status())
+
+    for name in commands.COMMANDS:
+        router.add_api_route(
+            f"/remediations/{{remediation_id}}/{name}",
+            _remediation_command(name),
+            methods=["POST"],
+            name=f"{name}_remediation",
+            summary=f"{name.capitalize()} a remediation",
+        )
+    for name in commands.CONTROLLER_COMMANDS:
+        router.add_api_route(
+            f"/controller/{name}",
+            _controller_command(name),
+            methods=["POST"],
+            name=f"{name.replace('-', '_')}_controller",
+            summary=f"{name.replace('-', ' ').capitalize()} (all automation)",
+        )
+    return router
+
+
+def _remediation_command(name: str) -> Callable[..., RemediationOut]:
+    def run(
+        deps: Deps,
+        metrics: Metrics,
+        principal: Operator,
+        remediation_id: RemediationId,
+        body: Annotated[CommandIn | None, Body()] = None,
+    ) -> RemediationOut:
+        reason = body.reason if body else None
+        record = run_command(deps, metrics, name, remediation_id, principal.actor, reason)
+        return console.remediation_out(record, deps.clock.now())
+
+    run.__doc__ = commands.COMMANDS[name][0].__doc__
+    return run
+
+
+def _controller_command(name: str) -> Callable[..., ControllerOut]:
+    def run(
+        deps: Deps, metrics: Metrics, principal: Operator, body: ControllerCommandIn
+    ) -> ControllerOut:
+        status = run_controller_command(deps, metrics, name, principal.actor, body.reason)
+        return ControllerOut.model_validate(status)
+
+    run.__doc__ = commands.CONTROLLER_COMMANDS[name].__doc__
+    return run

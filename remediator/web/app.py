@@ -1,0 +1,143 @@
+"""The console application: pages, the JSON API, the push endpoints, metrics and probes.
+
+The controller builds a WebDeps and serves `create_app(deps)` with uvicorn. Errors answer JSON
+`{"reason": …}` under /api and a readable page elsewhere; an unauthenticated browser is sent to
+the login page rather than shown a bare 401.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from remediator.signals.sources.push import make_signals_router
+from remediator.store.db import session_scope
+from remediator.web import pages, runbooks
+from remediator.web.access import Deps, require_operator
+from remediator.web.api import make_api_router
+from remediator.web.console import PolicyTexts
+from remediator.web.deps import WebDeps
+from remediator.web.oncall import ConsoleMetrics
+from remediator.web.problems import WebError
+from remediator.web.schemas import HealthOut
+
+STATIC = Path(__file__).parent / "static"
+# The console's own pages load nothing from elsewhere and must never be framed: a framed page
+# would let another site trick an operator into clicking Approve (clickjacking). The API docs
+# page (Swagger UI) brings its own inline script and assets, so it is left out.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+UNGUARDED = ("/api/docs",)
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/") or request.url.path in ("/healthz", "/readyz")
+
+
+def _error(request: Request, status: int, reason: str, detail: object = None) -> Response:
+    if _wants_json(request):
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        body = {"reason": reason, "detail": jsonable_encoder(detail)}
+        return JSONResponse(body, status, headers=headers)
+    if status == 401 and request.method == "GET":
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={quote(target, safe='')}", 303)
+    return pages.error_page(request, status, reason)
+
+
+def readiness_problems(deps: WebDeps) -> list[str]:
+    """Ready: the database answers and, on the leader, so does the cluster."""
+    problems: list[str] = []
+    try:
+        with session_scope(deps.repository.session_factory) as session:
+            session.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        problems.append(f"database unreachable: {exc.__class__.__name__}")
+    if deps.is_leader():
+        cluster = deps.check_cluster()
+        if cluster is not None:
+            problems.append(f"cluster unreachable: {cluster}")
+    return problems
+
+
+def create_app(deps: WebDeps) -> FastAPI:
+    app = FastAPI(
+        title="remediator",
+        summary="GPU node remediation: history, on-call commands and signal intake.",
+        version="1",
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/v1/openapi.json",
+    )
+    app.state.deps = deps
+    app.state.metrics = ConsoleMetrics(deps.registry)
+    app.state.policy_texts = PolicyTexts()
+    app.state.runbooks = runbooks.Runbooks(deps.runbooks_dir or runbooks.find_dir())
+
+    @app.exception_handler(WebError)
+    async def _web_error(request: Request, exc: WebError) -> Response:
+        return _error(request, exc.status, exc.reason)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _error(request, exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        problems = [
+            {"field": ".".join(str(p) for p in err["loc"]), "reason": err["msg"]}
+            for err in exc.errors()
+        ]
+        return _error(request, 422, "malformed request", problems)
+
+    @app.middleware("http")
+    async def _security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        if not request.url.path.startswith(UNGUARDED):
+            for name, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+        return response
+
+    app.include_router(make_api_router())
+    app.include_router(
+        make_signals_router(deps.inbox, dependencies=[Depends(require_operator)], clock=deps.clock)
+    )
+    app.include_router(pages.make_pages_router())
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/healthz", tags=["probes"])
+    def healthz() -> HealthOut:
+        """Alive: the process answers (no dependency is checked)."""
+        return HealthOut(status="ok")
+
+    @app.get("/readyz", tags=["probes"], responses={503: {"model": HealthOut}})
+    def readyz(deps: Deps) -> Response:
+        problems = readiness_problems(deps)
+        body = HealthOut(status="unready" if problems else "ready", problems=problems)
+        return JSONResponse(body.model_dump(), 503 if problems else 200)
+
+    @app.get("/metrics", tags=["probes"], response_class=PlainTextResponse)
+    def metrics(deps: Deps) -> Response:
+        return Response(generate_latest(deps.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,93 @@
+"""Who is asking: bearer tokens from the config, each either read-only or operator.
+
+Browsers log in once by pasting a token; it then rides in an HttpOnly, SameSite=Strict cookie.
+API clients send `Authorization: Bearer …`. Tokens are compared in constant time and never shown:
+the timeline names a person by the name they gave plus the token's short fingerprint, so two
+people sharing one token can still be told apart and a leaked log never leaks a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from enum import IntEnum
+
+from pydantic import SecretStr
+
+from remediator.settings import WebSettings
+
+TOKEN_COOKIE = "remediator_token"
+NAME_COOKIE = "remediator_name"
+ACTOR_HEADER = "X-Remediator-Actor"
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9@._+ -]")
+
+
+class Role(IntEnum):
+    READONLY = 1
+    OPERATOR = 2
+
+
+@dataclass(frozen=True)
+class Principal:
+    role: Role
+    fingerprint: str
+    name: str | None = None
+    via_cookie: bool = False
+
+    @property
+    def actor(self) -> str:
+        """How the timeline names this person."""
+        token = f"{self.role.name.lower()} token {self.fingerprint}"
+        return f"{self.name} ({token})" if self.name else token
+
+    @property
+    def can_act(self) -> bool:
+        return self.role >= Role.OPERATOR
+
+
+def fingerprint(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()[:8]
+
+
+def clean_name(raw: str | None) -> str | None:
+    """A self-declared name, for the record only: printable, short, never trusted for access."""
+    if not raw:
+        return None
+    name = _NAME_CHARS.sub("", raw).strip()[:64]
+    return name or None
+
+
+def _matches(token: str, configured: list[SecretStr]) -> bool:
+    given = token.encode()
+    found = False
+    for secret in configured:
+        # No early exit: the time taken does not tell which (or whether a) token matched.
+        found |= hmac.compare_digest(given, secret.get_secret_value().encode())
+    return found
+
+
+def authenticate(
+    settings: WebSettings, token: str | None, *, name: str | None = None, via_cookie: bool = False
+) -> Principal | None:
+    """The principal for `token`, or None when it is missing or unknown; operator wins when a
+    token is listed under both roles."""
+    if not token:
+        return None
+    if _matches(token, settings.operator_tokens):
+        role = Role.OPERATOR
+    elif _matches(token, settings.readonly_tokens):
+        role = Role.READONLY
+    else:
+        return None
+    return Principal(role, fingerprint(token), clean_name(name), via_cookie)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()

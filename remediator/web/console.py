@@ -1,0 +1,182 @@
+"""What the API and the pages both show, built once: records from the store plus the views'
+arithmetic, as the API's models. The pages render these same objects."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+
+from remediator.remediation.states import OPEN, State
+from remediator.store.records import RemediationRecord
+from remediator.web import views
+from remediator.web.deps import WebDeps
+from remediator.web.schemas import (
+    ControllerOut,
+    EventOut,
+    NodeOut,
+    OverviewOut,
+    PodOut,
+    PoliciesOut,
+    PolicyOut,
+    PolicySetOut,
+    PolicySourceOut,
+    RemediationDetailOut,
+    RemediationOut,
+    SignalEntryOut,
+    SourceOut,
+)
+
+
+def runbook_url(slug: str | None) -> str | None:
+    return f"/runbooks/{slug}" if slug else None
+
+
+def remediation_out(record: RemediationRecord, now: datetime) -> RemediationOut:
+    return RemediationOut.model_validate(
+        {
+            **{
+                name: getattr(record, name)
+                for name in RemediationOut.model_fields
+                if hasattr(record, name)
+            },
+            "signals": list(record.signals),
+            "ladder": [dict(step) for step in record.ladder],
+            "duration_seconds": views.elapsed(record, now),
+            "runbook_url": runbook_url(views.record_runbook(record)),
+        }
+    )
+
+
+class PolicyTexts:
+    """Policy YAML cut from recorded policy sets, remembered: a set is named by the hash of its
+    contents, so what was cut once never changes, and parsing YAML is the detail page's main
+    cost. Bounded, since hashes only accumulate."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._cut: OrderedDict[tuple[str, str], PolicySourceOut | None] = OrderedDict()
+
+    def get(self, deps: WebDeps, content_hash: str, policy: str) -> PolicySourceOut | None:
+        key = (content_hash, policy)
+        if key in self._cut:
+            self._cut.move_to_end(key)
+            return self._cut[key]
+        found = self._load(deps, content_hash, policy)
+        self._cut[key] = found
+        if len(self._cut) > self._size:
+            self._cut.popitem(last=False)
+        return found
+
+    @staticmethod
+    def _load(deps: WebDeps, content_hash: str, policy: str) -> PolicySourceOut | None:
+        stored = deps.repository.policy_set_by_hash(content_hash)
+        if stored is None:
+            return None
+        found = views.policy_source(stored.files, policy)
+        if found is None:
+            return None
+        file, text = found
+        return PolicySourceOut(
+            file=file, commit=stored.commit, content_hash=stored.content_hash, yaml=text
+        )
+
+
+def policy_source(
+    deps: WebDeps, texts: PolicyTexts, record: RemediationRecord
+) -> PolicySourceOut | None:
+    """The policy's YAML as it was when it decided: the active set if it is still that one,
+    else the recorded copy of the set with the remediation's hash."""
+    active = deps.policies.active
+    if active is not None and record.policy_hash == active.content_hash:
+        text = active.source_of(record.policy)
+        origin = active.origins.get(record.policy)
+        if text is not None and origin is not None:
+            return PolicySourceOut(
+                file=origin.file, commit=active.commit, content_hash=active.content_hash, yaml=text
+            )
+    if record.policy_hash is None:
+        return None
+    return texts.get(deps, record.policy_hash, record.policy)
+
+
+def remediation_detail(
+    deps: WebDeps, texts: PolicyTexts, record: RemediationRecord, now: datetime
+) -> RemediationDetailOut:
+    base = remediation_out(record, now)
+    return RemediationDetailOut(
+        **base.model_dump(),
+        events=[EventOut.model_validate(e) for e in record.events],
+        pods=[PodOut.model_validate(p) for p in views.pods(record.events)],
+        policy_source=policy_source(deps, texts, record),
+        xid_explanation=views.xid_explanation(record.xid_code),
+    )
+
+
+def node_out(deps: WebDeps, name: str, now: datetime) -> NodeOut:
+    history = deps.repository.node_history(name)
+    rule = views.repeat_rule(deps.policies.active)
+    count = views.repeat_offender(history.remediations, now, rule)
+    nth, within = rule
+    return NodeOut(
+        node=name,
+        repeat_offender=count is not None,
+        remediations_in_window=sum(1 for r in history.remediations if r.created_at >= now - within),
+        repeat_rule=f"{nth} remediations within {views.format_duration(within.total_seconds())}",
+        remediations=[remediation_out(r, now) for r in history.remediations],
+        signals=[
+            SignalEntryOut(id=s.id, remediation_id=s.remediation_id, signal=s.signal)
+            for s in history.signals
+        ],
+    )
+
+
+def policies_out(deps: WebDeps) -> PoliciesOut:
+    active = deps.policies.active
+    error = deps.policies.last_error
+    if active is None:
+        return PoliciesOut(active=None, last_error=error.problems if error else None)
+    items = []
+    for policy in active.policies:
+        origin = active.origins.get(policy.name)
+        items.append(
+            PolicyOut(
+                name=policy.name,
+                description=policy.description,
+                why=policy.why,
+                kind=policy.match.kind.value,
+                priority=policy.priority,
+                approval=policy.approval,
+                dry_run=policy.dry_run,
+                actions=[step.action for step in policy.actions],
+                file=origin.file if origin else None,
+                yaml=active.source_of(policy.name),
+            )
+        )
+    return PoliciesOut(
+        active=PolicySetOut(
+            commit=active.commit,
+            dirty=active.dirty,
+            content_hash=active.content_hash,
+            loaded_at=active.loaded_at,
+            warnings=list(active.warnings),
+            settings=active.settings.model_dump(mode="json", by_alias=True),
+            policies=items,
+        ),
+        last_error=error.problems if error else None,
+    )
+
+
+def overview_out(deps: WebDeps) -> OverviewOut:
+    overview = deps.repository.overview()
+    counts = overview.by_state
+    return OverviewOut(
+        in_flight=sum(n for state, n in counts.items() if state in OPEN),
+        awaiting_approval=counts.get(State.AWAITING_APPROVAL, 0),
+        held_by_opt_out=counts.get(State.HELD_BY_OPT_OUT, 0),
+        held=counts.get(State.HELD, 0),
+        failed_last_24h=overview.failed_last_24h,
+        by_state={state.value: n for state, n in counts.items()},
+        open_by_pool=dict(overview.open_by_pool),
+        controller=ControllerOut.model_validate(deps.repository.controller_status()),
+        sources=[SourceOut.model_validate(s) for s in deps.repository.source_health()],
+    )

@@ -1,0 +1,49 @@
+"""What the console needs from the rest of the controller, passed in whole by the composition
+root (the controller builds a WebDeps and calls `create_app`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from remediator.clock import Clock, SystemClock
+from remediator.errors import PolicyError
+from remediator.policy.loader import PolicySet
+from remediator.settings import Settings
+from remediator.signals.sources.push import SignalInbox
+from remediator.store.repository import Repository
+
+
+class PolicyView(Protocol):
+    """The active policy set and the error of the newest refused load (PolicyStore fits)."""
+
+    active: PolicySet | None
+    last_error: PolicyError | None
+
+
+def _never_leader() -> bool:
+    return False
+
+
+def _cluster_unchecked() -> str | None:
+    return None
+
+
+@dataclass
+class WebDeps:
+    """`check_cluster` is asked only while `is_leader()`: it returns why the cluster API cannot
+    be reached, or None when it can. `runbooks_dir` None means: find runbooks/ (see runbooks)."""
+
+    settings: Settings
+    repository: Repository
+    policies: PolicyView
+    inbox: SignalInbox
+    registry: CollectorRegistry
+    is_leader: Callable[[], bool] = _never_leader
+    check_cluster: Callable[[], str | None] = _cluster_unchecked
+    clock: Clock = field(default_factory=SystemClock)
+    runbooks_dir: Path | None = None

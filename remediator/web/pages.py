@@ -1,0 +1,297 @@
+"""The server-rendered pages: overview, list, detail, node, policies, runbooks, login.
+
+Each page is one GET that a tired person can bookmark or paste into a chat; actions are small
+POST forms carrying the CSRF token, answered with a redirect back to the page (so a reload never
+repeats an action).
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Form, Path, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from remediator.remediation import commands
+from remediator.remediation.states import OPEN, WAITING_FOR_HUMAN, State
+from remediator.signals.model import SignalKind
+from remediator.store.records import RemediationFilter
+from remediator.web import charts, console, csrf, views
+from remediator.web.access import (
+    Deps,
+    Metrics,
+    Operator,
+    Reader,
+    Texts,
+    login_token,
+    principal_of,
+    web_deps,
+)
+from remediator.web.api import RemediationId, fetch_page
+from remediator.web.auth import NAME_COOKIE, TOKEN_COOKIE, Principal, authenticate, clean_name
+from remediator.web.filters import parse_filters
+from remediator.web.oncall import run_command, run_controller_command
+from remediator.web.problems import WebError
+from remediator.web.runbooks import Runbooks
+from remediator.web.schemas import PRINTABLE
+
+TEMPLATES = Jinja2Templates(directory=FilePath(__file__).parent / "templates")
+TEMPLATES.env.filters["duration"] = views.format_duration
+TEMPLATES.env.filters["ago"] = views.relative
+TEMPLATES.env.filters["utc"] = views.absolute
+TEMPLATES.env.globals["tone"] = lambda state: views.STATE_TONE.get(State(state), "off")
+TEMPLATES.env.globals["states"] = [s.value for s in State]
+TEMPLATES.env.globals["signal_kinds"] = [k.value for k in SignalKind]
+CHART_DAYS = 14
+# The newest successes the repair chart reads: enough for a steady p90, bounded on a busy fleet.
+REPAIR_SAMPLE = 2_000
+PAGE_SIZE = 50
+COOKIE_MAX_AGE = 12 * 3600
+WORKING = frozenset(OPEN - WAITING_FOR_HUMAN)
+Reason = Annotated[str, Form(max_length=500, pattern=PRINTABLE)]
+DONE_MESSAGES = {
+    "approve": "Approved: the engine quarantines the node on its next tick.",
+    "cancel": "Cancelled: the engine releases the node on its next tick.",
+    "retry": "Retrying the failed step.",
+    "release": "Released: the remediation goes on.",
+    "pause": "All automation is paused.",
+    "resume": "Automation resumed.",
+    "reset-breaker": "The storm breaker is reset.",
+}
+
+
+def render(
+    request: Request,
+    template: str,
+    principal: Principal | None,
+    status: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    deps = web_deps(request)
+    token = login_token(request)
+    base = {
+        "principal": principal,
+        "csrf_token": csrf.token_for(token) if token and principal else "",
+        "now": deps.clock.now(),
+        "cluster": deps.settings.cluster_name,
+        "controller": deps.repository.controller_status() if principal else None,
+        "done": DONE_MESSAGES.get(request.query_params.get("done", "")),
+    }
+    return TEMPLATES.TemplateResponse(request, template, base | context, status_code=status)
+
+
+def error_page(request: Request, status: int, reason: str) -> HTMLResponse:
+    return render(request, "error.html", None, status=status, code=status, reason=reason)
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this site, so the login form cannot bounce someone elsewhere."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+def make_pages_router() -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/", response_class=HTMLResponse)
+    def overview(request: Request, deps: Deps, principal: Reader) -> HTMLResponse:
+        now = deps.clock.now()
+        repo = deps.repository
+        waiting = repo.list(RemediationFilter(states=WAITING_FOR_HUMAN), limit=20).rows
+        working = repo.list(RemediationFilter(states=WORKING), limit=20).rows
+        failed = repo.list(
+            RemediationFilter(
+                states=frozenset({State.FAILED}), created_from=now - timedelta(days=7)
+            ),
+            limit=10,
+        ).rows
+        days = chart_days(now.date(), CHART_DAYS)
+        repair = repo.time_to_repair(since=now - timedelta(days=7), window=REPAIR_SAMPLE)
+        active = deps.policies.active
+        return render(
+            request,
+            "overview.html",
+            principal,
+            summary=console.overview_out(deps),
+            waiting=waiting,
+            working=working,
+            failed=failed,
+            per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
+            repair=charts.repair_times(repair.overall, repair.by_step),
+            pool_limit=active.settings.max_unhealthy.per_pool if active else None,
+        )
+
+    @router.get("/remediations", response_class=HTMLResponse)
+    def remediation_list(request: Request, deps: Deps, principal: Reader) -> HTMLResponse:
+        params = {key: request.query_params.getlist(key) for key in request.query_params}
+        parsed = parse_filters(params)
+        cursor = request.query_params.get("cursor") or None
+        page = fetch_page(deps, parsed.filters, cursor, PAGE_SIZE)
+        next_url = None
+        if page.next_cursor:
+            kept = [(k, v) for k, values in params.items() if k != "cursor" for v in values]
+            next_url = "/remediations?" + urlencode([*kept, ("cursor", page.next_cursor)])
+        active = deps.policies.active
+        return render(
+            request,
+            "list.html",
+            principal,
+            rows=page.rows,
+            parsed=parsed,
+            next_url=next_url,
+            first_url="/remediations?"
+            + urlencode([(k, v) for k, values in params.items() if k != "cursor" for v in values]),
+            paged=cursor is not None,
+            order=request.query_params.get("order", "in_flight"),
+            policy_names=[p.name for p in active.policies] if active else [],
+        )
+
+    @router.get("/remediations/{remediation_id}", response_class=HTMLResponse)
+    def remediation_page(
+        request: Request,
+        deps: Deps,
+        texts: Texts,
+        principal: Reader,
+        remediation_id: RemediationId,
+    ) -> HTMLResponse:
+        record = deps.repository.get(remediation_id)
+        if record is None:
+            raise WebError(404, f"remediation {remediation_id} not found")
+        now = deps.clock.now()
+        return render(
+            request,
+            "detail.html",
+            principal,
+            r=record,
+            detail=console.remediation_detail(deps, texts, record, now),
+            timeline=views.timeline(record, now),
+            commands=views.available_commands(record) if principal.can_act else [],
+            signal_rows=[
+                (
+                    s,
+                    views.xid_explanation(s.code) if s.kind is SignalKind.XID else None,
+                    console.runbook_url(views.signal_runbook(s)),
+                )
+                for s in record.signals
+            ],
+            detail_items=views.detail_items,
+        )
+
+    @router.post("/remediations/{remediation_id}/{command}")
+    def remediation_command(
+        deps: Deps,
+        metrics: Metrics,
+        principal: Operator,
+        remediation_id: RemediationId,
+        command: str,
+        reason: Reason = "",
+    ) -> Response:
+        if command not in commands.COMMANDS:
+            raise WebError(404, f"no such command {command!r}")
+        run_command(deps, metrics, command, remediation_id, principal.actor, reason.strip() or None)
+        return RedirectResponse(f"/remediations/{remediation_id}?done={command}", 303)
+
+    @router.post("/controller/{command}")
+    def controller_command(
+        deps: Deps,
+        metrics: Metrics,
+        principal: Operator,
+        command: str,
+        reason: Reason = "",
+    ) -> Response:
+        if command not in commands.CONTROLLER_COMMANDS:
+            raise WebError(404, f"no such command {command!r}")
+        if not reason.strip():
+            raise WebError(422, "say why: the reason is shown to everyone who sees the pause")
+        run_controller_command(deps, metrics, command, principal.actor, reason.strip())
+        return RedirectResponse(f"/?done={command}", 303)
+
+    @router.get("/nodes/{name}", response_class=HTMLResponse)
+    def node_page(
+        request: Request,
+        deps: Deps,
+        principal: Reader,
+        name: Annotated[str, Path(max_length=253, pattern=PRINTABLE)],
+    ) -> HTMLResponse:
+        return render(
+            request, "node.html", principal, node=console.node_out(deps, name, deps.clock.now())
+        )
+
+    @router.get("/policies", response_class=HTMLResponse)
+    def policies_page(request: Request, deps: Deps, principal: Reader) -> HTMLResponse:
+        return render(
+            request,
+            "policies.html",
+            principal,
+            policies=console.policies_out(deps),
+            latest=deps.repository.latest_policy_set(),
+        )
+
+    @router.get("/runbooks", response_class=HTMLResponse)
+    @router.get("/runbooks/{slug}", response_class=HTMLResponse)
+    def runbook_page(request: Request, slug: str = "") -> HTMLResponse:
+        """Public on purpose: alerts link here, and a runbook holds no secret."""
+        books: Runbooks = request.app.state.runbooks
+        book = books.get(slug)
+        if book is None:
+            raise WebError(404, f"no runbook {slug!r}")
+        return render(request, "runbook.html", principal_of(request), book=book)
+
+    @router.get("/login", response_class=HTMLResponse)
+    def login_form(request: Request, next: str = "/") -> HTMLResponse:
+        return render(request, "login.html", None, next=_safe_next(next), failed=False)
+
+    @router.post("/login", response_model=None)
+    def login(
+        request: Request,
+        deps: Deps,
+        token: Annotated[str, Form(max_length=4096)],
+        name: Annotated[str, Form(max_length=200)] = "",
+        next: Annotated[str, Form(max_length=2000)] = "/",
+    ) -> Response:
+        principal = authenticate(deps.settings.web, token.strip())
+        if principal is None:
+            return render(
+                request, "login.html", None, status=401, next=_safe_next(next), failed=True
+            )
+        response = RedirectResponse(_safe_next(next), 303)
+        secure = request.url.scheme == "https"
+        for key, value in ((TOKEN_COOKIE, token.strip()), (NAME_COOKIE, clean_name(name) or "")):
+            response.set_cookie(
+                key,
+                value,
+                max_age=COOKIE_MAX_AGE,
+                httponly=True,
+                samesite="strict",
+                secure=secure,
+            )
+        return response
+
+    @router.post("/logout", dependencies=[Depends(_logout_guard)])
+    def logout() -> Response:
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(TOKEN_COOKIE)
+        response.delete_cookie(NAME_COOKIE)
+        return response
+
+    return router
+
+
+async def _logout_guard(request: Request, principal: Reader) -> None:
+    """Logging out is harmless but still needs the CSRF token, so no other site can do it."""
+    if principal.via_cookie:
+        form = await request.form()
+        presented = form.get(csrf.FORM_FIELD)
+        if not csrf.valid(
+            request.cookies.get(TOKEN_COOKIE, ""), presented if isinstance(presented, str) else None
+        ):
+            raise WebError(403, "missing or wrong CSRF token")
+
+
+def chart_days(today: date, count: int) -> list[date]:
+    return [today - timedelta(days=count - 1 - i) for i in range(count)]

@@ -1,0 +1,193 @@
+"""The JSON API's shapes, so that /openapi.json documents every answer (and schemathesis can
+check them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from remediator.remediation.states import State
+from remediator.signals.model import Signal
+
+# No control characters: PostgreSQL refuses NUL in text, and nothing legitimate needs them.
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
+
+class ErrorOut(BaseModel):
+    reason: str
+    detail: Any = None
+
+
+class EventOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    at: datetime
+    from_state: State | None
+    to_state: State | None
+    action: str
+    detail: dict[str, Any]
+    actor: str
+
+
+class RemediationOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    node: str
+    pool: str | None
+    policy: str
+    policy_priority: int
+    policy_commit: str | None
+    policy_hash: str | None
+    state: State
+    dry_run: bool
+    approval_required: bool
+    reason: str
+    signal_kind: str
+    xid_code: int | None
+    signals: list[Signal]
+    ladder: list[dict[str, Any]]
+    step_index: int
+    replacement_operation_id: str | None
+    new_node: str | None
+    hold_reason: str | None
+    error: str | None
+    attempts: int
+    next_attempt_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    duration_seconds: float = Field(description="detection to finish, or to now while open")
+    runbook_url: str | None = None
+
+
+class PodOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    pod: str
+    checkpoint: str
+    drain: str
+    sigterm_at: str
+    note: str
+
+
+class PolicySourceOut(BaseModel):
+    file: str
+    commit: str | None
+    content_hash: str
+    yaml: str
+
+
+class RemediationDetailOut(RemediationOut):
+    events: list[EventOut]
+    pods: list[PodOut]
+    policy_source: PolicySourceOut | None
+    xid_explanation: str | None
+
+
+class RemediationPageOut(BaseModel):
+    items: list[RemediationOut]
+    next_cursor: str | None
+
+
+class SignalEntryOut(BaseModel):
+    id: int
+    remediation_id: int | None
+    signal: Signal
+
+
+class NodeOut(BaseModel):
+    node: str
+    repeat_offender: bool
+    remediations_in_window: int
+    repeat_rule: str
+    remediations: list[RemediationOut]
+    signals: list[SignalEntryOut]
+
+
+class PolicyOut(BaseModel):
+    name: str
+    description: str
+    why: str
+    kind: str
+    priority: int
+    approval: str
+    dry_run: bool
+    actions: list[str]
+    file: str | None
+    yaml: str | None
+
+
+class PolicySetOut(BaseModel):
+    commit: str | None
+    dirty: bool
+    content_hash: str
+    loaded_at: datetime
+    warnings: list[str]
+    settings: dict[str, Any]
+    policies: list[PolicyOut]
+
+
+class PoliciesOut(BaseModel):
+    active: PolicySetOut | None
+    last_error: list[str] | None
+
+
+class ControllerOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    paused: bool
+    paused_by: str | None
+    paused_at: datetime | None
+    pause_reason: str | None
+    breaker_tripped: bool
+    breaker_reason: str | None
+    breaker_tripped_at: datetime | None
+    breaker_reset_by: str | None
+    breaker_reset_at: datetime | None
+    breaker_reset_reason: str | None
+    leader_identity: str | None
+    leader_seen_at: datetime | None
+
+
+class SourceOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    source: str
+    up: bool
+    checked_at: datetime
+    last_success_at: datetime | None
+    error: str | None
+
+
+class OverviewOut(BaseModel):
+    in_flight: int
+    awaiting_approval: int
+    held_by_opt_out: int
+    held: int
+    failed_last_24h: int
+    by_state: dict[str, int]
+    open_by_pool: dict[str, int]
+    controller: ControllerOut
+    sources: list[SourceOut]
+
+
+class CommandIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, max_length=500, pattern=PRINTABLE)
+
+
+class ControllerCommandIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
+
+
+class HealthOut(BaseModel):
+    status: str
+    problems: list[str] = []

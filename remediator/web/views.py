@@ -1,0 +1,295 @@
+"""Pure helpers that turn store records into what a page shows: durations, the timeline with the
+time spent in each step, the pods a drain touched, runbook links, repeat offenders.
+
+Nothing here reads the clock or the database; `now` is always passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import pairwise
+from typing import Any
+
+import yaml
+
+from remediator.policy.loader import PolicySet
+from remediator.remediation.commands import entered_from
+from remediator.remediation.states import CANCELLABLE, WAITING_FOR_HUMAN, State
+from remediator.signals import xid
+from remediator.signals.model import Signal, SignalKind
+from remediator.store.records import EventRecord, RemediationRecord
+
+# NVSentinel's line: five remediations of one node within a week means hardware, not bad luck.
+DEFAULT_REPEAT = (5, timedelta(days=7))
+
+STATE_TONE: Mapping[State, str] = {
+    State.DETECTED: "work",
+    State.QUARANTINED: "work",
+    State.CHECKPOINTING: "work",
+    State.DRAINING: "work",
+    State.REPLACING: "work",
+    State.VERIFYING: "work",
+    State.AWAITING_APPROVAL: "wait",
+    State.HELD_BY_OPT_OUT: "wait",
+    State.HELD: "wait",
+    State.FAILED: "bad",
+    State.SUCCEEDED: "good",
+    State.CANCELLED: "off",
+}
+
+_XID_RUNBOOKS: Mapping[int, str] = {
+    79: "xid-79",
+    **dict.fromkeys((48, 63, 64, 94, 95, 140), "xid-48-94-95-row-remap"),
+    **dict.fromkeys((13, 31, 43), "xid-13-31-43"),
+    **dict.fromkeys((74, *range(144, 151)), "nvlink"),
+    92: "ecc",
+}
+_KIND_RUNBOOKS: Mapping[SignalKind, str] = {
+    SignalKind.THERMAL: "thermal",
+    SignalKind.NVLINK: "nvlink",
+    SignalKind.INFINIBAND: "infiniband",
+    SignalKind.ECC: "ecc",
+    SignalKind.ROW_REMAP: "xid-48-94-95-row-remap",
+    SignalKind.GPU_MISSING: "gpu-missing",
+    SignalKind.NODE_CONDITION: "node-condition",
+}
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return "<1s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    # Two units at most, and no trailing zero ("7d", not "7d 0h").
+    for big, big_unit, small, small_unit in (
+        (days, "d", hours, "h"),
+        (hours, "h", minutes, "m"),
+        (minutes, "m", secs, "s"),
+    ):
+        if big:
+            return f"{big}{big_unit} {small}{small_unit}" if small else f"{big}{big_unit}"
+    return f"{secs}s"
+
+
+def relative(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return ""
+    delta = (now - at).total_seconds()
+    if abs(delta) < 5:
+        return "just now"
+    text = format_duration(abs(delta))
+    return f"{text} ago" if delta > 0 else f"in {text}"
+
+
+def absolute(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else ""
+
+
+def elapsed(record: RemediationRecord, now: datetime) -> float:
+    """Detection to the end, or to now while it is still open."""
+    end = record.finished_at or now
+    return max(0.0, (end - record.created_at).total_seconds())
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    event: EventRecord
+    seconds: float | None  # time spent in the state this transition entered
+    ongoing: bool
+
+
+def timeline(record: RemediationRecord, now: datetime) -> list[TimelineRow]:
+    """Each event with, for transitions, how long the state it entered lasted (so far, if it is
+    the current one and the remediation is not finished)."""
+    moves = [e for e in record.events if e.to_state is not None]
+    left: dict[int, datetime] = {a.id: b.at for a, b in pairwise(moves)}
+    rows: list[TimelineRow] = []
+    for event in record.events:
+        if event.to_state is None:
+            rows.append(TimelineRow(event, None, False))
+        elif event.id in left:
+            rows.append(TimelineRow(event, (left[event.id] - event.at).total_seconds(), False))
+        elif event.to_state in (State.SUCCEEDED, State.CANCELLED) or record.finished_at:
+            rows.append(TimelineRow(event, None, False))
+        else:
+            rows.append(TimelineRow(event, max(0.0, (now - event.at).total_seconds()), True))
+    return rows
+
+
+def _facts(detail: Mapping[str, Any]) -> Mapping[str, Any]:
+    nested = detail.get("facts")
+    return nested if isinstance(nested, Mapping) else detail
+
+
+@dataclass
+class PodRow:
+    pod: str
+    checkpoint: str = "not asked"
+    drain: str = ""
+    sigterm_at: str = ""
+    grace_seconds: Any = None
+    note: str = ""
+
+
+def pods(events: Iterable[EventRecord]) -> list[PodRow]:
+    """What happened to each workload, from the checkpoint and drain facts on the timeline; the
+    newest report about a pod wins."""
+    rows: dict[str, PodRow] = {}
+
+    def row(key: str) -> PodRow:
+        return rows.setdefault(key, PodRow(key))
+
+    for event in events:
+        facts = _facts(event.detail)
+        for key in _strings(facts.get("asked")):
+            row(key).checkpoint = "asked"
+        for key in _strings(facts.get("pending")):
+            row(key).checkpoint = "did not answer"
+        for key in _strings(facts.get("answered")):
+            row(key).checkpoint = "checkpointed"
+        for entry in facts.get("pods") or ():
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("pod"), str):
+                continue
+            current = row(entry["pod"])
+            current.drain = str(entry.get("state", current.drain))
+            current.sigterm_at = str(entry.get("sigterm_at") or current.sigterm_at)
+            current.grace_seconds = entry.get("grace_seconds", current.grace_seconds)
+            note = entry.get("message") or entry.get("reason")
+            current.note = str(note) if note else current.note
+    return sorted(rows.values(), key=lambda r: r.pod)
+
+
+def _strings(value: object) -> list[str]:
+    if not isinstance(value, list | tuple):
+        return []
+    return [v for v in value if isinstance(v, str)]
+
+
+def signal_runbook(signal: Signal) -> str | None:
+    if signal.kind is SignalKind.XID:
+        return _XID_RUNBOOKS.get(signal.code) if signal.code is not None else None
+    return _KIND_RUNBOOKS.get(signal.kind)
+
+
+def record_runbook(record: RemediationRecord) -> str | None:
+    """The page for the situation the remediation is in, else for the signal that started it."""
+    if record.state is State.HELD_BY_OPT_OUT:
+        return "held-by-opt-out"
+    if record.state is State.HELD:
+        held_in = entered_from(record, State.HELD)
+        return "drain-stuck-pdb" if held_in is State.DRAINING else "remediation-stuck"
+    if record.state is State.FAILED:
+        step = entered_from(record, State.FAILED)
+        if step in (State.REPLACING, State.VERIFYING):
+            return "replacement-failed"
+        return "remediation-stuck"
+    if record.signals:
+        return signal_runbook(record.signals[0])
+    if record.signal_kind == SignalKind.XID.value and record.xid_code is not None:
+        return _XID_RUNBOOKS.get(record.xid_code)
+    try:
+        return _KIND_RUNBOOKS.get(SignalKind(record.signal_kind))
+    except ValueError:
+        return None
+
+
+def xid_explanation(code: int | None) -> str | None:
+    info = xid.lookup(code) if code is not None else None
+    if info is None:
+        return None
+    return (
+        f"XID {info.code} — {info.name}. {info.explanation} NVIDIA: {info.immediate.value} now"
+        + (f", {info.investigatory.value} when investigating" if info.investigatory else "")
+        + (" (fatal)." if info.fatal else ".")
+    )
+
+
+def available_commands(record: RemediationRecord) -> list[str]:
+    """The buttons worth showing; the command itself still checks (the state may move first)."""
+    found: list[str] = []
+    if record.state is State.AWAITING_APPROVAL:
+        found.append("approve")
+    if record.state in (State.HELD, State.HELD_BY_OPT_OUT):
+        found.append("release")
+    if record.state is State.FAILED:
+        found.append("retry")
+    if record.state in CANCELLABLE:
+        found.append("cancel")
+    return found
+
+
+def needs_human(record: RemediationRecord) -> bool:
+    return record.state in WAITING_FOR_HUMAN
+
+
+def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:
+    """The tightest `repeat` any active policy escalates on, else NVSentinel's default."""
+    rules = [
+        (p.match.repeat.nth, p.match.repeat.within)
+        for p in (policies.policies if policies else ())
+        if p.match.repeat is not None
+    ]
+    return min(rules, default=DEFAULT_REPEAT)
+
+
+def repeat_offender(
+    remediations: Sequence[RemediationRecord], now: datetime, rule: tuple[int, timedelta]
+) -> int | None:
+    """How many remediations fell within the rule's window, when that reaches the rule's count."""
+    nth, within = rule
+    recent = sum(1 for r in remediations if r.created_at >= now - within)
+    return recent if recent >= nth else None
+
+
+def policy_source(files: Mapping[str, str], name: str) -> tuple[str, str] | None:
+    """(file, YAML text) of the policy called `name`, cut from the files as they were stored."""
+    for file in sorted(files):
+        text = files[file]
+        try:
+            root = yaml.compose(text)
+        except yaml.YAMLError:
+            continue
+        if not isinstance(root, yaml.MappingNode):
+            continue
+        for key, value in root.value:
+            if key.value != "policies" or not isinstance(value, yaml.SequenceNode):
+                continue
+            for item in value.value:
+                if isinstance(item, yaml.MappingNode) and _named(item, name):
+                    lines = text.splitlines()
+                    end = _end_line(item, lines)
+                    return file, "\n".join(lines[item.start_mark.line : end]) + "\n"
+    return None
+
+
+def _end_line(node: yaml.Node, lines: list[str]) -> int:
+    """A block node's end mark sits where the next item starts (after its "- "): the node ends
+    on the line before, less any blank lines."""
+    mark = node.end_mark
+    next_starts_here = mark.line >= len(lines) or not lines[mark.line][: mark.column].strip(" -")
+    end = min(mark.line if next_starts_here else mark.line + 1, len(lines))
+    while end > node.start_mark.line + 1 and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
+def _named(item: yaml.MappingNode, name: str) -> bool:
+    return any(k.value == "name" and getattr(v, "value", None) == name for k, v in item.value)
+
+
+def detail_items(detail: Mapping[str, Any], limit: int = 240) -> list[tuple[str, str]]:
+    """A timeline event's detail as short key/value lines (per-pod lists are shown apart)."""
+    items: list[tuple[str, str]] = []
+    for key, value in _facts(detail).items():
+        if key in ("pods", "asked", "answered", "pending", "skipped") and isinstance(value, list):
+            items.append((key, f"{len(value)}"))
+            continue
+        text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        items.append((key, text if len(text) <= limit else text[: limit - 1] + "…"))
+    return items
