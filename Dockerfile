@@ -21,11 +21,13 @@ RUN groupadd --system --gid 10001 remediator \
 COPY --from=build /opt/remediator/venv /opt/remediator/venv
 COPY migrations/ /opt/remediator/migrations/
 COPY policies/ /opt/remediator/policies/
+COPY runbooks/ /opt/remediator/runbooks/
 ENV PATH=/opt/remediator/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     REMEDIATOR_MIGRATIONS_DIR=/opt/remediator/migrations \
-    REMEDIATOR_POLICIES_DIR=/opt/remediator/policies
+    REMEDIATOR_POLICIES_DIR=/opt/remediator/policies \
+    REMEDIATOR_RUNBOOKS_DIR=/opt/remediator/runbooks
 WORKDIR /opt/remediator
 USER 10001:10001
 EXPOSE 8080

@@ -884,6 +884,7 @@ def test_image_runs_the_controller_as_the_deployment_expects(
     assert command == controller(only(rendered["kustomize-prod"], "Deployment"))["args"]
     env = " ".join(rest for word, rest in final if word == "ENV")
     assert "REMEDIATOR_MIGRATIONS_DIR=/opt/remediator/migrations" in env
+    assert "REMEDIATOR_RUNBOOKS_DIR=/opt/remediator/runbooks" in env
 
 
 def test_image_copies_what_exists_and_is_not_ignored() -> None:
@@ -894,7 +895,9 @@ def test_image_copies_what_exists_and_is_not_ignored() -> None:
         if word == "COPY" and not rest.startswith("--from")
         for part in rest.split()[:-1]
     ]
-    assert {"migrations/", "policies/", "remediator/", "pyproject.toml"} <= set(sources)
+    assert {"migrations/", "policies/", "runbooks/", "remediator/", "pyproject.toml"} <= set(
+        sources
+    )
     for source in sources:
         assert (ROOT / source).exists(), source
         assert source.rstrip("/") not in ignored, source
