@@ -29,7 +29,9 @@ class Signal(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    node: str = Field(min_length=1, max_length=253)
+    # No whitespace or control characters: a NUL from a pushed signal would otherwise reach
+    # PostgreSQL (which refuses it) long after the push was accepted.
+    node: str = Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x20\x7f]+$")
     kind: SignalKind
     source: str = Field(min_length=1, max_length=64)
     observed_at: AwareDatetime

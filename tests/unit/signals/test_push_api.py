@@ -66,6 +66,16 @@ def test_bad_items_are_named_and_nothing_is_stored(client: TestClient, inbox: Si
     assert len(inbox) == 0
 
 
+@pytest.mark.parametrize("node", ["gpu\x00node", "gpu node", "gpu-node\n"])
+def test_node_names_with_control_characters_or_spaces_are_refused(
+    client: TestClient, inbox: SignalInbox, node: str
+) -> None:
+    response = client.post("/api/v1/signals", json=[item(), item(node=node)])
+    assert response.status_code == 422
+    assert [(p["index"], p["field"]) for p in response.json()["detail"]] == [(1, "node")]
+    assert len(inbox) == 0
+
+
 def test_naive_timestamp_and_future_are_refused(client: TestClient, inbox: SignalInbox) -> None:
     future = (NOW + timedelta(hours=1)).isoformat()
     response = client.post(
