@@ -92,6 +92,11 @@ def upgrade() -> None:
             f"ix_remediations_cluster_{name}", "remediations", ["cluster", column, "created_at"]
         )
     op.create_index(
+        "ix_remediations_cluster_state_finished",
+        "remediations",
+        ["cluster", "state", "finished_at"],
+    )
+    op.create_index(
         "ix_remediations_open",
         "remediations",
         newest,

@@ -129,6 +129,8 @@ class Remediation(Base):
         Index("ix_remediations_cluster_policy", "cluster", "policy", "created_at"),
         Index("ix_remediations_cluster_signal_kind", "cluster", "signal_kind", "created_at"),
         Index("ix_remediations_cluster_xid", "cluster", "xid_code", "created_at"),
+        # Time to repair reads the newest succeeded remediations by finish time.
+        Index("ix_remediations_cluster_state_finished", "cluster", "state", "finished_at"),
         # Substring search on node names without scanning the table (PostgreSQL's pg_trgm).
         Index(
             "ix_remediations_node_trgm",
