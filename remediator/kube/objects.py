@@ -63,6 +63,7 @@ class NodeCondition:
     status: str
     reason: str = ""
     message: str = ""
+    last_transition: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Node:
                     str(c.get("status", "")),
                     str(c.get("reason") or ""),
                     str(c.get("message") or ""),
+                    parse_time(c.get("lastTransitionTime")),
                 )
                 for c in status.get("conditions") or ()
             ),

@@ -12,10 +12,12 @@ from typing import Literal
 
 from remediator.policy.durations import format_duration
 from remediator.policy.schema import GlobalSettings, Policy, Step
+from remediator.signals.dedup import COUNTER_KINDS
 from remediator.signals.model import Signal, SignalKind
 
 StreakKey = tuple[str, str, int | None]  # (policy, node, gpu)
 EventKey = tuple[str, str]  # (policy, node)
+BurstEvent = tuple[datetime, int | None, int | None]  # (observed at, gpu, code)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,7 @@ class Streak:
 @dataclass(frozen=True)
 class EvalState:
     streaks: Mapping[StreakKey, Streak] = field(default_factory=dict)
-    events: Mapping[EventKey, tuple[datetime, ...]] = field(default_factory=dict)
+    events: Mapping[EventKey, tuple[BurstEvent, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,11 +163,11 @@ def evaluate(
                     continue
                 streaks[skey] = streak
                 if match.burst is not None and threshold.breached(signal.value):
-                    events[key] = (*events.get(key, ()), at)
+                    _count(events, key, signal)
                 if streak.last - streak.since < threshold.for_:
                     continue
             elif match.burst is not None:
-                events[key] = (*events.get(key, ()), signal.observed_at)
+                _count(events, key, signal)
             hit = hits.get(key)
             if hit is None:
                 hit = hits[key] = _Hit([], signal, streak)
@@ -185,11 +187,23 @@ def evaluate(
     return Evaluation(tuple(winners), EvalState(streaks, events))
 
 
+def _count(events: dict[EventKey, tuple[BurstEvent, ...]], key: EventKey, signal: Signal) -> None:
+    """One more burst event, unless the signal re-announces a lasting state (the DCGM XID gauge
+    holds its code) already counted in the window: only counter kinds report new errors each
+    time they pass the fold."""
+    past = events.get(key, ())
+    if signal.kind not in COUNTER_KINDS and any(
+        (gpu, code) == (signal.gpu, signal.code) for _, gpu, code in past
+    ):
+        return
+    events[key] = (*past, (signal.observed_at, signal.gpu, signal.code))
+
+
 def _decide(
     policy: Policy,
     node: str,
     hit: _Hit,
-    node_events: tuple[datetime, ...],
+    node_events: tuple[BurstEvent, ...],
     history: History,
     now: datetime,
     settings: GlobalSettings,
@@ -275,15 +289,15 @@ def _live_streaks(
 
 
 def _live_events(
-    events: Mapping[EventKey, tuple[datetime, ...]], by_name: Mapping[str, Policy], now: datetime
-) -> dict[EventKey, tuple[datetime, ...]]:
-    live: dict[EventKey, tuple[datetime, ...]] = {}
-    for key, times in events.items():
+    events: Mapping[EventKey, tuple[BurstEvent, ...]], by_name: Mapping[str, Policy], now: datetime
+) -> dict[EventKey, tuple[BurstEvent, ...]]:
+    live: dict[EventKey, tuple[BurstEvent, ...]] = {}
+    for key, found in events.items():
         policy = by_name.get(key[0])
         burst = policy.match.burst if policy is not None else None
         if burst is None:
             continue
-        kept = tuple(t for t in times if t > now - burst.within)
+        kept = tuple(e for e in found if e[0] > now - burst.within)
         if kept:
             live[key] = kept
     return live

@@ -10,13 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from remediator.kube.client import KubeClient
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.base import SourceResult
-from remediator.signals.sources.node_conditions import (
-    NodeConditionConfig,
-    NodeConditionSource,
-    api_client_from_kubeconfig,
-)
+from remediator.signals.sources.node_conditions import NodeConditionConfig, NodeConditionSource
 from tests.fixtures.sim import SimHandle
 
 pytestmark = pytest.mark.integration
@@ -43,9 +40,7 @@ def inject(sim: SimHandle, **fault: Any) -> None:
 
 
 def test_conditions_from_the_api_server_and_down_when_it_is_gone(sim: SimHandle) -> None:
-    source = NodeConditionSource(
-        api_client_from_kubeconfig(sim.kubeconfig), NodeConditionConfig(timeout_seconds=5)
-    )
+    source = NodeConditionSource(KubeClient.from_kubeconfig(sim.kubeconfig, timeout=5.0))
     healthy = poll_until(source, lambda r: r.health.up and not r.signals)
     assert healthy.health.detail["nodes"] == "4"
     nodes = sorted(sim.kubectl("get", "nodes", "-o", "name").split())
@@ -69,7 +64,7 @@ def test_conditions_from_the_api_server_and_down_when_it_is_gone(sim: SimHandle)
     assert (signal.labels["xid"], signal.labels["pci"]) == ("79", "0000:5d:00")
 
     counted_elsewhere = NodeConditionSource(
-        api_client_from_kubeconfig(sim.kubeconfig),
+        KubeClient.from_kubeconfig(sim.kubeconfig),
         NodeConditionConfig(condition_types=frozenset({"Ready"})),
     )
     assert counted_elsewhere.poll(datetime.now(UTC)).signals == ()

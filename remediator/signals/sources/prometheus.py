@@ -4,6 +4,9 @@ One PromQL query per signal kind per cycle, whatever the fleet size, plus one fr
 first: if the exporter's newest sample is older than the staleness bound (or there is none),
 Prometheus is answering about the past, so the source reports itself down instead of "healthy".
 Any failed query also makes the whole poll down: a partial answer would read as "no XIDs".
+Every kind is queried at the evaluation time of the first freshness answer, so one poll is one
+snapshot: a scrape landing between two queries cannot show a GPU off the bus as "missing" before
+its XID 79 is visible.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.util.retry import Retry
 
+from remediator.signals.dedup import COUNTER_WINDOW as FOLD_COUNTER_WINDOW
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import HealthTracker, SourceResult
 
 GPU_KEYS = "Hostname, hostname, gpu, UUID"
 NODE_KEYS = "Hostname, hostname"
 NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+# The look-back of the counter queries: the NVLink fold window, so that one burst is one event
+# (see signals/dedup.py). Two minutes are four DCGM scrapes: one missed scrape hides nothing.
+COUNTER_WINDOW = f"{int(FOLD_COUNTER_WINDOW.total_seconds())}s"
 
 
 def _tag(expr: str, problem: str) -> str:
@@ -45,7 +52,7 @@ class PrometheusQueries(BaseModel):
     nvlink: str | None = (
         f"sum by ({GPU_KEYS}) ("
         + " or ".join(
-            f"label_replace(increase(DCGM_FI_DEV_NVLINK_{c}_ERROR_COUNT_TOTAL[5m]),"
+            f"label_replace(increase(DCGM_FI_DEV_NVLINK_{c}_ERROR_COUNT_TOTAL[{COUNTER_WINDOW}]),"
             f' "counter", "{c.lower()}", "", "")'
             for c in NVLINK_COUNTERS
         )
@@ -56,7 +63,8 @@ class PrometheusQueries(BaseModel):
     ecc: str | None = " or ".join(
         (
             _tag(
-                f"sum by ({GPU_KEYS}) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[5m])) > 0",
+                f"sum by ({GPU_KEYS})"
+                f" (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{COUNTER_WINDOW}])) > 0",
                 "dbe_volatile",
             ),
             _tag(f"max by ({GPU_KEYS}) (DCGM_FI_DEV_ECC_DBE_AGG_TOTAL) > 0", "dbe_aggregate"),
@@ -74,21 +82,24 @@ class PrometheusQueries(BaseModel):
         (
             _tag("node_infiniband_state_id != 4", "link_down"),
             _tag("node_infiniband_physical_state_id != 5", "link_down"),
-            _tag("increase(node_infiniband_link_downed_total[5m]) > 0", "link_flap"),
+            _tag(f"increase(node_infiniband_link_downed_total[{COUNTER_WINDOW}]) > 0", "link_flap"),
             _tag("increase(node_infiniband_symbol_error_total[1h]) > 120", "symbol_errors"),
         )
     )
 
     @classmethod
     def with_windows(
-        cls, counters: str = "5m", missing: str = "5m", symbol_errors: str = "1h"
+        cls, counters: str = COUNTER_WINDOW, missing: str = "5m", symbol_errors: str = "1h"
     ) -> PrometheusQueries:
-        """The defaults with other look-back windows (short ones make tests fast)."""
+        """The defaults with other look-back windows (short ones make tests fast). Fold NVLink
+        signals for `counters` too (SignalFolder's `windows`)."""
         base = cls()
         changes: dict[str, Any] = {}
         for name in ("nvlink", "ecc", "gpu_missing", "infiniband"):
             query: str = getattr(base, name)
-            query = query.replace("[5m]", f"[{counters}]").replace("offset 5m", f"offset {missing}")
+            query = query.replace(f"[{COUNTER_WINDOW}]", f"[{counters}]").replace(
+                "offset 5m", f"offset {missing}"
+            )
             changes[name] = query.replace("[1h]", f"[{symbol_errors}]")
         return base.model_copy(update=changes)
 
@@ -215,8 +226,10 @@ class PrometheusSource:
         deadline = time.monotonic() + self.config.timeout_seconds
         try:
             ages: dict[str, str] = {}
+            snapshot: float | None = None
             for exporter, promql in self.config.freshness.items():
-                age = self._age(promql, exporter, deadline)
+                age, evaluated_at = self._age(promql, exporter, deadline, snapshot)
+                snapshot = snapshot if snapshot is not None else evaluated_at
                 if age is None:
                     return self._health.down(
                         now, f"no {exporter} samples in Prometheus (freshness query is empty)"
@@ -235,9 +248,8 @@ class PrometheusSource:
                 query = getattr(self.config.queries, kind.value, None)
                 if query is None:
                     continue
-                found, dropped = to_signals(
-                    kind, self._query(query, kind.value, deadline), self.config, self.name, now
-                )
+                answer = self._query(query, kind.value, deadline, snapshot)
+                found, dropped = to_signals(kind, answer, self.config, self.name, now)
                 signals.extend(found)
                 skipped += dropped
         except QueryFailed as exc:
@@ -247,18 +259,25 @@ class PrometheusSource:
             detail["skipped_series"] = str(skipped)
         return self._health.ok(now, tuple(signals), detail)
 
-    def _age(self, query: str, exporter: str, deadline: float) -> float | None:
-        """Seconds since the exporter's newest sample; None when it has none at all."""
+    def _age(
+        self, query: str, exporter: str, deadline: float, at: float | None
+    ) -> tuple[float | None, float | None]:
+        """Seconds since the exporter's newest sample (None when it has none at all), and the
+        time Prometheus evaluated the query at."""
         ages = []
-        for series in self._query(query, f"{exporter} freshness", deadline):
+        evaluated_at: float | None = None
+        for series in self._query(query, f"{exporter} freshness", deadline, at):
             try:
+                evaluated_at = float(series["value"][0])
                 ages.append(float(series["value"][1]))
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
         ages = [a for a in ages if not math.isnan(a)]
-        return min(ages) if ages else None
+        return (min(ages) if ages else None), evaluated_at
 
-    def _query(self, query: str, what: str, deadline: float) -> list[dict[str, Any]]:
+    def _query(
+        self, query: str, what: str, deadline: float, at: float | None = None
+    ) -> list[dict[str, Any]]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise QueryFailed(
@@ -267,7 +286,8 @@ class PrometheusSource:
         # Each attempt gets its share of what is left, so retries cannot exceed the bound.
         per_attempt = remaining / (self.config.retries + 1)
         try:
-            result = self._client.custom_query(query, timeout=per_attempt)
+            params = {"time": f"{at:.3f}"} if at is not None else None
+            result = self._client.custom_query(query, params=params, timeout=per_attempt)
         except PrometheusApiClientException as exc:
             raise QueryFailed(f"{what} query failed: {_shorten(str(exc))}") from exc
         except requests.RequestException as exc:

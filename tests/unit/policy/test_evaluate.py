@@ -201,9 +201,13 @@ def test_burst_counts_within_the_window() -> None:
     burst = policy("nvl", {"kind": "xid", "codes": [74], "burst": {"count": 3, "within": "10m"}})
     state = EvalState()
     decided = []
-    for t in (0, 300, 660, 700, 1200):
+    for gpu, t in enumerate((0, 300, 660, 700, 1200)):
         result = evaluate(
-            [signal("n1", "xid", t, code=74)], History.build(state=state), [burst], at(t), SETTINGS
+            [signal("n1", "xid", t, gpu=gpu, code=74)],
+            History.build(state=state),
+            [burst],
+            at(t),
+            SETTINGS,
         )
         state = result.state
         if result.decisions:
@@ -211,6 +215,22 @@ def test_burst_counts_within_the_window() -> None:
             assert "3 events within 10m" in result.decisions[0].reason
     # 0, 300, 660 span 11 minutes; 300, 660, 700 fit in 10; 660, 700, 1200 do too.
     assert decided == [700, 1200]
+
+
+def test_burst_counts_a_lasting_state_once_but_every_counter_rise() -> None:
+    """The XID gauge re-announced every fold window is one fault; NVLink counter rises are
+    new errors each time they pass the fold."""
+    xid = policy("x", {"kind": "xid", "codes": [74], "burst": {"count": 3, "within": "10m"}})
+    nvl = policy("n", {"kind": "nvlink", "burst": {"count": 3, "within": "10m"}})
+    state = EvalState()
+    decided = []
+    for t in (0, 120, 240, 360):
+        sigs = [signal("n1", "xid", t, gpu=0, code=74), signal("n2", "nvlink", t, gpu=0, value=9)]
+        result = evaluate(sigs, History.build(state=state), [xid, nvl], at(t), SETTINGS)
+        state = result.state
+        decided += [(t, d.node) for d in result.decisions]
+    assert decided == [(240, "n2"), (360, "n2")]
+    assert len(state.events[("x", "n1")]) == 1
 
 
 def test_burst_with_threshold_counts_only_breaches() -> None:

@@ -4,7 +4,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediator.signals.dedup import READING_KINDS, SignalFolder, fold
+from remediator.signals.dedup import (
+    COUNTER_WINDOW,
+    DEFAULT_KIND_WINDOWS,
+    READING_KINDS,
+    SignalFolder,
+    fold,
+)
 from remediator.signals.model import Signal, SignalKind
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -110,3 +116,27 @@ def test_folder_rejects_nonsense() -> None:
         SignalFolder(timedelta(0))
     with pytest.raises(ValueError):
         SignalFolder(WINDOW, max_keys=0)
+
+
+def test_per_kind_windows_fold_counters_for_their_query_window() -> None:
+    nvlink = [sig(SignalKind.NVLINK, code=None, value=5, at=t) for t in (0, 60, 120, 180, 240)]
+    xids = [sig(at=t) for t in (0, 120, 240)]
+    out, _ = fold([*nvlink, *xids], WINDOW, windows={SignalKind.NVLINK: timedelta(minutes=2)})
+    assert [(s.kind, s.observed_at.minute) for s in out] == [
+        (SignalKind.NVLINK, 0),
+        (SignalKind.XID, 0),
+        (SignalKind.NVLINK, 2),
+        (SignalKind.NVLINK, 4),
+    ]
+
+
+def test_folder_defaults_fold_nvlink_for_the_counter_window() -> None:
+    folder = SignalFolder(WINDOW)
+    assert folder.windows == DEFAULT_KIND_WINDOWS
+    first = sig(SignalKind.NVLINK, code=None, value=5, at=0)
+    assert folder.fold([first], T0) == (first,)
+    late = sig(SignalKind.NVLINK, code=None, value=5, at=COUNTER_WINDOW.total_seconds())
+    assert folder.fold([late], late.observed_at) == (late,)
+    again = sig(at=COUNTER_WINDOW.total_seconds())
+    assert folder.fold([sig(at=0)], T0) == (sig(at=0),)
+    assert folder.fold([again], again.observed_at) == ()  # XIDs keep the general window

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from remediator.kube.objects import Node
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.node_conditions import NodeConditionConfig, node_signals
 
@@ -20,8 +21,8 @@ def cond(ctype: str, status: str, reason: str = "", message: str = "") -> dict[s
     }
 
 
-def node(name: str, *conditions: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "status": {"conditions": list(conditions)}}
+def node(name: str, *conditions: dict[str, Any]) -> Node:
+    return Node.from_json({"metadata": {"name": name}, "status": {"conditions": list(conditions)}})
 
 
 HEALTHY = (
@@ -85,11 +86,11 @@ def test_kernel_xid_message_is_decoded_into_labels() -> None:
 
 
 def test_odd_objects_are_skipped() -> None:
-    nodes: list[dict[str, Any]] = [
-        {},
-        {"metadata": {}},
-        {"metadata": {"name": "x"}},
-        {"metadata": {"name": "y"}, "status": {"conditions": None}},
+    nodes = [
+        Node.from_json({}),
+        Node.from_json({"metadata": {}}),
+        Node.from_json({"metadata": {"name": "x"}}),
+        Node.from_json({"metadata": {"name": "y"}, "status": {"conditions": None}}),
         node("z", {"status": "True"}),
     ]
     assert node_signals(nodes, NodeConditionConfig(), "n", NOW) == []

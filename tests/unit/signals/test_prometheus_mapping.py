@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -293,3 +294,18 @@ def test_a_disabled_kind_is_not_queried(fake_prometheus: Any) -> None:
     queries = PrometheusQueries(infiniband=None, gpu_missing=None)
     source(fake_prometheus(handle), queries=queries).poll(NOW)
     assert len(paths) == 6
+
+
+def test_every_kind_is_queried_at_the_freshness_answer_time(fake_prometheus: Any) -> None:
+    """One poll is one snapshot: a scrape between two queries cannot split a fault in two."""
+    queries: list[dict[str, list[str]]] = []
+
+    def handle(request: BaseHTTPRequestHandler) -> None:
+        queries.append(parse_qs(urlsplit(request.path).query))
+        answer = {"metric": {}, "value": [1767225612.25, "1"]}
+        reply(200, vector(answer))(request)
+
+    source(fake_prometheus(handle)).poll(NOW)
+    assert "time" not in queries[0]  # the freshness query: Prometheus' own now
+    assert len(queries) == 8
+    assert all(q["time"] == ["1767225612.250"] for q in queries[1:])
