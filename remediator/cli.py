@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.policy.cli",
     "remediator.store.cli",
     "remediator.sim.cli",
+    "remediator.controller.cli",
 )
 
 

@@ -45,7 +45,9 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.HELD_BY_OPT_OUT: frozenset(
         {State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.SUCCEEDED}
     ),
-    State.CHECKPOINTING: frozenset({State.HELD_BY_OPT_OUT, State.DRAINING, State.FAILED}),
+    State.CHECKPOINTING: frozenset(
+        {State.HELD_BY_OPT_OUT, State.DRAINING, State.HELD, State.FAILED}
+    ),
     State.DRAINING: frozenset(
         {State.HELD_BY_OPT_OUT, State.REPLACING, State.SUCCEEDED, State.HELD, State.FAILED}
     ),

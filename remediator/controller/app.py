@@ -1,0 +1,421 @@
+"""The composition root: builds every part from the settings and runs them.
+
+Every replica serves the console (read-only state from the database; commands write to it) and
+keeps its policy view and metrics fresh. Only the replica holding the Lease runs the scheduler
+whose jobs poll the sources, open remediations, advance them and reconcile the nodes; losing the
+lease stops the scheduler, and every action checks leadership again before touching anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from remediator.actions.notify import WebhookNotifier
+from remediator.clock import Clock, SystemClock
+from remediator.controller.jobs import PUSH_JOB, JobSpec, build_scheduler, wake
+from remediator.controller.metrics import ControllerMetrics
+from remediator.errors import RemediatorError
+from remediator.kube.client import KubeClient
+from remediator.kube.leader import LeaderElector, default_identity
+from remediator.policy.loader import content_hash, policy_files
+from remediator.policy.watcher import PolicyStore
+from remediator.providers.base import NodePoolProvider
+from remediator.providers.http import HttpNodePoolProvider
+from remediator.remediation.intake import Intake, Inventory
+from remediator.remediation.service import RemediationService
+from remediator.remediation.states import State
+from remediator.settings import Settings
+from remediator.signals.model import Signal
+from remediator.signals.sources.base import Source, SourceResult
+from remediator.signals.sources.node_conditions import NodeConditionSource
+from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
+from remediator.signals.sources.push import SignalInbox
+from remediator.store.db import make_engine, make_session_factory
+from remediator.store.records import RemediationFilter
+from remediator.store.repository import Repository
+from remediator.web.app import create_app
+from remediator.web.deps import WebDeps
+
+log = logging.getLogger(__name__)
+
+HOUSEKEEPING_SECONDS = 2.0
+RECONCILE_SECONDS = 10.0
+HEARTBEAT_SECONDS = 10.0
+PUSH_SECONDS = 1.0
+# A selector no node carries: the cheapest request that proves the API server answers.
+PROBE_SELECTOR = "remediator.io/readiness-probe=none"
+
+
+class WakingInbox(SignalInbox):
+    """The push endpoints' inbox; a put wakes the leader's intake instead of waiting a tick."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        super().__init__(capacity)
+        self.on_put: Callable[[], None] | None = None
+
+    def put(self, signals: Sequence[Signal]) -> int:
+        taken = super().put(signals)
+        if self.on_put is not None:
+            self.on_put()
+        return taken
+
+
+def guarded(name: str, job: Callable[[], None]) -> Callable[[], None]:
+    """A job that logs its failure and tries again at its next run: a down API server or
+    database is an expected condition, not a crash."""
+
+    def run() -> None:
+        try:
+            job()
+        except RemediatorError as exc:
+            log.warning("job %s: %s", name, exc)
+        except Exception:
+            log.exception("job %s failed", name)
+
+    return run
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise RemediatorError(f"web.listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
+        kube: KubeClient | None = None,
+        provider: NodePoolProvider | None = None,
+        sources: Sequence[Source] | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.registry = registry or CollectorRegistry()
+        self.identity = settings.leader_election.identity or default_identity()
+        self.actor = f"controller {self.identity}"
+        self.engine = engine or make_engine(settings.database_url)
+        self.repository = Repository(
+            make_session_factory(self.engine), settings.cluster_name, self.clock
+        )
+        self.kube = kube or KubeClient.connect(settings.kubeconfig)
+        self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
+        self.notifier = WebhookNotifier.from_settings(settings.notify)
+        self.policies = PolicyStore(settings.policies_dir, self.clock)
+        self.inbox = WakingInbox()
+        self.sources: list[Source] = (
+            list(sources) if sources is not None else self._default_sources()
+        )
+        self.metrics = ControllerMetrics(self.registry)
+        self.service = RemediationService(
+            self.repository,
+            self.kube,
+            self.provider,
+            self.clock,
+            actor=self.actor,
+            notifier=self.notifier,
+            opt_out_label=settings.opt_out_label,
+            cluster=settings.cluster_name,
+            on_transition=self.metrics.transition,
+            on_illegal=self.metrics.illegal,
+            may_act=self.is_leader,
+        )
+        self.intake = Intake(self.repository, actor=self.actor)
+        self.inventory: Inventory | None = None
+        self._leading = threading.Event()
+        self._pushed = threading.Event()
+        self._lead_lock = threading.Lock()
+        self._scheduler: BackgroundScheduler | None = None
+        self._policy_error: object | None = None
+        self._recorded_hash: str | None = None
+        self._web: uvicorn.Server | None = None
+        self._web_thread: threading.Thread | None = None
+        self.web_url: str | None = None
+        self.elector: LeaderElector | None = None
+        if settings.leader_election.enabled:
+            election = settings.leader_election
+            self.elector = LeaderElector(
+                self.kube,
+                namespace=election.namespace,
+                name=election.lease_name,
+                identity=self.identity,
+                lease_duration=election.lease_duration_seconds,
+                renew_deadline=election.renew_deadline_seconds,
+                retry_period=election.retry_period_seconds,
+                on_started_leading=self._start_leading,
+                on_stopped_leading=self._stop_leading,
+                clock=self.clock,
+            )
+        self.inbox.on_put = self._wake_push
+
+    def _default_sources(self) -> list[Source]:
+        sources: list[Source] = [NodeConditionSource(self.kube)]
+        if self.settings.prometheus_url:
+            config = PrometheusSourceConfig(
+                url=self.settings.prometheus_url,
+                timeout_seconds=self.settings.prometheus_timeout_seconds,
+            )
+            sources.append(PrometheusSource(config))
+        return sources
+
+    # -- leadership --------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def _start_leading(self) -> None:
+        with self._lead_lock:
+            if self._scheduler is not None:
+                return
+            self._leading.set()
+            self.metrics.is_leader.set(1)
+            log.info("leading: starting the jobs", extra={"identity": self.identity})
+            interval = self.settings.poll_interval_seconds
+            scheduler = build_scheduler(
+                [
+                    JobSpec("poll", guarded("poll", self.poll), interval),
+                    JobSpec(PUSH_JOB, guarded(PUSH_JOB, self.take_pushed), PUSH_SECONDS),
+                    JobSpec(
+                        "advance",
+                        guarded("advance", self.advance),
+                        self.settings.advance_interval_seconds,
+                    ),
+                    JobSpec("reconcile", guarded("reconcile", self.reconcile), RECONCILE_SECONDS),
+                    JobSpec("heartbeat", guarded("heartbeat", self.heartbeat), HEARTBEAT_SECONDS),
+                ]
+            )
+            scheduler.start()
+            self._scheduler = scheduler
+
+    def _stop_leading(self, wait: bool = False) -> None:
+        """On a lost lease (the elector's thread) do not wait for running jobs: they see
+        `is_leader()` false before their next action and stop there."""
+        with self._lead_lock:
+            self._leading.clear()
+            self.metrics.is_leader.set(0)
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            log.warning(
+                "not leading any more: stopping the jobs", extra={"identity": self.identity}
+            )
+            scheduler.shutdown(wait=wait)
+
+    def _wake_push(self) -> None:
+        self._pushed.set()
+        wake(self._scheduler, PUSH_JOB)
+
+    # -- the leader's jobs -------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Poll every source, refresh the node inventory, and decide on what came in."""
+        now = self.clock.now()
+        signals: list[Signal] = []
+        for source in self.sources:
+            result = source.poll(now)
+            self._record_health(result)
+            signals.extend(result.signals)
+        self.refresh_inventory()
+        self._decide(signals)
+
+    def take_pushed(self) -> None:
+        """Drain the push inbox until no put came in while deciding: a put that lands while
+        this job runs cannot wake it (one instance at a time), so it looks again itself."""
+        while self.is_leader():
+            self._pushed.clear()
+            result = self.inbox.poll(self.clock.now())
+            self.metrics.source_up.labels(result.health.name).set(1)
+            if result.signals:
+                self._decide(list(result.signals))
+            if not self._pushed.is_set():
+                return
+
+    def refresh_inventory(self) -> Inventory:
+        inventory = Inventory.from_nodes(self.kube.list_nodes(), self.settings.pool_label)
+        self.inventory = inventory
+        return inventory
+
+    def _decide(self, signals: Sequence[Signal]) -> None:
+        if not self.is_leader():
+            return
+        inventory = self.inventory or self.refresh_inventory()
+        result = self.intake.process(signals, inventory, self.policies.active, self.clock.now())
+        self.metrics.opened(result.created)
+        for record in result.created:
+            self.service.advance(record.id)
+
+    def _record_health(self, result: SourceResult) -> None:
+        health = result.health
+        self.metrics.source_up.labels(health.name).set(1 if health.up else 0)
+        if not health.up:
+            log.warning("source down: %s", health.error, extra={"source": health.name})
+        self.repository.record_source_health(health.name, up=health.up, error=health.error)
+
+    def advance(self) -> None:
+        """Tick the open remediations, unless a human paused automation: then no step starts
+        (a drain round already sent completes; the next one waits for the resume)."""
+        if self.repository.controller_status().paused:
+            return
+        self.service.advance_due()
+
+    def reconcile(self) -> None:
+        self.service.reconcile(self.kube.list_nodes())
+
+    def heartbeat(self) -> None:
+        self.repository.record_leader(self.identity)
+
+    # -- every replica -----------------------------------------------------------------------
+
+    def housekeeping(self) -> None:
+        """Keep the policy view and the gauges current; failures are logged, never fatal."""
+        try:
+            self.reload_policies()
+            self.refresh_metrics()
+        except (RemediatorError, SQLAlchemyError) as exc:
+            log.warning("housekeeping: %s: %s", type(exc).__name__, exc)
+
+    def reload_policies(self) -> None:
+        self.policies.reload_if_changed()
+        active = self.policies.active
+        error = self.policies.last_error
+        if error is not None and error is not self._policy_error:
+            self._policy_error = error
+            self.metrics.policy_load_errors.inc()
+            log.error("policy set refused, keeping the last good one: %s", error)
+            if self.is_leader():
+                self._record_refused(str(error))
+        if active is not None and active.content_hash != self._recorded_hash:
+            self.metrics.policy_set(active.commit, active.content_hash)
+            if self.is_leader():
+                self.repository.record_policy_set(
+                    content_hash=active.content_hash,
+                    commit=active.commit,
+                    dirty=active.dirty,
+                    files=active.files,
+                )
+                self._recorded_hash = active.content_hash
+                log.info("policy set active: %s (%s)", active.content_hash[:12], active.commit)
+
+    def _record_refused(self, error: str) -> None:
+        directory = self.settings.policies_dir
+        try:
+            files = {p.name: p.read_text(encoding="utf-8") for p in policy_files(directory)}
+        except (OSError, UnicodeDecodeError):
+            files = {}
+        self.repository.record_policy_set(
+            content_hash=content_hash(files),
+            commit=None,
+            dirty=True,
+            files=files,
+            status="refused",
+            error=error,
+        )
+
+    def refresh_metrics(self) -> None:
+        failed = self.repository.list(
+            RemediationFilter(states=frozenset({State.FAILED})), limit=500
+        )
+        rows = [*self.repository.list_open(), *failed.rows]
+        fencing = [r for r in (self.repository.get(row.id) for row in rows) if r is not None]
+        left = self.metrics.refresh(fencing, self.repository.controller_status(), self.clock.now())
+        for remediation_id in left:
+            record = self.repository.get(remediation_id)
+            if record is not None and record.state is State.CANCELLED:
+                self.metrics.cancelled(record)
+
+    # -- the web console ---------------------------------------------------------------------
+
+    def cluster_problem(self) -> str | None:
+        try:
+            self.kube.list_nodes(label_selector=PROBE_SELECTOR)
+        except RemediatorError as exc:
+            return str(exc)
+        return None
+
+    def start_web(self) -> str:
+        host, port = split_listen(self.settings.web.listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        deps = WebDeps(
+            settings=self.settings,
+            repository=self.repository,
+            policies=self.policies,
+            inbox=self.inbox,
+            registry=self.registry,
+            is_leader=self.is_leader,
+            check_cluster=self.cluster_problem,
+            clock=self.clock,
+        )
+        config = uvicorn.Config(create_app(deps), log_config=None, access_log=False)
+        server = uvicorn.Server(config)
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="web", daemon=True
+        )
+        thread.start()
+        self._web, self._web_thread = server, thread
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
+        self.web_url = f"http://{shown}:{bound_port}"
+        return self.web_url
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, *, serve_web: bool = True) -> None:
+        self.policies.reload_if_changed()
+        if serve_web:
+            self.start_web()
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            self._start_leading()
+        self.housekeeping()
+
+    def stop(self) -> None:
+        # Our jobs end before the lease is handed over, so two replicas never act at once.
+        self._stop_leading(wait=True)
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        if self._web is not None:
+            self._web.should_exit = True
+        if self._web_thread is not None:
+            self._web_thread.join(timeout=10)
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()
+        self.kube.close()
+        self.engine.dispose()
+
+    def run(self, stop: threading.Event, ready_file: Path | None = None) -> None:
+        """Serve until `stop` is set; the ready file (JSON: web_url, identity, pid) is written
+        once the console listens."""
+        self.start()
+        try:
+            if ready_file is not None:
+                body = {"web_url": self.web_url, "identity": self.identity, "pid": os.getpid()}
+                temp = ready_file.with_suffix(".tmp")
+                temp.write_text(json.dumps(body))
+                temp.replace(ready_file)
+            while not stop.wait(HOUSEKEEPING_SECONDS):
+                self.housekeeping()
+        finally:
+            self.stop()

@@ -1,0 +1,58 @@
+"""`remediator run`: the controller process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from remediator.controller.logging import configure_logging
+from remediator.errors import RemediatorError
+from remediator.settings import load_settings
+from remediator.store.db import check
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("run", help="run the controller (and its web console)")
+    parser.add_argument("--config", type=Path, help="the YAML settings file")
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        help="written (JSON: web_url, identity, pid) once the console listens",
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+    except RemediatorError as exc:
+        print(f"remediator run: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format)
+    # Imported here: building the parser must not pay for the whole controller.
+    from remediator.controller.app import Controller
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    try:
+        check(settings.database_url)
+        controller = Controller(settings)
+    except RemediatorError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    controller.run(stop, args.ready_file)
+    return 0

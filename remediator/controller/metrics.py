@@ -1,0 +1,138 @@
+"""The controller's Prometheus metrics. The names are a contract: the alerts and the dashboard in
+deploy/ query exactly these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from remediator.remediation.planner import STEP_NAMES
+from remediator.remediation.service import TransitionSeen, entered_at
+from remediator.remediation.states import OPEN, State
+from remediator.store.records import ControllerStatus, RemediationRecord
+
+# Steps take from milliseconds (a cordon) to many minutes (a drain behind a PDB, a replacement).
+STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
+FINISHED_OUTCOMES = {State.SUCCEEDED: "succeeded", State.FAILED: "failed"}
+# Gauged states: the open ones and failed (which holds its node until a human acts).
+GAUGED = tuple(sorted((*OPEN, State.FAILED), key=lambda s: s.value))
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.remediations = Gauge(
+            "remediator_remediations",
+            "Remediations currently in each open state (and failed).",
+            ["state"],
+            registry=registry,
+        )
+        self.finished = Counter(
+            "remediator_remediations_finished",
+            "Remediations that ended, by outcome and policy.",
+            ["outcome", "policy"],
+            registry=registry,
+        )
+        self.started = Counter(
+            "remediator_remediations_started",
+            "Remediations opened, by policy and the kind of signal that caused them.",
+            ["policy", "signal_kind"],
+            registry=registry,
+        )
+        self.step_duration = Histogram(
+            "remediator_step_duration_seconds",
+            "Time spent in each work step.",
+            ["step"],
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        )
+        self.oldest_open = Gauge(
+            "remediator_oldest_open_remediation_seconds",
+            "Age of the oldest remediation in each open state.",
+            ["state"],
+            registry=registry,
+        )
+        self.breaker_tripped = Gauge(
+            "remediator_breaker_tripped", "1 while the storm breaker is tripped.", registry=registry
+        )
+        self.paused = Gauge("remediator_paused", "1 while automation is paused.", registry=registry)
+        self.source_up = Gauge(
+            "remediator_source_up",
+            "1 when the signal source answered its last poll.",
+            ["source"],
+            registry=registry,
+        )
+        self.is_leader = Gauge(
+            "remediator_is_leader", "1 on the replica that acts.", registry=registry
+        )
+        self.policy_load_errors = Counter(
+            "remediator_policy_load_errors",
+            "Policy sets refused (the last good set stayed active).",
+            registry=registry,
+        )
+        self.policy_set_info = Gauge(
+            "remediator_policy_set_info",
+            "The active policy set: its git commit and content hash.",
+            ["commit", "hash"],
+            registry=registry,
+        )
+        self.illegal_transitions = Counter(
+            "remediator_illegal_transitions",
+            "State changes the transition table refused.",
+            registry=registry,
+        )
+        for step in STEP_NAMES.values():
+            self.step_duration.labels(step)
+        self._open_ids: set[int] = set()
+
+    def transition(self, seen: TransitionSeen) -> None:
+        step = STEP_NAMES.get(seen.before.state)
+        if step is not None:
+            self.step_duration.labels(step).observe(seen.seconds_in_state)
+        outcome = FINISHED_OUTCOMES.get(seen.after.state)
+        if outcome is not None:
+            self.finished.labels(outcome, seen.after.policy).inc()
+
+    def opened(self, records: Iterable[RemediationRecord]) -> None:
+        for record in records:
+            self.started.labels(record.policy, record.signal_kind).inc()
+
+    def cancelled(self, record: RemediationRecord) -> None:
+        self.finished.labels("cancelled", record.policy).inc()
+
+    def illegal(self, _record: RemediationRecord, _target: State) -> None:
+        self.illegal_transitions.inc()
+
+    def policy_set(self, commit: str | None, content_hash: str) -> None:
+        self.policy_set_info.clear()
+        self.policy_set_info.labels(commit or "", content_hash).set(1)
+
+    def refresh(
+        self,
+        fencing: Sequence[RemediationRecord],
+        status: ControllerStatus,
+        now: datetime,
+    ) -> set[int]:
+        """Set the gauges from the store (records with their events: the age is the time in
+        the current state); returns the ids that left the open set since the last refresh
+        (the caller looks them up to count cancellations)."""
+        counts = dict.fromkeys(GAUGED, 0)
+        oldest: dict[State, datetime] = {}
+        for record in fencing:
+            counts[record.state] = counts.get(record.state, 0) + 1
+            since = entered_at(record, record.state)
+            if record.state not in oldest or since < oldest[record.state]:
+                oldest[record.state] = since
+        for state, count in counts.items():
+            self.remediations.labels(state.value).set(count)
+            first = oldest.get(state)
+            self.oldest_open.labels(state.value).set(
+                (now - first).total_seconds() if first else 0.0
+            )
+        self.breaker_tripped.set(1 if status.breaker_tripped else 0)
+        self.paused.set(1 if status.paused else 0)
+        current = {r.id for r in fencing if r.state is not State.FAILED}
+        left = self._open_ids - current
+        self._open_ids = current
+        return left

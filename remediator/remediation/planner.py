@@ -1,0 +1,306 @@
+"""The pure heart of the engine: a remediation, where it stands and what its step's action just
+reported → the next transition, or how long to wait.
+
+A remediation's state is the step being executed. The policy's ladder (stored on the remediation
+when it was opened, so a policy edit never changes a running remediation) decides which work
+states it passes through; every disruptive ladder starts with the quarantine, because draining a
+node that still takes new pods is a race, and a replacement is always followed by verification.
+A ladder that stops before `replace` ends in HELD: the node is fenced and a human decides.
+
+Nothing here does I/O or reads a clock: the service passes what it observed and carries out the
+answer, persisting a Move before the next step's side effect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
+from remediator.policy.schema import Step
+from remediator.remediation.states import TRANSITIONS, State
+
+# How long a remediation waiting for a human (or for an opt-out pod to leave) sleeps between
+# looks: the console's commands are picked up within this.
+HUMAN_POLL_SECONDS = 2.0
+OPT_OUT_POLL_SECONDS = 2.0
+# Consecutive transient errors in one step before it is held for a human.
+MAX_TRANSIENT_ATTEMPTS = 30
+MAX_BACKOFF_SECONDS = 30.0
+
+STEP_STATES: dict[str, State] = {
+    "cordon": State.QUARANTINED,
+    "taint": State.QUARANTINED,
+    "checkpoint": State.CHECKPOINTING,
+    "drain": State.DRAINING,
+    "replace": State.REPLACING,
+}
+# The timeline and metric name of the work done in each work state.
+STEP_NAMES: dict[State, str] = {
+    State.QUARANTINED: "quarantine",
+    State.CHECKPOINTING: "checkpoint",
+    State.DRAINING: "drain",
+    State.REPLACING: "replace",
+    State.VERIFYING: "verify",
+}
+
+
+@dataclass(frozen=True)
+class LadderStep:
+    """One rung of a policy's ladder as stored on the remediation (seconds, not durations)."""
+
+    action: str
+    grace_seconds: float | None = None
+    timeout_seconds: float | None = None
+    on_timeout: str | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> LadderStep:
+        return cls(
+            action=str(raw["action"]),
+            grace_seconds=_float(raw.get("grace_seconds")),
+            timeout_seconds=_float(raw.get("timeout_seconds")),
+            on_timeout=raw.get("on_timeout"),
+            message=raw.get("message"),
+        )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def ladder_from_policy(actions: Sequence[Step]) -> tuple[LadderStep, ...]:
+    steps = []
+    for step in actions:
+        grace = getattr(step, "grace", None)
+        timeout = getattr(step, "timeout", None)
+        steps.append(
+            LadderStep(
+                action=step.action,
+                grace_seconds=grace.total_seconds() if grace is not None else None,
+                timeout_seconds=timeout.total_seconds() if timeout is not None else None,
+                on_timeout=getattr(step, "on_timeout", None),
+                message=getattr(step, "message", None),
+            )
+        )
+    return tuple(steps)
+
+
+def parse_ladder(raw: Sequence[Mapping[str, Any]]) -> tuple[LadderStep, ...]:
+    return tuple(LadderStep.from_json(item) for item in raw)
+
+
+def work_states(ladder: Sequence[LadderStep]) -> tuple[State, ...]:
+    """The work states a ladder passes through, in order."""
+    states = [STEP_STATES[s.action] for s in ladder if s.action in STEP_STATES]
+    if not states:
+        return ()
+    ordered: list[State] = [State.QUARANTINED]
+    for state in states:
+        if state not in ordered:
+            ordered.append(state)
+    if State.REPLACING in ordered:
+        ordered.append(State.VERIFYING)
+    return tuple(ordered)
+
+
+def next_work_state(ladder: Sequence[LadderStep], after: State) -> State | None:
+    """The work state after `after` (the quarantine, for an opt-out hold); None at the end."""
+    states = work_states(ladder)
+    anchor = State.QUARANTINED if after is State.HELD_BY_OPT_OUT else after
+    if anchor not in states:
+        return None
+    index = states.index(anchor) + 1
+    return states[index] if index < len(states) else None
+
+
+def step_of(ladder: Sequence[LadderStep], action: str) -> LadderStep | None:
+    return next((s for s in ladder if s.action == action), None)
+
+
+def notifies(ladder: Sequence[LadderStep]) -> bool:
+    return any(s.action == "notify" for s in ladder)
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the service saw this tick. `outcome` is the state's action result (None when the
+    state has no action); `opt_out` the opt-out check, when one was made; `error` the message of
+    a transient error the action raised instead of answering."""
+
+    state: State
+    ladder: tuple[LadderStep, ...]
+    approval_required: bool = False
+    dry_run: bool = False
+    outcome: Outcome | None = None
+    opt_out: Outcome | None = None
+    error: str | None = None
+    error_delay: float = 5.0
+    permanent_error: str | None = None
+    attempts: int = 0
+    last_progress: str | None = None
+    operation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """Persist `target` (with the timeline line `action`/`detail` and the bookkeeping `fields`)
+    before anything else happens."""
+
+    target: State
+    action: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stay:
+    """Wait `retry_after` seconds; write `fields` when given, and a timeline line when `note`."""
+
+    retry_after: float
+    reason: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    note: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+Plan = Move | Stay
+
+
+def plan(s: Situation) -> Plan:
+    if s.permanent_error is not None and s.state in STEP_NAMES:
+        return _fail(s, s.permanent_error)
+    if s.error is not None:
+        return _transient(s)
+    if s.state is State.DETECTED:
+        return _detected(s)
+    if s.state in (State.AWAITING_APPROVAL, State.HELD, State.FAILED):
+        return Stay(HUMAN_POLL_SECONDS, f"{s.state.value}: waiting for a human")
+    if s.state in (State.SUCCEEDED, State.CANCELLED):
+        return Stay(HUMAN_POLL_SECONDS, f"{s.state.value}: finished")
+    if s.state is State.HELD_BY_OPT_OUT:
+        return _held_by_opt_out(s)
+    return _work(s)
+
+
+def _detected(s: Situation) -> Plan:
+    states = work_states(s.ladder)
+    if not states:
+        return Move(State.SUCCEEDED, "notified", {"ladder": "notify only"})
+    if s.approval_required:
+        return Move(State.AWAITING_APPROVAL, "approval_requested")
+    return Move(State.QUARANTINED, "started", {"ladder": [st.value for st in states]})
+
+
+def _held_by_opt_out(s: Situation) -> Plan:
+    if isinstance(s.opt_out, Done):
+        target = next_work_state(s.ladder, State.HELD_BY_OPT_OUT)
+        if target is None:  # cannot happen: a hold is only entered with a step to go to
+            return Stay(HUMAN_POLL_SECONDS, "nothing left to do after the opt-out")
+        return Move(target, "opt_out_cleared", _facts(s.opt_out), {"hold_reason": None})
+    if isinstance(s.opt_out, Held):
+        return Stay(OPT_OUT_POLL_SECONDS, s.opt_out.reason, {"hold_reason": s.opt_out.reason})
+    return Stay(OPT_OUT_POLL_SECONDS, "opt-out not checked")
+
+
+def _work(s: Situation) -> Plan:
+    outcome = s.outcome
+    step = STEP_NAMES[s.state]
+    if outcome is None:
+        return Stay(OPT_OUT_POLL_SECONDS, f"{step}: no outcome")
+    if isinstance(outcome, Waiting):
+        return _waiting(s, outcome)
+    if isinstance(outcome, Held):
+        return _hold(s, outcome.reason, outcome.facts)
+    if isinstance(outcome, Failed):
+        return _fail(s, outcome.reason, outcome.facts)
+    return _done(s, outcome)
+
+
+def _done(s: Situation, outcome: Done) -> Plan:
+    step = STEP_NAMES[s.state]
+    detail: dict[str, Any] = {"result": outcome.detail, **_facts(outcome)}
+    fields: dict[str, Any] = {"attempts": 0, "error": None, "next_attempt_at": None}
+    if s.state is State.REPLACING:
+        new_node = outcome.facts.get("new_node")
+        fields["new_node"] = new_node
+        if outcome.facts.get("operation_id"):
+            fields["replacement_operation_id"] = outcome.facts["operation_id"]
+    if s.state is State.VERIFYING:
+        return Move(State.SUCCEEDED, f"{step}_done", detail, fields)
+    target = next_work_state(s.ladder, s.state)
+    if target is None:
+        reason = f"the policy's ladder ends after {step}: the node stays fenced for a human"
+        return Move(State.HELD, f"{step}_done", detail, {**fields, "hold_reason": reason})
+    if s.state is State.QUARANTINED and isinstance(s.opt_out, Held):
+        if s.dry_run:
+            detail["dry_run_would_hold"] = s.opt_out.reason
+        else:
+            detail.update(_facts(s.opt_out))
+            return Move(
+                State.HELD_BY_OPT_OUT, "held_by_opt_out", detail, {"hold_reason": s.opt_out.reason}
+            )
+    return Move(target, f"{step}_done", detail, fields)
+
+
+def _waiting(s: Situation, outcome: Waiting) -> Plan:
+    fields: dict[str, Any] = {}
+    operation = outcome.facts.get("operation_id")
+    if s.state is State.REPLACING and operation and operation != s.operation_id:
+        # Known from now on: a restart follows this operation instead of asking again.
+        fields["replacement_operation_id"] = operation
+    if s.attempts or fields:
+        fields["attempts"] = 0
+        fields["error"] = None
+    signature = progress_signature(outcome.reason, outcome.facts)
+    note = "progress" if signature != s.last_progress else None
+    detail = {"reason": outcome.reason, **_facts(outcome), "signature": signature}
+    return Stay(outcome.retry_after, outcome.reason, fields, note, detail if note else {})
+
+
+def _transient(s: Situation) -> Plan:
+    attempts = s.attempts + 1
+    error = s.error or "transient error"
+    if attempts >= MAX_TRANSIENT_ATTEMPTS and s.state in STEP_NAMES:
+        reason = f"gave up after {attempts} attempts: {error}"
+        return _hold(s, reason, {})
+    delay = min(MAX_BACKOFF_SECONDS, max(s.error_delay, 0.5 * 2 ** min(attempts, 6)))
+    fields = {"attempts": attempts, "error": error}
+    return Stay(delay, error, fields, "retrying", {"error": error, "attempt": attempts})
+
+
+def _hold(s: Situation, reason: str, facts: Mapping[str, Any]) -> Plan:
+    if State.HELD not in TRANSITIONS[s.state]:
+        return _fail(s, reason, facts)
+    detail = {"reason": reason, **facts}
+    return Move(State.HELD, f"{STEP_NAMES[s.state]}_held", detail, {"hold_reason": reason})
+
+
+def _fail(s: Situation, reason: str, facts: Mapping[str, Any] | None = None) -> Plan:
+    detail = {"reason": reason, **(facts or {})}
+    fields: dict[str, Any] = {"error": reason, "attempts": 0}
+    action = f"{STEP_NAMES.get(s.state, s.state.value)}_failed"
+    if s.state is State.REPLACING:
+        # A retry must ask for a new operation: this one is finished for good.
+        fields["replacement_operation_id"] = None
+        action = "replacement_failed"
+    return Move(State.FAILED, action, detail, fields)
+
+
+def _facts(outcome: Outcome) -> dict[str, Any]:
+    return dict(outcome.facts)
+
+
+def progress_signature(reason: str, facts: Mapping[str, Any]) -> str:
+    """What makes two progress reports the same: time-varying counters left out, so a drain
+    that is merely still waiting does not write a timeline line every round."""
+    stable = {k: v for k, v in facts.items() if k not in ("elapsed_seconds",)}
+    text = json.dumps([reason, stable], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,458 @@
+"""The executor: one tick of one remediation — observe through the state's action, ask the
+planner, persist the transition, then (on the next loop) run the next state's action.
+
+Crash safety comes from the order: a transition is committed (compare-and-set on state and
+version) before the next step's side effect starts, and every action is idempotent, so a process
+killed at any point resumes each remediation by re-running the action of the state it was in.
+Step start times come from the stored timeline, never from memory, so a restart neither extends a
+checkpoint grace nor restarts a drain timeout. The replacement's idempotency key is derived from
+the remediation's own key, so a retried request finds the operation already granted.
+
+`reconcile` is the safety net: no node stays fenced by us unless its remediation still needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Protocol
+
+from remediator.actions.checkpoint import plan_checkpoint, request_checkpoints
+from remediator.actions.drain import Drainer, OnTimeout
+from remediator.actions.notify import Notification, NotificationKind
+from remediator.actions.optout import check_opt_out
+from remediator.actions.outcome import Done, Failed, Outcome
+from remediator.actions.pods import OPT_OUT_LABEL, movable
+from remediator.actions.quarantine import ANN_REMEDIATION_ID, QUARANTINE_TAINT, Why, quarantine
+from remediator.actions.release import release
+from remediator.actions.replace import check_capacity, replace_node
+from remediator.actions.verify import verify_replacement
+from remediator.clock import Clock
+from remediator.errors import (
+    ConflictError,
+    IllegalTransition,
+    PermanentError,
+    RemediatorError,
+    TransientError,
+)
+from remediator.kube.client import KubeClient
+from remediator.kube.objects import Node
+from remediator.providers.base import NodePoolProvider
+from remediator.remediation import planner
+from remediator.remediation.planner import LadderStep, Move, Situation, Stay
+from remediator.remediation.states import State
+from remediator.store.records import RemediationRecord
+from remediator.store.repository import Repository
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_SECONDS = 120.0
+DEFAULT_DRAIN_TIMEOUT = 600.0
+MAX_MOVES_PER_TICK = 12
+# The states that need no action until a human (or the console) moves them on.
+HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
+
+
+class Notifier(Protocol):
+    def send(self, note: Notification) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TransitionSeen:
+    """Handed to observers (metrics, logs) after a transition is committed."""
+
+    before: RemediationRecord
+    after: RemediationRecord
+    seconds_in_state: float
+
+
+def _noop(_: TransitionSeen) -> None:
+    return None
+
+
+def _illegal_noop(_: RemediationRecord, __: State) -> None:
+    return None
+
+
+def _always() -> bool:
+    return True
+
+
+def entered_at(record: RemediationRecord, state: State) -> datetime:
+    """When the remediation last entered `state`, from its timeline."""
+    for event in reversed(record.events):
+        if event.to_state is state:
+            return event.at
+    return record.updated_at
+
+
+def last_progress(record: RemediationRecord) -> str | None:
+    """The signature of the last progress line written in the current state."""
+    for event in reversed(record.events):
+        if event.to_state is not None:
+            return None
+        if event.action == "progress":
+            signature = event.detail.get("signature")
+            return str(signature) if signature is not None else None
+    return None
+
+
+def opt_out_overridden(record: RemediationRecord) -> bool:
+    """A human released the opt-out hold: the opt-out is not checked again for this one."""
+    return any(
+        e.from_state is State.HELD_BY_OPT_OUT and e.action == "released" for e in record.events
+    )
+
+
+def replacement_key(record: RemediationRecord) -> str:
+    """One key per replacement attempt: the same after a crash, a new one after a failed
+    operation was retried by a human (the provider would answer the failed one again)."""
+    failures = sum(1 for e in record.events if e.action == "replacement_failed")
+    return f"{record.idempotency_key}-{failures}"
+
+
+def signal_text(record: RemediationRecord) -> str:
+    if not record.signals:
+        return record.signal_kind
+    first = record.signals[0]
+    text = first.kind.value if first.code is None else f"{first.kind.value} {first.code}"
+    if first.gpu is not None:
+        text += f" on GPU {first.gpu}"
+    return text
+
+
+class RemediationService:
+    def __init__(
+        self,
+        repository: Repository,
+        kube: KubeClient,
+        provider: NodePoolProvider,
+        clock: Clock,
+        *,
+        actor: str,
+        drainer: Drainer | None = None,
+        notifier: Notifier | None = None,
+        opt_out_label: str = OPT_OUT_LABEL,
+        cluster: str = "",
+        on_transition: Callable[[TransitionSeen], None] = _noop,
+        on_illegal: Callable[[RemediationRecord, State], None] = _illegal_noop,
+        may_act: Callable[[], bool] = _always,
+    ) -> None:
+        self._repo = repository
+        self._kube = kube
+        self._provider = provider
+        self._clock = clock
+        self.actor = actor
+        self._drainer = drainer or Drainer(kube, clock)
+        self._notifier = notifier
+        self._opt_out_label = opt_out_label
+        self._cluster = cluster
+        self.on_transition = on_transition
+        self._on_illegal = on_illegal
+        self._may_act = may_act
+        self._locks: dict[int, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._due: dict[int, float] = {}
+        self._capacity_checked: set[tuple[int, datetime]] = set()
+
+    # -- driving -----------------------------------------------------------------------------
+
+    def advance_due(self) -> int:
+        """Tick every open remediation whose wait is over; returns how many were ticked."""
+        ticked = 0
+        now = self._clock.monotonic()
+        for record in self._repo.list_open():
+            if record.state in HUMAN_STATES or self._due.get(record.id, 0.0) > now:
+                continue
+            if not self._may_act():
+                break
+            try:
+                self.advance(record.id)
+            except Exception:
+                # One remediation's bug must not starve the others; it is retried later.
+                log.exception(
+                    "tick failed", extra={"remediation_id": record.id, "node": record.node}
+                )
+                self._due[record.id] = now + planner.MAX_BACKOFF_SECONDS
+            ticked += 1
+        return ticked
+
+    def advance(self, remediation_id: int) -> RemediationRecord | None:
+        """Move one remediation as far as it goes now; skipped when another thread has it."""
+        lock = self._lock(remediation_id)
+        if not lock.acquire(blocking=False):
+            return None
+        try:
+            record = self._repo.get(remediation_id)
+            for _ in range(MAX_MOVES_PER_TICK):
+                if record is None or record.state in (State.SUCCEEDED, State.CANCELLED):
+                    self._forget(remediation_id)
+                    return record
+                if record.state in HUMAN_STATES or not self._may_act():
+                    return record
+                decided = planner.plan(self._observe(record))
+                if isinstance(decided, Stay):
+                    self._stay(record, decided)
+                    return record
+                moved = self._move(record, decided)
+                if moved is None:
+                    return self._repo.get(remediation_id)
+                record = self._repo.get(remediation_id)
+            return record
+        finally:
+            lock.release()
+
+    def _lock(self, remediation_id: int) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(remediation_id, threading.Lock())
+
+    def _forget(self, remediation_id: int) -> None:
+        self._due.pop(remediation_id, None)
+        with self._locks_guard:
+            self._locks.pop(remediation_id, None)
+        self._capacity_checked = {k for k in self._capacity_checked if k[0] != remediation_id}
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def _observe(self, record: RemediationRecord) -> Situation:
+        ladder = planner.parse_ladder(record.ladder)
+        base = Situation(
+            state=record.state,
+            ladder=ladder,
+            approval_required=record.approval_required,
+            dry_run=record.dry_run,
+            attempts=record.attempts,
+            last_progress=last_progress(record),
+            operation_id=record.replacement_operation_id,
+        )
+        try:
+            outcome, opt_out = self._act(record, ladder)
+        except TransientError as exc:
+            return replace(base, error=str(exc), error_delay=exc.delay)
+        except PermanentError as exc:
+            return replace(base, permanent_error=str(exc))
+        except RemediatorError as exc:
+            return replace(base, error=str(exc))
+        return replace(base, outcome=outcome, opt_out=opt_out)
+
+    def _act(
+        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
+    ) -> tuple[Outcome | None, Outcome | None]:
+        """Run the current state's action (idempotent); (outcome, opt-out check)."""
+        state, node = record.state, record.node
+        if state is State.QUARANTINED:
+            why = Why(str(record.id), record.policy, signal_text(record))
+            outcome = quarantine(self._kube, node, why, dry_run=record.dry_run)
+            opt_out = None
+            more = planner.next_work_state(ladder, state) is not None
+            if isinstance(outcome, Done) and more and not opt_out_overridden(record):
+                opt_out = check_opt_out(self._kube, node, self._opt_out_label)
+            return outcome, opt_out
+        if state is State.HELD_BY_OPT_OUT:
+            return None, check_opt_out(self._kube, node, self._opt_out_label)
+        if state is State.CHECKPOINTING:
+            return self._checkpoint(record, ladder), None
+        if state is State.DRAINING:
+            return self._drain(record, ladder), None
+        if state is State.REPLACING:
+            return self._replace(record), None
+        if state is State.VERIFYING:
+            return self._verify(record), None
+        return None, None
+
+    def _checkpoint(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
+        step = planner.step_of(ladder, "checkpoint") or LadderStep("checkpoint")
+        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        started = entered_at(record, State.CHECKPOINTING)
+        now = self._clock.now()
+        if record.dry_run:
+            pods = self._kube.list_pods_on_node(record.node)
+            ask = plan_checkpoint(pods, started, grace, now).pending
+            return Done(
+                f"dry run: would ask {len(ask)} workload(s) to checkpoint within {grace:.0f}s",
+                {"node": record.node, "would_ask": list(ask), "dry_run": True},
+            )
+        return request_checkpoints(
+            self._kube, record.node, requested_at=started, grace_seconds=grace, now=now
+        )
+
+    def _drain(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
+        step = planner.step_of(ladder, "drain") or LadderStep("drain")
+        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        started = entered_at(record, State.DRAINING)
+        if record.dry_run:
+            pods = movable(self._kube.list_pods_on_node(record.node))
+            return Done(
+                f"dry run: would evict {len(pods)} pod(s) with a {grace:.0f}s grace period",
+                {"node": record.node, "would_evict": sorted(p.key for p in pods), "dry_run": True},
+            )
+        replaces = planner.step_of(ladder, "replace") is not None
+        checked = (record.id, started)
+        if replaces and record.pool and checked not in self._capacity_checked:
+            # Before the first eviction: draining a node nobody can replace only loses work.
+            capacity = check_capacity(self._provider, record.pool)
+            if not isinstance(capacity, Done):
+                return capacity
+            self._capacity_checked.add(checked)
+        return self._drainer.drain(
+            record.node,
+            started_at=started,
+            grace_seconds=int(grace),
+            timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
+            on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
+        )
+
+    def _replace(self, record: RemediationRecord) -> Outcome:
+        if record.pool is None:
+            return Failed(f"node {record.node} belongs to no node pool: nothing can replace it")
+        if record.dry_run:
+            return Done(
+                f"dry run: would ask node pool {record.pool} to replace {record.node}",
+                {"pool": record.pool, "node": record.node, "dry_run": True},
+            )
+        return replace_node(
+            self._provider,
+            pool=record.pool,
+            node=record.node,
+            idempotency_key=replacement_key(record),
+            reason=record.reason,
+            started_at=entered_at(record, State.REPLACING),
+            now=self._clock.now(),
+            operation_id=record.replacement_operation_id,
+        )
+
+    def _verify(self, record: RemediationRecord) -> Outcome:
+        if record.dry_run:
+            return Done("dry run: nothing was changed, nothing to verify", {"dry_run": True})
+        if not record.new_node:
+            return Failed("the replacement named no new node to verify")
+        return verify_replacement(
+            self._kube,
+            old_node=record.node,
+            new_node=record.new_node,
+            started_at=entered_at(record, State.VERIFYING),
+            now=self._clock.now(),
+        )
+
+    # -- persisting --------------------------------------------------------------------------
+
+    def _stay(self, record: RemediationRecord, stay: Stay) -> None:
+        self._due[record.id] = self._clock.monotonic() + stay.retry_after
+        try:
+            if stay.note:
+                self._repo.append_event(
+                    record.id, action=stay.note, actor=self.actor, detail=dict(stay.detail)
+                )
+            changed = {k: v for k, v in stay.fields.items() if getattr(record, k) != v}
+            if changed:
+                self._repo.update_fields(record.id, record.version, **changed)
+        except ConflictError:
+            self._due.pop(record.id, None)  # moved meanwhile (a console command): look again
+
+    def _move(self, record: RemediationRecord, move: Move) -> RemediationRecord | None:
+        spent = (self._clock.now() - entered_at(record, record.state)).total_seconds()
+        try:
+            after = self._repo.transition(
+                record.id,
+                record.state,
+                move.target,
+                action=move.action,
+                actor=self.actor,
+                detail=dict(move.detail),
+                expected_version=record.version,
+                **dict(move.fields),
+            )
+        except ConflictError:
+            log.info(
+                "remediation changed concurrently; re-reading",
+                extra={"remediation_id": record.id, "node": record.node},
+            )
+            return None
+        except IllegalTransition as exc:
+            log.error(
+                "illegal transition refused: %s",
+                exc,
+                extra={"remediation_id": record.id, "node": record.node},
+            )
+            self._on_illegal(record, move.target)
+            self._due[record.id] = self._clock.monotonic() + planner.HUMAN_POLL_SECONDS
+            return None
+        self._due.pop(record.id, None)
+        self.on_transition(TransitionSeen(record, after, max(0.0, spent)))
+        self._notify(record, after, move)
+        return after
+
+    def _notify(self, before: RemediationRecord, after: RemediationRecord, move: Move) -> None:
+        ladder = planner.parse_ladder(after.ladder)
+        kind: NotificationKind | None = None
+        target = after.state
+        if target in (State.HELD, State.HELD_BY_OPT_OUT, State.AWAITING_APPROVAL):
+            kind = NotificationKind.HELD
+        elif target is State.FAILED:
+            kind = NotificationKind.FAILED
+        elif planner.notifies(ladder) and before.state is State.DETECTED:
+            kind = NotificationKind.STARTED
+        elif planner.notifies(ladder) and target is State.SUCCEEDED:
+            kind = NotificationKind.SUCCEEDED
+        if kind is None or self._notifier is None:
+            return
+        message = planner.step_of(ladder, "notify")
+        summary = after.hold_reason or after.error or after.reason
+        if message is not None and message.message:
+            summary = f"{summary} — {message.message}"
+        fields = {"State": target.value}
+        if after.dry_run:
+            fields["Dry run"] = "yes"
+        self._notifier.send(
+            Notification(
+                kind=kind,
+                remediation_id=str(after.id),
+                node=after.node,
+                summary=summary,
+                policy=after.policy,
+                cluster=self._cluster,
+                fields=fields,
+            )
+        )
+
+    # -- the safety net ----------------------------------------------------------------------
+
+    def reconcile(self, nodes: Sequence[Node]) -> list[str]:
+        """Lift our quarantine from every node whose remediation no longer holds it (cancelled,
+        finished, or unknown); a failed one keeps its node fenced until a human retries or
+        cancels. Returns the nodes released."""
+        released: list[str] = []
+        for node in nodes:
+            owner = node.annotations.get(ANN_REMEDIATION_ID)
+            if owner is None and not node.has_taint(QUARANTINE_TAINT):
+                continue
+            record = self._repo.get(int(owner)) if owner and owner.isdigit() else None
+            if record is not None and (record.is_open or record.state is State.FAILED):
+                continue
+            if not self._may_act():
+                break
+            try:
+                outcome = release(self._kube, node.name, owner or "")
+            except RemediatorError as exc:
+                log.warning("release of %s failed: %s", node.name, exc, extra={"node": node.name})
+                continue
+            if not isinstance(outcome, Done):
+                continue
+            released.append(node.name)
+            log.info(
+                "released %s: %s",
+                node.name,
+                outcome.detail,
+                extra={"node": node.name, "remediation_id": record.id if record else None},
+            )
+            if record is not None:
+                self._repo.append_event(
+                    record.id,
+                    action="node_released",
+                    actor=self.actor,
+                    detail={"result": outcome.detail, **outcome.facts},
+                )
+        return released

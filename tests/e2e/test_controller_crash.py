@@ -1,0 +1,124 @@
+"""Crash safety of the real controller process: SIGKILL at random points of the full flow, 20
+times, restarting it each time. Afterwards every remediation has finished, every node was
+replaced exactly once (counted by the node pool's spare capacity and the fleet size), and no
+node is left fenced without an open remediation. On SQLite and on PostgreSQL.
+
+The signal is a node condition, so it survives the crash the way a real one would (it stays on
+the Node until the node is replaced); the policy uses one-second grace periods and the simulator
+a half-second provisioning delay, so one flow takes a few seconds and each kill lands in a
+different step."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from remediator.remediation.states import State
+from remediator.store.db import make_engine, make_session_factory
+from remediator.store.records import RemediationFilter, RemediationRecord
+from remediator.store.repository import Repository
+from tests.fixtures.sim import SimHandle
+from tests.integration.engine_support import ControllerProcess, write_process_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(600)]
+
+RUNS = 20
+POOL = "h100-train"
+NODES = [f"{POOL}-{i:04d}" for i in range(RUNS)]
+CONDITION = "GpuFallenOffBus"
+FLEET = 28  # 21 training nodes (the last runs the opt-out evaluation), 7 inference
+
+
+def all_remediations(repository: Repository) -> list[RemediationRecord]:
+    rows = repository.list(RemediationFilter(), limit=500).rows
+    return [r for r in (repository.get(row.id) for row in rows) if r is not None]
+
+
+def test_sigkill_at_random_points_never_doubles_or_strands(
+    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+) -> None:
+    sim = sim_factory(nodes=FLEET, provision_delay=0.5)
+    inject = httpx.Client(base_url=sim.inject_url, timeout=10.0)
+    pools = httpx.Client(base_url=sim.nodepool_url, timeout=10.0)
+    spare = RUNS + 5
+    inject.post(
+        "/v1/nodepool-faults", json={"type": "spare_capacity", "pool": POOL, "spare": spare}
+    )
+    config = write_process_config(tmp_path, sim, migrated_database_url)
+    rng = random.Random(20260301)
+    kills: list[float] = []
+
+    for run, node in enumerate(NODES):
+        controller = ControllerProcess(tmp_path, config, f"run-{run:02d}").wait_ready()
+        fault = {
+            "type": "condition",
+            "node": node,
+            "condition": "GpuFallenOffBus",
+            "status": "True",
+        }
+        assert inject.post("/v1/faults", json=fault).status_code == 200
+        delay = rng.uniform(0.0, 3.0)
+        kills.append(delay)
+        time.sleep(delay)
+        controller.kill()
+
+    final = ControllerProcess(tmp_path, config, "final").wait_ready()
+    engine = make_engine(migrated_database_url)
+    repository = Repository(make_session_factory(engine), "default")
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            found = all_remediations(repository)
+            if len(found) == RUNS and all(r.state is State.SUCCEEDED for r in found):
+                break
+            if time.monotonic() > deadline:
+                states = {r.node: (r.state.value, r.error, r.hold_reason) for r in found}
+                raise AssertionError(f"not finished: {states}\n{final.log_tail()}")
+            time.sleep(0.5)
+    finally:
+        final.stop()
+        engine.dispose()
+
+    # One remediation per node, each a clean chain of transitions with one operation.
+    assert sorted(r.node for r in found) == NODES
+    for record in found:
+        moves = [e for e in record.events if e.to_state is not None]
+        for before, after in itertools.pairwise(moves):
+            assert after.from_state is before.to_state, (record.node, before, after)
+        assert [e.to_state for e in moves][-3:] == [
+            State.REPLACING,
+            State.VERIFYING,
+            State.SUCCEEDED,
+        ]
+        operations = {e.detail["operation_id"] for e in record.events if "operation_id" in e.detail}
+        assert operations == {record.replacement_operation_id}, record.node
+
+    # Exactly one replacement per node: the pool gave out RUNS spares, the fleet kept its size.
+    capacity = pools.get(f"/v1/pools/{POOL}/capacity").json()["spare_capacity"]
+    assert capacity == spare - RUNS
+    nodes = sim.kubectl("get", "nodes", "-o", "name").split()
+    assert len(nodes) == FLEET
+    assert not {f"node/{n}" for n in NODES} & set(nodes)
+    assert {f"node/{r.new_node}" for r in found} <= set(nodes)
+
+    # Nothing left fenced by us: no open remediation remains, so no node may carry our marks.
+    listing = sim.kubectl(
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}|{.spec.unschedulable}|"
+        "{.metadata.annotations}|{.spec.taints}{'\\n'}{end}",
+    )
+    fenced = [
+        line
+        for line in listing.splitlines()
+        if line.split("|")[1] == "true" or "remediator.io/" in line
+    ]
+    assert not fenced, listing
+    assert len({round(k, 1) for k in kills}) > RUNS // 2  # the kills landed all over the flow

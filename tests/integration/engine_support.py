@@ -1,0 +1,346 @@
+"""The engine tests' harness: a real simulator subprocess, the real controller in-process (its
+scheduler and jobs running, leader election off), and helpers to push signals, inject faults and
+wait for states. Policies are written per test with short grace periods so a full flow takes
+seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from remediator.controller.app import Controller
+from remediator.remediation.states import State
+from remediator.settings import Settings
+from remediator.signals.model import Signal, SignalKind
+from remediator.signals.sources.base import Source
+from remediator.store.records import RemediationFilter, RemediationRecord
+from tests.fixtures.sim import SimHandle
+
+FLOW_POLICY = """
+policies:
+  - name: xid-79
+    description: The GPU has fallen off the bus.
+    why: A GPU off the bus is dead to every job on the node.
+    match:
+      kind: xid
+      codes: [79]
+    priority: 100
+    actions:
+      - action: notify
+      - action: cordon
+      - action: checkpoint
+        grace: 1s
+      - action: drain
+        grace: {drain_grace}s
+        timeout: 1m
+        on_timeout: force
+      - action: replace
+"""
+
+SETTINGS = """
+max_unhealthy:
+  per_pool: {{percent: {pool_percent}}}
+  cluster: {{percent: {cluster_percent}}}
+max_concurrent: {max_concurrent}
+storm_breaker: {{enabled: true, max_new_faults: {max_new_faults}, window: 5m}}
+default_cooldown: 1h
+"""
+
+
+def write_policies(
+    directory: Path,
+    *,
+    drain_grace: int = 2,
+    pool_percent: int = 50,
+    cluster_percent: int = 50,
+    max_concurrent: int = 10,
+    max_new_faults: int = 20,
+) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "xid.yaml").write_text(FLOW_POLICY.format(drain_grace=drain_grace))
+    (directory / "settings.yaml").write_text(
+        SETTINGS.format(
+            pool_percent=pool_percent,
+            cluster_percent=cluster_percent,
+            max_concurrent=max_concurrent,
+            max_new_faults=max_new_faults,
+        )
+    )
+    return directory
+
+
+def settings_for(sim: SimHandle, database_url: str, policies: Path, **overrides: Any) -> Settings:
+    provider = {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 3}
+    provider.update(overrides.pop("provider", {}))
+    values: dict[str, Any] = {
+        "kubeconfig": sim.kubeconfig,
+        "policies_dir": policies,
+        "database_url": database_url,
+        "provider": provider,
+        "web": {"listen": "127.0.0.1:0", "operator_tokens": ["operator-token"]},
+        "leader_election": {"enabled": False},
+        "poll_interval_seconds": 1.0,
+        "advance_interval_seconds": 0.2,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def xid(node: str, code: int = 79, gpu: int = 0) -> Signal:
+    return Signal(
+        node=node,
+        kind=SignalKind.XID,
+        source="push",
+        observed_at=datetime.now(UTC),
+        gpu=gpu,
+        code=code,
+    )
+
+
+@dataclass
+class Engine:
+    sim: SimHandle
+    controller: Controller
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10.0))
+
+    @property
+    def repository(self) -> Any:
+        return self.controller.repository
+
+    def push(self, *signals: Signal) -> None:
+        self.controller.inbox.put(list(signals))
+
+    def remediations(self) -> list[RemediationRecord]:
+        return list(self.repository.list(RemediationFilter(), limit=500).rows)
+
+    def of_node(self, node: str) -> RemediationRecord | None:
+        found = self.repository.list(RemediationFilter(node=node), limit=1).rows
+        return self.repository.get(found[0].id) if found else None
+
+    def wait_state(self, node: str, *states: State, timeout: float = 60.0) -> RemediationRecord:
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.of_node(node)
+            if record is not None and record.state in states:
+                return record
+            if time.monotonic() > deadline:
+                seen = record.state.value if record else "no remediation"
+                events = (
+                    [(e.to_state, e.action, dict(e.detail)) for e in record.events]
+                    if record
+                    else []
+                )
+                raise AssertionError(f"{node}: still {seen}, wanted {states}:\n{events}")
+            time.sleep(0.1)
+
+    def spare(self, pool: str) -> int:
+        response = self.http.get(f"{self.sim.nodepool_url}/v1/pools/{pool}/capacity")
+        response.raise_for_status()
+        value: int = response.json()["spare_capacity"]
+        return value
+
+    def nodepool_fault(self, rule: dict[str, Any]) -> None:
+        response = self.http.post(f"{self.sim.inject_url}/v1/nodepool-faults", json=rule)
+        assert response.status_code == 200, response.text
+
+    def fault(self, fault: dict[str, Any]) -> None:
+        response = self.http.post(f"{self.sim.inject_url}/v1/faults", json=fault)
+        assert response.status_code == 200, response.text
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        out = self.sim.kubectl("get", "node", name, "-o", "json", "--ignore-not-found")
+        return json.loads(out) if out.strip() else None
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        out = self.sim.kubectl(
+            "get", "pods", "-A", "--field-selector", f"spec.nodeName={node}", "-o", "json"
+        )
+        items: list[dict[str, Any]] = json.loads(out)["items"]
+        return items
+
+    def close(self) -> None:
+        self.controller.stop()
+        self.http.close()
+
+
+def start_engine(
+    sim: SimHandle,
+    database_url: str,
+    policies: Path,
+    *,
+    sources: list[Source] | None = None,
+    **overrides: Any,
+) -> Engine:
+    controller = Controller(
+        settings_for(sim, database_url, policies, **overrides),
+        sources=[] if sources is None else sources,
+    )
+    controller.start(serve_web=False)
+    return Engine(sim, controller)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "it") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+class WebhookSink:
+    """A loopback HTTP receiver standing in for the on-call chat's incoming webhook."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                sink.received.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def texts(self) -> list[str]:
+        return [str(body.get("text", "")) for body in self.received]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+CONDITION_POLICY = """
+policies:
+  - name: gpu-off-bus
+    description: The node reports a GPU fallen off the bus as a node condition.
+    why: A dead GPU; the condition stays until the node is replaced, so no signal is lost.
+    match:
+      kind: node_condition
+      labels:
+        type: GpuFallenOffBus
+    priority: 100
+    actions:
+      - action: cordon
+      - action: checkpoint
+        grace: 1s
+      - action: drain
+        grace: 1s
+        timeout: 1m
+        on_timeout: force
+      - action: replace
+"""
+
+
+def write_process_config(
+    workdir: Path,
+    sim: SimHandle,
+    database_url: str,
+    *,
+    leader_election: dict[str, Any] | None = None,
+) -> Path:
+    """Policies (node-condition driven, so a crash loses no signal) and a settings file for
+    `remediator run`."""
+    policies = workdir / "policies"
+    policies.mkdir(parents=True, exist_ok=True)
+    (policies / "gpu.yaml").write_text(CONDITION_POLICY)
+    (policies / "settings.yaml").write_text(
+        SETTINGS.format(
+            pool_percent=100, cluster_percent=100, max_concurrent=50, max_new_faults=100
+        )
+    )
+    config = {
+        "kubeconfig": str(sim.kubeconfig),
+        "policies_dir": str(policies),
+        "database_url": database_url,
+        "provider": {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 2},
+        "web": {"listen": "127.0.0.1:0", "operator_tokens": ["operator-token"]},
+        "leader_election": leader_election or {"enabled": False},
+        "poll_interval_seconds": 0.5,
+        "advance_interval_seconds": 0.2,
+    }
+    path = workdir / "config.yaml"
+    path.write_text(json.dumps(config))
+    return path
+
+
+class ControllerProcess:
+    """The real `remediator run` as a subprocess; its JSON log lines go to a file."""
+
+    def __init__(self, workdir: Path, config: Path, name: str, identity: str | None = None) -> None:
+        self.workdir = workdir
+        self.ready_file = workdir / f"{name}.ready.json"
+        self.log_path = workdir / f"{name}.log"
+        self.ready_file.unlink(missing_ok=True)
+        env = dict(os.environ)
+        if identity is not None:
+            env["REMEDIATOR_LEADER_ELECTION__IDENTITY"] = identity
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "remediator",
+                    "run",
+                    "--config",
+                    str(config),
+                    "--ready-file",
+                    str(self.ready_file),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        self.web_url = ""
+
+    def wait_ready(self, timeout: float = 60.0) -> ControllerProcess:
+        deadline = time.monotonic() + timeout
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"controller did not start:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.web_url = json.loads(self.ready_file.read_text())["web_url"]
+        return self
+
+    def metric(self, name: str) -> float | None:
+        response = httpx.get(f"{self.web_url}/metrics", timeout=5.0)
+        for line in response.text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])

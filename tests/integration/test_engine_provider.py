@@ -1,0 +1,108 @@
+"""The cloud misbehaving while a node is being replaced: 5xx, 429, slow answers, answers lost
+after the request took effect, more errors than the client retries, and no capacity at all.
+Each remediation is retried or held with a clear reason, and none ever gets two replacements
+(counted by the node pool's own spare capacity)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediator.remediation import commands
+from remediator.remediation.states import State
+from remediator.store.records import RemediationRecord
+from tests.fixtures.sim import SimHandle
+from tests.integration.engine_support import Engine, start_engine, wait_for, write_policies, xid
+
+pytestmark = pytest.mark.integration
+
+POOL = "h100-train"
+
+
+@pytest.fixture
+def engine(
+    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+) -> Iterator[Engine]:
+    sim = sim_factory(nodes=10, provision_delay=0.5)
+    policies = write_policies(tmp_path / "policies", drain_grace=1)
+    handle = start_engine(
+        sim,
+        migrated_database_url,
+        policies,
+        provider={"timeout_seconds": 1.5, "max_retries": 3},
+    )
+    handle.nodepool_fault({"type": "spare_capacity", "pool": POOL, "spare": 10})
+    yield handle
+    handle.close()
+
+
+def operations(record: RemediationRecord) -> set[str]:
+    return {str(e.detail["operation_id"]) for e in record.events if "operation_id" in e.detail}
+
+
+def replace_under(engine: Engine, node: str, *rules: dict[str, Any]) -> RemediationRecord:
+    """Fault the node-pool API once the drain has begun (after the capacity check), so the
+    replacement request is the first to meet it; returns the finished remediation."""
+    before = engine.spare(POOL)
+    engine.push(xid(node))
+    engine.wait_state(node, State.DRAINING)
+    for rule in rules:
+        engine.nodepool_fault(rule)
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=90)
+    engine.nodepool_fault({"type": "clear"})
+    assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+    assert engine.spare(POOL) == before - 1, "exactly one replacement"
+    assert len(operations(done)) == 1 and done.replacement_operation_id in operations(done)
+    return done
+
+
+def test_provider_faults_are_retried_or_held_never_doubled(engine: Engine) -> None:
+    # 5xx and 429 within the client's own retries: invisible to the engine but for the time.
+    replace_under(
+        engine,
+        "h100-train-0000",
+        {"type": "error", "status": 503, "count": 1},
+        {"type": "throttle", "count": 2, "retry_after": 1},
+    )
+
+    # The request took effect but its answer was lost: the retry finds the same operation.
+    replace_under(
+        engine,
+        "h100-train-0001",
+        {"type": "error", "status": 500, "count": 1, "after_processing": True},
+    )
+
+    # Slower than the client waits: it gives up on the answer and asks again, same key.
+    replace_under(engine, "h100-train-0002", {"type": "delay", "count": 1, "seconds": 3})
+
+    # More errors than the client retries: the engine retries later, saying why.
+    done = replace_under(engine, "h100-train-0003", {"type": "error", "status": 500, "count": 6})
+    retries = [e for e in done.events if e.action == "retrying"]
+    assert retries and "500" in str(retries[0].detail["error"])
+    assert retries[0].detail["attempt"] == 1
+
+    # No capacity: held before anything is evicted, with the reason; released by a human.
+    node = "h100-train-0004"
+    engine.nodepool_fault({"type": "spare_capacity", "pool": POOL, "spare": 0})
+    engine.push(xid(node))
+    held = engine.wait_state(node, State.HELD, State.SUCCEEDED, State.FAILED)
+    assert held.state is State.HELD
+    assert (
+        held.hold_reason == "node pool h100-train has no spare capacity; replacing would shrink it"
+    )
+    workloads = [p for p in engine.pods_on(node) if p["metadata"]["namespace"] == "training"]
+    assert workloads and not any(p["metadata"].get("deletionTimestamp") for p in workloads)
+
+    engine.nodepool_fault({"type": "spare_capacity", "pool": POOL, "spare": 1})
+    commands.run(engine.repository, "release", held.id, actor="oncall@example.com")
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=90)
+    assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+    assert engine.spare(POOL) == 0 and len(operations(done)) == 1
+    released = [e for e in done.events if e.action == "released"]
+    assert released[0].actor == "oncall@example.com" and released[0].to_state is State.DRAINING
+
+    # Ten nodes before, ten after: every replacement replaced exactly one node.
+    wait_for(lambda: len(engine.controller.kube.list_nodes()) == 10, what="ten nodes")

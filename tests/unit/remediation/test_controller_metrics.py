@@ -1,0 +1,79 @@
+"""The controller's gauges and counters, fed with records as the store hands them out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from remediator.controller.metrics import ControllerMetrics
+from remediator.remediation.service import TransitionSeen
+from remediator.remediation.states import State
+from remediator.store.records import ControllerStatus, EventRecord, RemediationRecord
+
+NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def record(rid: int, state: State, entered: datetime, policy: str = "xid-79") -> Any:
+    fields: dict[str, Any] = dict.fromkeys(RemediationRecord.__dataclass_fields__)
+    event = EventRecord(1, rid, entered, None, state, "moved", {}, "controller")
+    fields.update(
+        id=rid,
+        node=f"n{rid}",
+        state=state,
+        policy=policy,
+        signal_kind="xid",
+        created_at=entered - timedelta(hours=5),
+        events=(event,),
+    )
+    return RemediationRecord(**fields)
+
+
+def test_gauges_count_states_and_age_the_oldest_by_time_in_state() -> None:
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    fencing = [
+        record(1, State.DRAINING, NOW - timedelta(minutes=40)),
+        record(2, State.DRAINING, NOW - timedelta(minutes=10)),
+        record(3, State.FAILED, NOW - timedelta(minutes=5)),
+    ]
+    status = ControllerStatus("c", paused=True, breaker_tripped=True)
+    assert metrics.refresh(fencing, status, NOW) == set()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("remediator_remediations", state="draining") == 2
+    assert value("remediator_remediations", state="failed") == 1
+    assert value("remediator_remediations", state="replacing") == 0
+    assert value("remediator_oldest_open_remediation_seconds", state="draining") == 2400
+    assert value("remediator_oldest_open_remediation_seconds", state="replacing") == 0
+    assert value("remediator_paused") == 1 and value("remediator_breaker_tripped") == 1
+
+    # Remediation 2 left the open set: the caller is told, to count a cancellation.
+    assert metrics.refresh(fencing[:1], ControllerStatus("c"), NOW) == {2}
+    assert value("remediator_paused") == 0
+
+
+def test_transitions_feed_the_step_histogram_and_the_outcomes() -> None:
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    before = record(1, State.VERIFYING, NOW)
+    after = record(1, State.SUCCEEDED, NOW)
+    metrics.transition(TransitionSeen(before, after, 12.5))
+    metrics.opened([before])
+    metrics.cancelled(record(2, State.CANCELLED, NOW, policy="thermal"))
+    metrics.policy_set("abc", "f00")
+    metrics.policy_set(None, "f01")
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("remediator_step_duration_seconds_sum", step="verify") == 12.5
+    assert value("remediator_step_duration_seconds_count", step="drain") == 0
+    assert value("remediator_remediations_finished_total", outcome="succeeded", policy="xid-79")
+    assert value("remediator_remediations_finished_total", outcome="cancelled", policy="thermal")
+    assert value("remediator_remediations_started_total", policy="xid-79", signal_kind="xid")
+    assert value("remediator_policy_set_info", commit="", hash="f01") == 1
+    assert value("remediator_policy_set_info", commit="abc", hash="f00") is None

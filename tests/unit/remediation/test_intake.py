@@ -1,0 +1,113 @@
+"""The intake's pure parts: the inventory, the cluster state the budgets see, the breaker's
+memory against the stored switch, and the remediation a decision opens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from remediator.kube.objects import Node, NodeCondition
+from remediator.policy.budget import BreakerState
+from remediator.policy.evaluate import Decision
+from remediator.policy.loader import PolicySet
+from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify
+from remediator.remediation.intake import Inventory, breaker_from, cluster_state, new_remediation
+from remediator.remediation.states import State
+from remediator.signals.model import Signal, SignalKind
+from remediator.store.records import ControllerStatus, RemediationRecord
+
+NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
+POOL = "simcloud.io/nodepool"
+
+
+def node(name: str, pool: str | None, ready: bool = True) -> Node:
+    labels = {POOL: pool} if pool else {}
+    status = "True" if ready else "False"
+    return Node(name, name, "1", labels, conditions=(NodeCondition("Ready", status),))
+
+
+def record(node_name: str, pool: str | None, state: State, dry_run: bool = False) -> Any:
+    fields: dict[str, Any] = dict.fromkeys(RemediationRecord.__dataclass_fields__)
+    fields.update(node=node_name, pool=pool, state=state, dry_run=dry_run, id=1)
+    return RemediationRecord(**fields)
+
+
+def test_inventory_reads_pools_labels_and_readiness() -> None:
+    inventory = Inventory.from_nodes(
+        [node("a", "train"), node("b", "train", ready=False), node("c", None)], POOL
+    )
+    assert inventory.pools == {"a": "train", "b": "train", "c": ""}
+    assert inventory.not_ready == frozenset({"b"})
+    assert inventory.nodes_per_pool() == {"train": 2, "": 1}
+    assert inventory.labels["a"] == {POOL: "train"}
+
+
+def test_cluster_state_counts_not_ready_and_fenced_nodes_but_not_dry_runs() -> None:
+    inventory = Inventory.from_nodes(
+        [node("a", "train"), node("b", "train", ready=False), node("c", "infer"), node("d", None)],
+        POOL,
+    )
+    fencing = [
+        record("a", "train", State.DRAINING),
+        record("c", "infer", State.FAILED),
+        record("d", None, State.QUARANTINED, dry_run=True),
+    ]
+    state = cluster_state(inventory, fencing)
+    assert state.unhealthy == {"train": frozenset({"a", "b"}), "infer": frozenset({"c"})}
+    assert state.open_remediations == 2
+    assert state.nodes_per_pool == {"train": 2, "infer": 1, "": 1}
+
+
+def test_the_stored_breaker_wins_and_a_human_reset_clears_memory() -> None:
+    window = (("n1", NOW),)
+    remembered = BreakerState(faults=window)
+    stored_trip = ControllerStatus("c", breaker_tripped=True, breaker_reason="storm")
+    from_store = breaker_from(stored_trip, remembered)
+    assert from_store.tripped and from_store.reason == "storm" and from_store.faults == window
+    tripped = BreakerState(True, NOW, "21 nodes", window)
+    assert breaker_from(stored_trip, tripped) is tripped
+    assert breaker_from(ControllerStatus("c"), tripped) == BreakerState()
+    assert breaker_from(ControllerStatus("c"), remembered) is remembered
+
+
+def test_a_decision_becomes_a_remediation_with_its_ladder_and_policy_version() -> None:
+    signal = Signal(node="a", kind=SignalKind.XID, source="push", observed_at=NOW, code=79, gpu=2)
+    decision = Decision(
+        node="a",
+        pool="train",
+        policy="xid-79",
+        priority=100,
+        signals=(signal,),
+        actions=(
+            Notify(action="notify"),
+            Cordon(action="cordon"),
+            Drain(action="drain", grace=timedelta(seconds=7), on_timeout="force"),
+        ),
+        approval="required",
+        dry_run=True,
+        disruptive=True,
+        reason="xid-79: xid 79 on GPU 2",
+        decided_at=NOW,
+    )
+
+    policies = PolicySet(
+        policies=(),
+        settings=GlobalSettings(),
+        commit="abc123",
+        dirty=False,
+        content_hash="f" * 64,
+        loaded_at=NOW,
+        source_dir=Path("policies"),
+        files={},
+    )
+    new = new_remediation(decision, policies)
+    assert new.ladder[2] == {
+        "action": "drain",
+        "grace_seconds": 7.0,
+        "timeout_seconds": 600.0,
+        "on_timeout": "force",
+    }
+    assert (new.policy_commit, new.policy_hash) == ("abc123", "f" * 64)
+    assert new.approval_required and new.dry_run and new.pool == "train"
+    assert new.signals == (signal,)
