@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.store.cli",
     "remediator.sim.cli",
     "remediator.controller.cli",
+    "remediator.demo.cli",
 )
 
 

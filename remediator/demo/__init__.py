@@ -1,0 +1,1 @@
+"""`remediator demo`: a simulated cluster, the controller, its console and a stream of faults."""

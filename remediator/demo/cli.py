@@ -1,0 +1,106 @@
+"""`remediator demo`: everything on one machine, for a first look (what `make demo` runs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from remediator.demo.supervisor import Demo, DemoOptions
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text}")
+    return value
+
+
+def _nodes(text: str) -> int:
+    value = int(text)
+    if not 2 <= value <= 2000:
+        raise argparse.ArgumentTypeError(f"between 2 and 2000 nodes, got {text}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="a simulated GPU cluster, the controller, its console and injected faults",
+        description=(
+            "Start a simulated GPU cluster, the controller with the default policies (shorter "
+            "waits) on SQLite, and the console; print the console URL and an operator token; "
+            "inject a fault every few seconds. Ctrl-C stops everything."
+        ),
+    )
+    parser.add_argument("--nodes", type=_nodes, default=16, help="GPU nodes (default 16)")
+    parser.add_argument(
+        "--port",
+        type=_port,
+        help="console port (default 8080, or any free port when 8080 is taken; 0: any free port)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="console address (default 127.0.0.1)")
+    parser.add_argument(
+        "--fault-interval",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between injected faults (default 10)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="database, config, policies and logs (default: a new temporary directory). "
+        "Reusing one keeps its database: remediations left open resume against the new "
+        "simulated cluster, whose nodes have the same names",
+    )
+    parser.add_argument("--seed", type=int, help="random seed: the same faults on the same nodes")
+    parser.add_argument(
+        "--no-faults",
+        dest="faults",
+        action="store_false",
+        help="inject nothing; use `remediator sim inject` yourself",
+    )
+    parser.add_argument(
+        "--signals",
+        choices=("auto", "prometheus", "push"),
+        default="auto",
+        help="prometheus: a real Prometheus scrapes the simulated exporters; push: the demo "
+        "relays their readings to the push API; auto (default): prometheus when installed",
+    )
+    parser.add_argument(
+        "--provision-delay",
+        type=_positive,
+        default=3.0,
+        metavar="SECONDS",
+        help="seconds the simulated cloud takes to provision a replacement (default 3)",
+    )
+    parser.add_argument(
+        "--policies",
+        type=Path,
+        help="policy directory to start from (default: the shipped policies/)",
+    )
+    parser.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    options = DemoOptions(
+        nodes=args.nodes,
+        port=args.port,
+        host=args.host,
+        fault_interval=args.fault_interval,
+        data_dir=args.data_dir,
+        seed=args.seed,
+        faults=args.faults,
+        signals=args.signals,
+        provision_delay=args.provision_delay,
+        policies=args.policies,
+    )
+    return Demo(options).run()

@@ -1,0 +1,220 @@
+"""`remediator demo` end to end: the real command as a subprocess with a short fault interval. It
+prints the console URL and an operator token; with them the JSON API must show a remediation that
+succeeded; Ctrl-C (SIGINT) must stop it with exit 0 and leave no process it started behind.
+
+With the push relay (what a machine without Prometheus gets) on the default 16 nodes, the whole
+first round must play out as the README promises: succeeded, held by an opt-out pod, awaiting
+approval, held by a PodDisruptionBudget, held for lack of spare capacity. With a real Prometheus
+(when installed), on a smaller fleet, a success is enough: the rest is the same code."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from remediator.demo.supervisor import find_prometheus
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(300)]
+
+START_TIMEOUT = 120.0
+SUCCESS_TIMEOUT = 150.0
+STOP_TIMEOUT = 60.0
+
+
+class DemoProcess:
+    """The demo with its stdout collected line by line in the background."""
+
+    def __init__(self, data_dir: Path, signals: str, nodes: int) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "remediator",
+                "demo",
+                "--nodes",
+                str(nodes),
+                "--port",
+                "0",
+                "--fault-interval",
+                "3",
+                "--seed",
+                "7",
+                "--signals",
+                signals,
+                "--data-dir",
+                str(data_dir),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = re.search(pattern, self.output, re.MULTILINE)
+            if found:
+                return found
+            if self.proc.poll() is not None:
+                self._reader.join(timeout=5)
+                raise AssertionError(f"demo exited {self.proc.returncode}:\n{self.output}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {pattern!r} in the demo's output:\n{self.output}")
+            time.sleep(0.1)
+
+    def descendants(self) -> set[int]:
+        """Every process below the demo, from /proc (children run in their own sessions, so
+        their process group says nothing about who started them)."""
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        found: set[int] = set()
+        frontier = {self.proc.pid}
+        while frontier:
+            children = {pid for pid, parent in parents.items() if parent in frontier}
+            frontier = children - found
+            found |= children
+        return found
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def remediations(client: httpx.Client, console: str, token: str) -> list[dict[str, Any]]:
+    response = client.get(
+        f"{console}api/v1/remediations",
+        params={"limit": 500},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    response.raise_for_status()
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+@pytest.fixture
+def demo_factory(tmp_path: Path) -> Iterator[Any]:
+    started: list[DemoProcess] = []
+
+    def start(signals: str, nodes: int) -> DemoProcess:
+        demo = DemoProcess(tmp_path / "demo", signals, nodes)
+        started.append(demo)
+        return demo
+
+    yield start
+    for demo in started:
+        # A failed test must not leave the stack running: SIGINT, and SIGKILL as a last resort
+        # (its children then get SIGTERM from the kernel, see supervisor._die_with_parent).
+        if demo.proc.poll() is None:
+            demo.proc.send_signal(signal.SIGINT)
+            try:
+                demo.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+
+
+def story_told(items: list[dict[str, Any]]) -> bool:
+    """Every state the first round is built to show, each at least once."""
+
+    def seen(state: str, reason: str = "") -> bool:
+        return any(r["state"] == state and reason in (r["hold_reason"] or "") for r in items)
+
+    return (
+        seen("succeeded")
+        and seen("held_by_opt_out", "remediator.io/disable-auto-replace")
+        and seen("awaiting_approval")
+        and seen("held", "disruption budget")
+        and seen("held", "no spare capacity")
+    )
+
+
+@pytest.mark.parametrize(("signals", "nodes"), [("push", 16), ("prometheus", 8)])
+def test_demo_remediates_and_stops_cleanly_on_ctrl_c(
+    demo_factory: Any, tmp_path: Path, signals: str, nodes: int
+) -> None:
+    if signals == "prometheus" and find_prometheus() is None:
+        pytest.skip("prometheus is not installed")
+    demo: DemoProcess = demo_factory(signals, nodes)
+    full_story = signals == "push"
+    console = demo.wait_for(r"^  console\s+(http://\S+/)$", START_TIMEOUT).group(1)
+    token = demo.wait_for(r"^  token\s+(\S+)$", 5).group(1)
+    assert (tmp_path / "demo" / "operator-token").read_text().strip() == token
+    expected = "Prometheus at" if signals == "prometheus" else "relays the simulated DCGM"
+    assert expected in demo.output
+
+    with httpx.Client(timeout=10.0) as client:
+        response = client.get(f"{console}api/v1/remediations")
+        assert response.status_code == 401  # the token is what opens it
+        deadline = time.monotonic() + SUCCESS_TIMEOUT
+        while True:
+            items = remediations(client, console, token)
+            done = [r for r in items if r["state"] == "succeeded"]
+            if done and (story_told(items) or not full_story):
+                break
+            assert time.monotonic() < deadline, f"not there yet: {items}\n{demo.output}"
+            time.sleep(1.0)
+    record = done[0]
+    assert record["new_node"] and record["new_node"] != record["node"]
+    assert record["policy"] in {
+        "xid-79-fallen-off-bus",
+        "xid-48-double-bit-ecc",
+        "gpu-overheat",
+        "nvlink-error-bursts",
+        "ib-link-down",
+    }
+    assert "fault 1: XID 79" in demo.output
+
+    children = demo.descendants()
+    names = {Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in children}
+    assert any(b"sim serve" in n for n in names) and any(b" run --config" in n for n in names)
+    if signals == "prometheus":
+        assert any(b"prometheus" in n for n in names)
+
+    demo.proc.send_signal(signal.SIGINT)
+    assert demo.proc.wait(timeout=STOP_TIMEOUT) == 0, demo.output
+    assert "SIGINT: stopping" in demo.output
+    assert "stopped. Data and logs are kept in" in demo.output
+    deadline = time.monotonic() + 10
+    while left := [pid for pid in children if running(pid)]:
+        assert time.monotonic() < deadline, f"left running: {left}"
+        time.sleep(0.1)
+    assert os.path.exists(tmp_path / "demo" / "logs" / "controller.log")

@@ -1,0 +1,52 @@
+"""The README's promises that code can check: every setting documented with its environment
+variable and default, the Quick start exactly two commands, every linked file present."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from remediator.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[3]
+README = (ROOT / "README.md").read_text()
+
+
+def setting_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths: list[str] = []
+    for name, field in model.model_fields.items():
+        kind: Any = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            paths.extend(setting_paths(kind, f"{prefix}{name}."))
+        else:
+            paths.append(prefix + name)
+    return paths
+
+
+def test_every_setting_has_a_row_with_its_environment_variable() -> None:
+    rows = {
+        match.group(1): match.group(2)
+        for match in re.finditer(r"^\| `([a-z_.]+)` \| `(REMEDIATOR_[A-Z_]+)` \|", README, re.M)
+    }
+    paths = setting_paths(Settings)
+    assert sorted(rows) == sorted(paths)
+    for path in paths:
+        assert rows[path] == "REMEDIATOR_" + path.upper().replace(".", "__")
+
+
+def test_quick_start_is_exactly_make_demo_and_make_test() -> None:
+    section = README.split("## Quick start", 1)[1]
+    block = section.split("```sh", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_relative_links_point_at_files_that_exist() -> None:
+    for doc in (ROOT / "README.md", ROOT / "docs" / "nodepool-api.md"):
+        for target in re.findall(r"\]\(([^)#]+)\)", doc.read_text()):
+            if "://" in target:
+                continue
+            assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
