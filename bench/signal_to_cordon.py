@@ -18,9 +18,7 @@ Usage: python -m bench.signal_to_cordon [--samples N] [--nodes N]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +38,7 @@ from remediator.settings import (
     Settings,
     WebSettings,
 )
+from remediator.sim.launch import SimHandle, start_sim
 from remediator.store.db import upgrade
 
 TOKEN = "bench-token"
@@ -62,35 +61,6 @@ max_unhealthy:
 max_concurrent: 100000
 storm_breaker: {enabled: false}
 """
-
-
-def start_sim(workdir: Path, nodes: int) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    ready = workdir / "ready.json"
-    log = (workdir / "sim.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "remediator",
-            "sim",
-            "serve",
-            "--nodes",
-            str(nodes),
-            "--kubeconfig",
-            str(workdir / "kubeconfig"),
-            "--ready-file",
-            str(ready),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 300
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"sim did not start:\n{(workdir / 'sim.log').read_text()[-2000:]}")
-        time.sleep(0.2)
-    urls: dict[str, str] = json.loads(ready.read_text())
-    return proc, urls
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -124,15 +94,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-cordon-") as tmp:
         workdir = Path(tmp)
-        sim, urls = start_sim(workdir, args.nodes)
+        sim = start_sim(workdir, nodes=args.nodes, ready_timeout=300)
         try:
-            return run(workdir, urls, args.samples, args.nodes)
+            return run(workdir, sim, args.samples, args.nodes)
         finally:
-            sim.terminate()
-            sim.wait(timeout=30)
+            sim.stop()
 
 
-def run(workdir: Path, urls: dict[str, str], samples: int, fleet: int) -> int:
+def run(workdir: Path, sim: SimHandle, samples: int, fleet: int) -> int:
     policies = workdir / "policies"
     policies.mkdir()
     (policies / "xid.yaml").write_text(POLICY)
@@ -143,7 +112,7 @@ def run(workdir: Path, urls: dict[str, str], samples: int, fleet: int) -> int:
         kubeconfig=workdir / "kubeconfig",
         policies_dir=policies,
         database_url=database,
-        provider=ProviderSettings(url=urls["nodepool_url"]),
+        provider=ProviderSettings(url=sim.nodepool_url),
         web=WebSettings(listen="127.0.0.1:0", operator_tokens=[SecretStr(TOKEN)]),
         leader_election=LeaderElectionSettings(enabled=False),
         poll_interval_seconds=60.0,

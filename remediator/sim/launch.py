@@ -70,7 +70,11 @@ class SimHandle:
 
 
 def start_sim(
-    workdir: Path, nodes: int = 4, gpus_per_node: int = 8, provision_delay: float = 1.0
+    workdir: Path,
+    nodes: int = 4,
+    gpus_per_node: int = 8,
+    provision_delay: float = 1.0,
+    ready_timeout: float = READY_TIMEOUT,
 ) -> SimHandle:
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
@@ -97,7 +101,7 @@ def start_sim(
         stderr=subprocess.STDOUT,
     )
     log.close()
-    deadline = time.monotonic() + READY_TIMEOUT
+    deadline = time.monotonic() + ready_timeout
     while not ready_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
