@@ -14,6 +14,7 @@ from datetime import datetime
 
 from remediator.actions.outcome import Done, Outcome, Waiting
 from remediator.actions.pods import workloads
+from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import ObjectRef, Pod, format_time
 
@@ -55,8 +56,17 @@ def request_checkpoints(
 ) -> Outcome:
     plan = plan_checkpoint(client.list_pods_on_node(node), requested_at, grace_seconds, now)
     stamp = format_time(requested_at)
+    asked: list[str] = []
+    gone: set[str] = set()
     for pod in plan.ask:
-        client.set_pod_annotations(pod.namespace, pod.name, {ANN_REQUESTED: stamp})
+        try:
+            client.set_pod_annotations(pod.namespace, pod.name, {ANN_REQUESTED: stamp})
+        except NotFoundError:
+            # It ended between the list and the patch: nothing is left to save, and its absence
+            # must not fail the whole remediation.
+            gone.add(pod.key)
+            continue
+        asked.append(pod.key)
         client.create_event(
             ObjectRef.of_pod(pod),
             "CheckpointRequested",
@@ -64,23 +74,24 @@ def request_checkpoints(
             f"and set the {ANN_DONE} annotation",
             "Warning",
         )
+    pending = [key for key in plan.pending if key not in gone]
     facts = {
         "node": node,
         "requested_at": stamp,
-        "asked": sorted(p.key for p in plan.ask),
+        "asked": sorted(asked),
         "answered": list(plan.answered),
-        "pending": list(plan.pending),
+        "pending": pending,
     }
-    if not plan.pending:
+    if not pending:
         return Done(f"all {len(plan.answered)} workload(s) on {node} checkpointed", facts)
     if plan.remaining_seconds <= 0:
         return Done(
             f"checkpoint grace of {grace_seconds:.0f}s ran out; "
-            f"{len(plan.pending)} workload(s) did not answer: {', '.join(plan.pending)}",
+            f"{len(pending)} workload(s) did not answer: {', '.join(pending)}",
             facts,
         )
     return Waiting(
-        f"waiting for {len(plan.pending)} workload(s) to checkpoint",
+        f"waiting for {len(pending)} workload(s) to checkpoint",
         min(POLL_SECONDS, plan.remaining_seconds),
         facts,
     )

@@ -5,6 +5,8 @@ bounded thread pool) with the policy's grace period, and report. A pod a PodDisr
 protects (429) is retried with backoff on a later round; the drain is done when no movable pod is
 left on the node. Past the drain timeout the policy decides: `force` deletes the rest with the
 same grace period (the workload still gets its SIGTERM), `hold` stops and names the blockers.
+A pod still terminating after its grace ran out is one no kubelet is removing (a dead or
+partitioned node): past the timeout, `force` deletes it at once (grace 0) and `hold` names it.
 
 The rounds are idempotent: a pod already terminating is not evicted again, so a crash and restart
 only costs one extra list call. The per-pod backoff lives in memory; losing it on a restart only
@@ -64,6 +66,13 @@ def plan_drain(pods: Iterable[Pod], not_before: Mapping[str, float], monotonic: 
         else:
             evict.append(pod)
     return DrainPlan(tuple(evict), tuple(terminating), tuple(backing_off), skipped)
+
+
+def overdue(terminating: Iterable[Pod], now: datetime) -> tuple[Pod, ...]:
+    """Terminating pods whose grace period has run out: waiting longer will not remove them."""
+    return tuple(
+        p for p in terminating if p.deletion_timestamp is not None and p.deletion_timestamp < now
+    )
 
 
 def backoff_seconds(attempts: int, base: float = 1.0, cap: float = 5.0) -> float:
@@ -134,13 +143,15 @@ class Drainer:
                 self._facts(node, pods, plan, {}, elapsed),
             )
 
+        stuck = overdue(plan.terminating, now) if timed_out else ()
         if timed_out and on_timeout is OnTimeout.FORCE:
             victims = [*plan.evict, *plan.backing_off]
             results = self._parallel(victims, lambda p: self._force(p, grace_seconds))
+            results += self._parallel(list(stuck), lambda p: self._force(p, 0))
             facts = self._facts(node, pods, plan, {a.pod.uid: a for a in results}, elapsed)
             return Waiting(
                 f"drain timeout of {timeout_seconds:.0f}s passed: force-deleted "
-                f"{len(victims)} pod(s), waiting for {plan.remaining} to terminate",
+                f"{len(victims) + len(stuck)} pod(s), waiting for {plan.remaining} to terminate",
                 self._poll,
                 facts,
             )
@@ -168,10 +179,17 @@ class Drainer:
             for p in (*plan.evict, *plan.backing_off)
             if p.uid in state.blocked
         ]
-        if timed_out and blockers:
+        if timed_out and (blockers or stuck):
             return Held(
                 f"drain of {node} exceeded {timeout_seconds:.0f}s; blocked: "
-                + "; ".join(f"{p.key}: {b.message}" for p, b in blockers),
+                + "; ".join(
+                    [f"{p.key}: {b.message}" for p, b in blockers]
+                    + [
+                        f"{p.key}: still terminating after its grace period ran out "
+                        "(is the node's kubelet down?)"
+                        for p in stuck
+                    ]
+                ),
                 facts,
             )
         waits = [b.not_before - mono for _, b in blockers]
@@ -230,6 +248,8 @@ class Drainer:
                     sigterm_at=format_time(pod.sigterm_at),
                     grace_seconds=pod.deletion_grace_seconds,
                 )
+                if attempt is not None and attempt.outcome.result is EvictionResult.EVICTED:
+                    entry["force_deleted"] = True
             elif attempt is not None and attempt.outcome.result is EvictionResult.EVICTED:
                 entry.update(state="evicted", sigterm_at=now, message=attempt.outcome.message)
             elif attempt is not None and attempt.outcome.result is EvictionResult.NOT_FOUND:

@@ -45,10 +45,17 @@ class Notification:
     fields: dict[str, str] = field(default_factory=dict)
 
 
+def escape(text: str) -> str:
+    """Slack's mrkdwn escaping: node names, reasons and API messages come from outside, and an
+    unescaped `<!channel>` or `<https://…|label>` in them would page everyone or disguise a link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def render(note: Notification) -> dict[str, Any]:
     """Slack's message shape (`text` is the fallback for clients without blocks)."""
     headline = _HEADLINE[note.kind]
-    text = f"{headline}: node {note.node} — {note.summary}"
+    summary = escape(note.summary)
+    text = f"{headline}: node {escape(note.node)} — {summary}"
     facts = {"Node": note.node, "Remediation": note.remediation_id}
     if note.cluster:
         facts["Cluster"] = note.cluster
@@ -57,10 +64,12 @@ def render(note: Notification) -> dict[str, Any]:
     facts.update(note.fields)
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": headline, "emoji": True}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": note.summary}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
         {
             "type": "section",
-            "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in facts.items()][:10],
+            "fields": [
+                {"type": "mrkdwn", "text": f"*{escape(k)}*\n{escape(v)}"} for k, v in facts.items()
+            ][:10],
         },
     ]
     if note.link:

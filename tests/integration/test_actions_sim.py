@@ -21,11 +21,13 @@ from remediator.actions.checkpoint import ANN_DONE, ANN_REQUESTED, request_check
 from remediator.actions.drain import Drainer, OnTimeout, drain_until_done
 from remediator.actions.optout import check_opt_out
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
+from remediator.actions.pods import workloads
 from remediator.actions.quarantine import QUARANTINE_TAINT, Why, quarantine
 from remediator.actions.release import release
 from remediator.actions.verify import verify_recovered
 from remediator.clock import utcnow
 from remediator.kube.client import KubeClient
+from remediator.kube.objects import Pod
 from tests.fixtures.sim import SimHandle
 from tests.integration.actions_support import until_settled, wait_for
 
@@ -128,6 +130,27 @@ def test_checkpoint_answered_by_the_workload(sim: SimHandle, kube: KubeClient) -
     assert isinstance(done, Done) and done.facts["answered"] == [pod_key]
     annotations = get(sim, "pod", "-n", namespace, name)["metadata"]["annotations"]
     assert annotations[ANN_REQUESTED] == stamp and ANN_DONE in annotations
+
+
+class _WorkloadEndsAfterList(KubeClient):
+    """A real client; right after listing a node's pods, the first workload there ends (a job
+    finishing between the checkpoint step's list and its patch)."""
+
+    def list_pods_on_node(self, node: str) -> list[Pod]:
+        pods = super().list_pods_on_node(node)
+        ending = workloads(pods)[0]
+        self.delete_pod(ending.namespace, ending.name, 0)
+        return pods
+
+
+def test_checkpoint_skips_a_workload_that_ended_meanwhile(sim: SimHandle) -> None:
+    with _WorkloadEndsAfterList.from_kubeconfig(sim.kubeconfig) as racing:
+        outcome = request_checkpoints(
+            racing, OPT_OUT_NODE, requested_at=utcnow(), grace_seconds=60, now=utcnow()
+        )
+    assert isinstance(outcome, Done), outcome
+    assert outcome.facts["asked"] == [] and outcome.facts["pending"] == []
+    assert events(sim, "eval", "eval-longrun-0", "CheckpointRequested") == []
 
 
 def test_checkpoint_grace_runs_out(kube: KubeClient) -> None:
@@ -264,6 +287,41 @@ def test_drain_timeout_hold_then_force(sim: SimHandle, kube: KubeClient) -> None
     )
     assert isinstance(forced, Done), forced
     assert not [p for p in kube.list_pods_on_node(SPARE) if not p.daemonset_owned]
+
+
+def test_drain_of_a_node_without_kubelet_holds_then_forces(
+    sim: SimHandle, kube: KubeClient
+) -> None:
+    """Ready=Unknown: no kubelet ends the evicted pod, so it stays terminating for good."""
+    fault = {"type": "condition", "node": OPT_OUT_NODE, "condition": "Ready", "status": "Unknown"}
+    httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=5).raise_for_status()
+    wait_for(lambda: not kube.get_node(OPT_OUT_NODE).ready, 10, "kubelet gone")
+    drainer = Drainer(kube, poll_seconds=0.2)
+    started = utcnow() - timedelta(seconds=120)  # the drain timeout has already passed
+
+    held = until_settled(
+        lambda: drainer.drain(
+            OPT_OUT_NODE, started_at=started, grace_seconds=1, timeout_seconds=60
+        ),
+        timeout=15,
+    )
+    assert isinstance(held, Held), held
+    assert "eval/eval-longrun-0: still terminating after its grace period ran out" in held.reason
+    (stuck,) = kube.list_pods("eval")
+    assert stuck.terminating
+
+    forced = until_settled(
+        lambda: drainer.drain(
+            OPT_OUT_NODE,
+            started_at=started,
+            grace_seconds=1,
+            timeout_seconds=60,
+            on_timeout=OnTimeout.FORCE,
+        ),
+        timeout=15,
+    )
+    assert isinstance(forced, Done), forced
+    assert kube.list_pods("eval") == []
 
 
 def test_verify_recovered_follows_the_ready_condition(sim: SimHandle, kube: KubeClient) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediator.actions.notify import Notification, NotificationKind, render
+from remediator.actions.notify import Notification, NotificationKind, escape, render
 
 
 def test_render_has_fallback_text_and_blocks() -> None:
@@ -33,3 +33,21 @@ def test_render_has_fallback_text_and_blocks() -> None:
 def test_every_kind_has_a_headline() -> None:
     for kind in NotificationKind:
         assert render(Notification(kind, "r", "n", "s"))["blocks"][0]["text"]["text"]
+
+
+def test_outside_text_cannot_ping_or_hide_links() -> None:
+    note = Notification(
+        NotificationKind.FAILED,
+        "7",
+        "<!channel>",
+        "provider said: <https://evil.example|retry here> & gave up",
+        fields={"Signal": "<!here>"},
+    )
+    body = render(note)
+    shown = [body["text"], body["blocks"][1]["text"]["text"]]
+    shown += [f["text"] for f in body["blocks"][2]["fields"]]
+    assert not any("<!" in text or "<https" in text for text in shown), shown
+    assert "node &lt;!channel&gt;" in body["text"]
+    assert body["blocks"][1]["text"]["text"] == escape(note.summary)
+    assert "&lt;https://evil.example|retry here&gt; &amp; gave up" in body["text"]
+    assert "*Signal*\n&lt;!here&gt;" in body["blocks"][2]["fields"][-1]["text"]

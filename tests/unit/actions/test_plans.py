@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from remediator.actions.checkpoint import ANN_DONE, ANN_REQUESTED, plan_checkpoint
-from remediator.actions.drain import backoff_seconds, plan_drain
+from remediator.actions.drain import backoff_seconds, overdue, plan_drain
 from remediator.actions.pods import opted_out, skip_reason, workloads
 from remediator.actions.quarantine import (
     ANN_POLICY,
@@ -154,6 +154,13 @@ class TestDrainPlan:
 
     def test_backoff_grows_to_kubectls_interval(self) -> None:
         assert [backoff_seconds(n) for n in (1, 2, 3, 4, 9)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+    def test_overdue_means_terminating_past_the_grace_deadline(self) -> None:
+        due = pod("due", deleting_at=T0, grace=30)
+        later = pod("later", deleting_at=T0 + timedelta(seconds=5), grace=30)
+        assert overdue([due, later], T0) == ()
+        assert overdue([due, later], T0 + timedelta(seconds=1)) == (due,)
+        assert overdue([due, later], T0 + timedelta(seconds=6)) == (due, later)
 
     def test_sigterm_time_is_deletion_timestamp_minus_grace(self) -> None:
         dying = pod("dying", deleting_at=T0 + timedelta(seconds=120), grace=120)
