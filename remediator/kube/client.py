@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -129,6 +130,11 @@ class KubeClient:
             )
         except (ConfigException, OSError, ValueError) as exc:
             raise PermanentError(f"kubeconfig {path}: {exc}") from exc
+        except (yaml.YAMLError, TypeError, AttributeError, KeyError) as exc:
+            # The loader assumes a well-formed mapping and fails with whatever the YAML gives it.
+            raise PermanentError(
+                f"kubeconfig {path}: not a valid kubeconfig ({type(exc).__name__}: {exc})"
+            ) from exc
         return cls(k8s.ApiClient(cfg), timeout)
 
     @classmethod
@@ -242,6 +248,8 @@ class KubeClient:
         """Add (or update the value of) a taint; a no-op when it is already there as given."""
 
         def change(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+            if any(t.same_slot(taint) and t.value == taint.value for t in taints):
+                return taints  # already there (perhaps with a timeAdded the server gave it)
             return (*(t for t in taints if not t.same_slot(taint)), taint)
 
         return self._update_taints(name, change, f"taint node {name} with {taint.key}")

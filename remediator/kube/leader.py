@@ -6,7 +6,9 @@ shutdown. This one runs in a daemon thread, competes again after losing, counts 
 and clears holderIdentity on a clean stop so that a standby takes over at once.
 
 Every write names the resourceVersion it read: two candidates racing for a free lease cannot both
-win, the loser gets a 409.
+win, the loser gets a 409. A held lease counts as expired only once we have watched it stay
+unrenewed for its duration on our own clock (nodes' wall clocks differ), so a fresh candidate
+waits one lease duration before taking over from a holder that died.
 """
 
 from __future__ import annotations
@@ -34,13 +36,16 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
-def next_record(current: Lease | None, identity: str, now: datetime, duration: int) -> Lease | None:
-    """The lease we would write to hold it, or None when someone else validly holds it."""
+def next_record(
+    current: Lease | None, identity: str, now: datetime, duration: int, unchanged_for: float
+) -> Lease | None:
+    """The lease we would write to hold it, or None when someone else validly holds it;
+    `unchanged_for` is how long we have been seeing `current` exactly as it is."""
     if current is None:
         return Lease("", "", identity, duration, now, now, 0)
     if current.holder == identity:
         return replace(current, renew_time=now, duration_seconds=duration)
-    if not current.expired(now):
+    if not current.expired(unchanged_for):
         return None
     return replace(
         current,
@@ -83,6 +88,7 @@ class LeaderElector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
+        self._seen: tuple[str, float] | None = None  # (resourceVersion, monotonic first seen)
         self.observed_holder: str | None = None
 
     @classmethod
@@ -120,7 +126,8 @@ class LeaderElector:
             except NotFoundError:
                 current = None
             self.observed_holder = current.holder if current else None
-            wanted = next_record(current, self.identity, now, self._duration)
+            unchanged_for = self._unchanged_for(current)
+            wanted = next_record(current, self.identity, now, self._duration, unchanged_for)
             if wanted is None:
                 return False
             if current is None:
@@ -135,6 +142,14 @@ class LeaderElector:
             log.warning("leader election %s/%s: %s", self._namespace, self._name, exc)
             return False
         return True
+
+    def _unchanged_for(self, lease: Lease | None) -> float:
+        """Seconds, by our monotonic clock, since we first saw this version of the lease."""
+        version = lease.resource_version if lease else ""
+        mono = self._clock.monotonic()
+        if self._seen is None or self._seen[0] != version:
+            self._seen = (version, mono)
+        return mono - self._seen[1]
 
     def release(self) -> bool:
         """Give the lease up now (only if we hold it), so a standby need not wait it out."""

@@ -38,18 +38,30 @@ def format_micro_time(when: datetime) -> str:
 
 @dataclass(frozen=True)
 class Taint:
+    """`time_added` is kept verbatim: taints are written back whole, and the node lifecycle
+    controller's timestamps on its own taints must survive our read-modify-write."""
+
     key: str
     value: str = ""
     effect: str = "NoSchedule"
+    time_added: str | None = None
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Taint:
-        return cls(str(raw.get("key", "")), str(raw.get("value") or ""), str(raw.get("effect", "")))
+        added = raw.get("timeAdded")
+        return cls(
+            str(raw.get("key", "")),
+            str(raw.get("value") or ""),
+            str(raw.get("effect", "")),
+            str(added) if added else None,
+        )
 
     def to_json(self) -> dict[str, str]:
         out = {"key": self.key, "effect": self.effect}
         if self.value:
             out["value"] = self.value
+        if self.time_added:
+            out["timeAdded"] = self.time_added
         return out
 
     def same_slot(self, other: Taint) -> bool:
@@ -269,11 +281,14 @@ class Lease:
             "spec": spec,
         }
 
-    def expired(self, now: datetime) -> bool:
-        """Free to take: nobody holds it, or the holder stopped renewing in time."""
-        if not self.holder or self.renew_time is None or self.duration_seconds is None:
+    def expired(self, unchanged_for: float) -> bool:
+        """Free to take: nobody holds it, or this very version of it (no renewal since) has been
+        seen for longer than its duration, timed by the observer's own monotonic clock. Reading
+        renewTime against our wall clock instead would let a replica whose clock runs ahead take
+        a lease its holder is still renewing (client-go times it the same way)."""
+        if not self.holder or self.duration_seconds is None:
             return True
-        return (now - self.renew_time).total_seconds() > self.duration_seconds
+        return unchanged_for > self.duration_seconds
 
 
 class EvictionResult(StrEnum):

@@ -67,6 +67,41 @@ def test_taints_and_annotations(sim: SimHandle, kube: KubeClient) -> None:
     assert "remediator.io/a" not in node.annotations and node.annotations["remediator.io/b"] == "2"
 
 
+def test_taint_writes_keep_the_time_the_server_gave_other_taints(
+    sim: SimHandle, kube: KubeClient
+) -> None:
+    """Taints others stamped with timeAdded (the node lifecycle controller does on its own) must
+    survive our read-modify-write of spec.taints, and our own taint, once it carries one, is not
+    rewritten."""
+    name = kube.list_nodes()[0].name
+    theirs = {
+        "key": "example.com/maintenance",
+        "effect": "NoExecute",
+        "timeAdded": "2026-01-01T12:00:00Z",
+    }
+    ours = {
+        **Taint("remediator.io/test", "a", "NoSchedule").to_json(),
+        "timeAdded": "2026-01-01T12:00:05Z",
+    }
+    sim.kubectl(
+        "patch",
+        "node",
+        name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"taints": [theirs, ours]}}),
+    )
+    rv = kube.get_node(name).resource_version
+    assert (
+        kube.add_taint(name, Taint("remediator.io/test", "a", "NoSchedule")).resource_version == rv
+    )
+
+    kube.add_taint(name, Taint("remediator.io/other", "x", "NoSchedule"))
+    kube.remove_taint(name, "remediator.io/other")
+    taints = json.loads(sim.kubectl("get", "node", name, "-o", "jsonpath={.spec.taints}"))
+    assert theirs in taints and ours in taints
+
+
 def test_concurrent_taints_are_not_lost(kube: KubeClient) -> None:
     """Read-modify-write under resourceVersion: racing writers retry instead of overwriting."""
     name = kube.list_nodes()[0].name

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from datetime import datetime, timedelta
 
 import pytest
 
-from remediator.clock import utcnow
-from remediator.errors import ConflictError
+from remediator.clock import Clock, SystemClock
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector
 from remediator.kube.objects import Lease
@@ -39,7 +38,16 @@ class Recorder:
         self.events.append("stopped")
 
 
-def elector(kube: KubeClient, identity: str, rec: Recorder) -> LeaderElector:
+class ClockAhead(SystemClock):
+    """The real clock of a node whose wall time runs an hour ahead (its monotonic clock is fine)."""
+
+    def now(self) -> datetime:
+        return super().now() + timedelta(hours=1)
+
+
+def elector(
+    kube: KubeClient, identity: str, rec: Recorder, clock: Clock | None = None
+) -> LeaderElector:
     return LeaderElector(
         kube,
         namespace=NS,
@@ -50,6 +58,7 @@ def elector(kube: KubeClient, identity: str, rec: Recorder) -> LeaderElector:
         retry_period=0.25,
         on_started_leading=rec.started,
         on_stopped_leading=rec.stopped,
+        clock=clock,
     )
 
 
@@ -93,25 +102,6 @@ def test_one_leader_failover_and_release(sim: SimHandle, kube: KubeClient) -> No
     assert kube.get_lease(NS, NAME).holder is None and recs["c"].events == ["started", "stopped"]
 
 
-def intrude(kube: KubeClient) -> Lease:
-    """Overwrite the lease with a holder that never renews; retried if the leader renews first."""
-    for _ in range(10):
-        current = kube.get_lease(NS, NAME)
-        try:
-            kube.replace_lease(
-                replace(
-                    current,
-                    holder="intruder",
-                    renew_time=utcnow(),
-                    transitions=current.transitions + 1,
-                )
-            )
-        except ConflictError:
-            continue
-        return current
-    raise AssertionError("could not overwrite the lease")
-
-
 def test_leader_steps_down_when_taken_and_competes_again(kube: KubeClient) -> None:
     rec = Recorder()
     a = elector(kube, "a", rec)
@@ -137,5 +127,30 @@ def test_leader_steps_down_when_taken_and_competes_again(kube: KubeClient) -> No
         wait_for(lambda: a.is_leader, DURATION + 5, "re-election")
         assert rec.events == ["started", "stopped", "started"]
         assert kube.get_lease(NS, NAME).transitions == current.transitions + 2
+    finally:
+        a.stop()
+
+
+def test_a_clock_running_ahead_does_not_steal_a_renewed_lease(kube: KubeClient) -> None:
+    recs = {name: Recorder() for name in ("a", "b")}
+    a = elector(kube, "a", recs["a"])
+    a.start()
+    try:
+        wait_for(lambda: a.is_leader, 10, "leadership")
+        b = elector(kube, "b", recs["b"], clock=ClockAhead())
+        b.start()
+        try:
+            # Longer than the lease: b sees a's renewTime an hour old by its own wall clock,
+            # yet a renews all along, so a keeps the lease.
+            deadline = time.monotonic() + DURATION + 1
+            while time.monotonic() < deadline:
+                assert a.is_leader and not b.is_leader
+                time.sleep(0.1)
+            assert kube.get_lease(NS, NAME).holder == "a" and recs["b"].events == []
+            # Once a is gone for good, b still takes over, by its own clock.
+            a.stop(release=False)
+            wait_for(lambda: b.is_leader, DURATION + 3, "takeover after expiry")
+        finally:
+            b.stop()
     finally:
         a.stop()

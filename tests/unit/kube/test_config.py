@@ -23,6 +23,16 @@ def test_missing_kubeconfig(tmp_path: Path) -> None:
         KubeClient.connect(tmp_path / "absent")
 
 
+@pytest.mark.parametrize(
+    "text", ["apiVersion: v1\nclusters: [\n", "just a string\n", "clusters: 3\n", "- a\n- b\n"]
+)
+def test_malformed_kubeconfig(tmp_path: Path, text: str) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(text)
+    with pytest.raises(PermanentError, match=f"kubeconfig {config}"):
+        KubeClient.connect(config)
+
+
 def test_elector_rejects_inconsistent_timings(tmp_path: Path) -> None:
     config = tmp_path / "kubeconfig"
     config.write_text(

@@ -64,25 +64,28 @@ def test_lease_round_trip_and_expiry() -> None:
     raw = lease.to_json()
     assert raw["spec"]["renewTime"] == "2026-01-01T12:00:00.000005Z"
     assert Lease.from_json(raw) == lease
-    assert not lease.expired(T0 + timedelta(seconds=15))
-    assert lease.expired(T0 + timedelta(seconds=16))
-    assert Lease("ns", "l", None, 15, T0, T0, 3, "7").expired(T0)
+    assert not lease.expired(15)
+    assert lease.expired(16)
+    assert Lease("ns", "l", None, 15, T0, T0, 3, "7").expired(0)
 
 
 def test_next_record() -> None:
-    fresh = next_record(None, "me", T0, 15)
+    fresh = next_record(None, "me", T0, 15, 0)
     assert fresh is not None and fresh.holder == "me" and fresh.transitions == 0
     mine = Lease("ns", "l", "me", 15, T0, T0, 2, "9")
-    renewed = next_record(mine, "me", T0 + timedelta(seconds=2), 15)
+    renewed = next_record(mine, "me", T0 + timedelta(seconds=2), 15, 2)
     assert renewed is not None
     assert renewed.acquire_time == T0 and renewed.renew_time == T0 + timedelta(seconds=2)
     assert renewed.transitions == 2 and renewed.resource_version == "9"
     theirs = Lease("ns", "l", "other", 15, T0, T0, 2, "9")
-    assert next_record(theirs, "me", T0 + timedelta(seconds=10), 15) is None
-    taken = next_record(theirs, "me", T0 + timedelta(seconds=16), 15)
+    assert next_record(theirs, "me", T0 + timedelta(seconds=10), 15, 10) is None
+    taken = next_record(theirs, "me", T0 + timedelta(seconds=16), 15, 16)
     assert taken is not None and taken.holder == "me" and taken.transitions == 3
+    # Our wall clock an hour ahead of the holder's: its renewTime looks stale, but we have only
+    # just seen this version of the lease, so it is still held.
+    assert next_record(theirs, "me", T0 + timedelta(hours=1), 15, 0) is None
     released = Lease("ns", "l", None, 1, T0, T0, 3, "10")
-    again = next_record(released, "me", T0, 15)
+    again = next_record(released, "me", T0, 15, 0)
     assert again is not None and again.transitions == 4
     assert format_micro_time(T0) == "2026-01-01T12:00:00.000000Z"
 
