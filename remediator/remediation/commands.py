@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediator.errors import ConflictError, IllegalTransition, NotFoundError, RemediatorError
+from remediator.remediation import planner
 from remediator.remediation.states import CANCELLABLE, TRANSITIONS, State
 from remediator.store.records import ControllerStatus, RemediationRecord
 from remediator.store.repository import Repository
@@ -60,10 +61,17 @@ def retry_target(record: RemediationRecord) -> Move:
 
 
 def release_target(record: RemediationRecord) -> Move:
-    """Held by opt-out: on-call overrides the opt-out and the workloads get their checkpoint.
-    Held: back into the step that held it."""
+    """Held by opt-out: on-call overrides the opt-out and the ladder goes on with the step after
+    the quarantine (the checkpoint, when the policy has one), exactly where the engine would
+    have gone had the labelled pods left. Held: back into the step that held it."""
     if record.state is State.HELD_BY_OPT_OUT:
-        return Move(State.CHECKPOINTING, {"hold_reason": None})
+        step = planner.next_work_state(planner.parse_ladder(record.ladder), record.state)
+        if step is None:
+            raise CommandRefused(
+                f"remediation {record.id}'s ladder has no step after the quarantine to release "
+                "it into; cancel it instead"
+            )
+        return Move(step, {"hold_reason": None})
     if record.state is State.HELD:
         step = entered_from(record, State.HELD)
         if step is None or step not in TRANSITIONS[State.HELD]:

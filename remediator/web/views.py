@@ -16,7 +16,7 @@ import yaml
 
 from remediator.policy.loader import PolicySet
 from remediator.remediation.commands import entered_from
-from remediator.remediation.states import CANCELLABLE, WAITING_FOR_HUMAN, State
+from remediator.remediation.states import CANCELLABLE, State
 from remediator.signals import xid
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import EventRecord, RemediationRecord
@@ -222,10 +222,6 @@ def available_commands(record: RemediationRecord) -> list[str]:
     if record.state in CANCELLABLE:
         found.append("cancel")
     return found
-
-
-def needs_human(record: RemediationRecord) -> bool:
-    return record.state in WAITING_FOR_HUMAN
 
 
 def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:

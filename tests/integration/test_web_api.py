@@ -230,7 +230,8 @@ def test_approve_records_who_and_why(client: TestClient, console: Console) -> No
     ("name", "command", "expected"),
     [
         ("failed", "retry", State.REPLACING),
-        ("opt_out", "release", State.CHECKPOINTING),
+        # Its ladder is cordon, drain, replace: released, it goes on to the drain.
+        ("opt_out", "release", State.DRAINING),
         ("held", "release", State.DRAINING),
         ("draining", "cancel", State.CANCELLED),
         ("failed", "cancel", State.CANCELLED),

@@ -56,8 +56,18 @@ def test_retry_refuses_what_cannot_be_re_entered() -> None:
         commands.retry_target(record(State.FAILED))
 
 
+LADDER = (
+    {"action": "cordon"},
+    {"action": "checkpoint"},
+    {"action": "drain"},
+    {"action": "replace"},
+)
+
+
 def test_release_overrides_opt_out_and_resumes_held() -> None:
-    opt_out = commands.release_target(record(State.HELD_BY_OPT_OUT, hold_reason="label"))
+    opt_out = commands.release_target(
+        record(State.HELD_BY_OPT_OUT, hold_reason="label", ladder=LADDER)
+    )
     assert opt_out.target is State.CHECKPOINTING
     assert opt_out.fields == {"hold_reason": None}
     held = record(State.HELD, path(State.QUARANTINED, State.DRAINING, State.HELD))
@@ -66,6 +76,21 @@ def test_release_overrides_opt_out_and_resumes_held() -> None:
         commands.release_target(record(State.VERIFYING))
     with pytest.raises(commands.CommandRefused, match="cannot resume"):
         commands.release_target(record(State.HELD))
+
+
+def test_release_of_an_opt_out_hold_follows_the_ladder() -> None:
+    """No checkpoint in the ladder: straight on to the drain, never into a step the policy
+    does not have (which would end the ladder there and hold the node)."""
+    no_checkpoint = tuple(step for step in LADDER if step["action"] != "checkpoint")
+    move = commands.release_target(record(State.HELD_BY_OPT_OUT, ladder=no_checkpoint))
+    assert move.target is State.DRAINING
+    check_transition(State.HELD_BY_OPT_OUT, move.target)
+    replace_only = ({"action": "cordon"}, {"action": "replace"})
+    assert commands.release_target(record(State.HELD_BY_OPT_OUT, ladder=replace_only)).target is (
+        State.REPLACING
+    )
+    with pytest.raises(commands.CommandRefused, match="no step after the quarantine"):
+        commands.release_target(record(State.HELD_BY_OPT_OUT, ladder=({"action": "cordon"},)))
 
 
 def test_unknown_command_is_a_programming_error() -> None:
