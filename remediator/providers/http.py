@@ -96,6 +96,12 @@ class HttpNodePoolProvider:
         rand: Callable[[], float] = random.random,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        url = httpx.URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            # Found now, at startup: at request time it would look like an outage, retried forever.
+            raise PermanentError(
+                f"node-pool API URL {base_url!r} is not an http:// or https:// URL with a host"
+            )
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"

@@ -164,6 +164,16 @@ def _int_param(request: Request, name: str) -> int | None:
         raise BadRequest(f"invalid value for {name}: {raw!r}") from exc
 
 
+def _grace_option(value: Any) -> int | None:
+    """DeleteOptions.gracePeriodSeconds as the server decodes it: an integer or absent; any other
+    JSON is the client's mistake (400), as a real server's decoder answers."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"DeleteOptions.gracePeriodSeconds must be an integer, not {value!r}")
+    return value
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
 
@@ -579,8 +589,10 @@ class KubeApi:
             raise BadRequest("DeleteOptions must be a JSON object")
         grace = _int_param(request, "gracePeriodSeconds")
         if options.get("gracePeriodSeconds") is not None:
-            grace = int(options["gracePeriodSeconds"])
+            grace = _grace_option(options["gracePeriodSeconds"])
         preconditions = options.get("preconditions") or {}
+        if not isinstance(preconditions, dict):
+            raise BadRequest("DeleteOptions.preconditions must be a JSON object")
         current = self.store.get(res.key, ns, name)
         meta = current["metadata"]
         if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
@@ -612,8 +624,10 @@ class KubeApi:
         meta_name = (body.get("metadata") or {}).get("name")
         if meta_name and meta_name != name:
             raise BadRequest("name in URL does not match name in Eviction object")
-        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
-        self.cluster.evict(ns, name, int(grace) if grace is not None else None)
+        options = body.get("deleteOptions") or {}
+        if not isinstance(options, dict):
+            raise BadRequest("Eviction.deleteOptions must be a JSON object")
+        self.cluster.evict(ns, name, _grace_option(options.get("gracePeriodSeconds")))
         return _json(
             {
                 "kind": "Status",

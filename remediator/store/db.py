@@ -24,7 +24,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -43,7 +43,13 @@ def normalise_url(url: str | URL) -> URL:
     """`postgresql://` and `postgres://` mean psycopg 3 here (SQLAlchemy's default is psycopg2)."""
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        # The text is not echoed: a mistyped URL may still carry a password.
+        raise RemediatorError(
+            "the database URL cannot be parsed: expected postgresql://… or sqlite:///…"
+        ) from exc
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed

@@ -20,7 +20,9 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubernetes.client import ApiClient
+from prometheus_client import CollectorRegistry
 
+from remediator.controller.metrics import ControllerMetrics
 from remediator.policy.loader import load_policy_dir
 from remediator.settings import load_settings
 
@@ -804,6 +806,22 @@ def dashboard_panels() -> Iterator[Obj]:
 
 def family(metric: str) -> str:
     return re.sub(r"_(bucket|sum|count)$", "", metric) if "_seconds_" in metric else metric
+
+
+def test_the_metric_contract_is_what_the_controller_exports() -> None:
+    """The alerts and the dashboard are checked against CONTROLLER_METRICS; this checks that
+    list against the controller itself, so a renamed metric cannot leave an alert silent."""
+    registry = CollectorRegistry()
+    ControllerMetrics(registry)
+    exported: set[str] = set()
+    for metric in registry.collect():
+        if metric.type == "counter":
+            exported.add(metric.name + "_total")
+        elif metric.type == "histogram":
+            exported |= {metric.name + suffix for suffix in ("_bucket", "_sum", "_count")}
+        else:
+            exported.add(metric.name)
+    assert not CONTROLLER_METRICS - exported, "alerts or panels query metrics nobody exports"
 
 
 def test_dashboard_queries_only_the_controller_metrics(tmp_path: Path) -> None:

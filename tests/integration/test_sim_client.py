@@ -352,6 +352,32 @@ def test_errors_are_status_objects(cluster: SimHandle) -> None:
             ), response.text
 
 
+def test_malformed_delete_options_are_400_and_touch_nothing(cluster: SimHandle) -> None:
+    with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:
+        pods = http.get(
+            "/api/v1/pods", params={"labelSelector": "app.kubernetes.io/component=inference"}
+        ).json()
+        pod = pods["items"][0]["metadata"]
+        path = f"/api/v1/namespaces/{pod['namespace']}/pods/{pod['name']}"
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": pod}
+        bodies = [
+            (f"{path}/eviction", {**eviction, "deleteOptions": {"gracePeriodSeconds": "soon"}}),
+            (f"{path}/eviction", {**eviction, "deleteOptions": ["gracePeriodSeconds"]}),
+        ]
+        responses = [http.post(url, json=body) for url, body in bodies]
+        for options in ({"gracePeriodSeconds": 1.5}, {"preconditions": ["uid"]}):
+            responses.append(http.request("DELETE", path, json=options))
+        for response in responses:
+            body = response.json()
+            assert (response.status_code, body["kind"], body["reason"]) == (
+                400,
+                "Status",
+                "BadRequest",
+            ), response.text
+        after = http.get(path).json()["metadata"]
+        assert "deletionTimestamp" not in after and after["uid"] == pod["uid"]
+
+
 def test_table_for_kubectl(cluster: SimHandle) -> None:
     accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
     with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:

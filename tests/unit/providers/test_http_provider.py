@@ -212,3 +212,9 @@ def test_from_settings_carries_url_token_and_timeout(api: respx.MockRouter) -> N
     settings = ProviderSettings(url=BASE + "/", token=SecretStr("tok"), timeout_seconds=3.0)
     assert HttpNodePoolProvider.from_settings(settings).spare_capacity("a") == 1
     assert route.calls.last.request.headers["Authorization"] == "Bearer tok"
+
+
+@pytest.mark.parametrize("url", ["nodepool.internal:8080", "ftp://pools", "", "http://"])
+def test_a_url_that_cannot_work_is_refused_at_startup(url: str) -> None:
+    with pytest.raises(PermanentError, match="not an http:// or https:// URL"):
+        HttpNodePoolProvider.from_settings(ProviderSettings(url=url))

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import StatementError
 
+from remediator.cli import main
 from remediator.errors import RemediatorError
 from remediator.store import db
 from remediator.store.models import ControllerState
@@ -28,6 +29,17 @@ def test_normalise_url_picks_psycopg3(given: str, expected: str) -> None:
 def test_make_engine_refuses_other_backends() -> None:
     with pytest.raises(RemediatorError, match="unsupported"):
         db.make_engine("mysql://u@h/d")
+
+
+def test_an_unparsable_url_is_a_clear_error_that_keeps_the_password_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(RemediatorError, match="cannot be parsed"):
+        db.make_engine("postgresql//admin:hunter2@db/remediator")
+    assert main(["db", "check", "--database-url", "postgresql//admin:hunter2@db/r"]) == 1
+    err = capsys.readouterr().err
+    assert "remediator db check: the database URL cannot be parsed" in err
+    assert "hunter2" not in err and "Traceback" not in err
 
 
 def test_sqlite_engine_pragmas(tmp_path: Path) -> None:
