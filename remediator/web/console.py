@@ -3,6 +3,7 @@ arithmetic, as the API's models. The pages render these same objects."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from datetime import datetime
 
@@ -50,21 +51,27 @@ def remediation_out(record: RemediationRecord, now: datetime) -> RemediationOut:
 class PolicyTexts:
     """Policy YAML cut from recorded policy sets, remembered: a set is named by the hash of its
     contents, so what was cut once never changes, and parsing YAML is the detail page's main
-    cost. Bounded, since hashes only accumulate."""
+    cost. Bounded, since hashes only accumulate. Only hits are kept: a set recorded after a
+    first miss must still show. Locked, since FastAPI serves sync routes from a thread pool."""
 
     def __init__(self, size: int = 512) -> None:
         self._size = size
-        self._cut: OrderedDict[tuple[str, str], PolicySourceOut | None] = OrderedDict()
+        self._cut: OrderedDict[tuple[str, str], PolicySourceOut] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, deps: WebDeps, content_hash: str, policy: str) -> PolicySourceOut | None:
         key = (content_hash, policy)
-        if key in self._cut:
-            self._cut.move_to_end(key)
-            return self._cut[key]
+        with self._lock:
+            hit = self._cut.get(key)
+            if hit is not None:
+                self._cut.move_to_end(key)
+                return hit
         found = self._load(deps, content_hash, policy)
-        self._cut[key] = found
-        if len(self._cut) > self._size:
-            self._cut.popitem(last=False)
+        if found is not None:
+            with self._lock:
+                self._cut[key] = found
+                if len(self._cut) > self._size:
+                    self._cut.popitem(last=False)
         return found
 
     @staticmethod
