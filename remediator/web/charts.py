@@ -55,12 +55,15 @@ def daily_by_kind(counts: Sequence[DailyCount], days: Sequence[date]) -> Markup:
         f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="Remediations per day by signal kind" xmlns="http://www.w3.org/2000/svg">'
     ]
-    for i, kind in enumerate(kinds):
-        key_x = left + i * 86
+    key_x = float(left)
+    for kind in kinds:
         parts.append(
-            f'<rect x="{key_x}" y="6" width="10" height="10" fill="{colour[kind]}"/>'
-            f'<text x="{key_x + 14}" y="15" {FONT}>{escape(kind)}</text>'
+            f'<rect x="{key_x:.0f}" y="6" width="10" height="10" fill="{colour[kind]}"/>'
+            f'<text x="{key_x + 14:.0f}" y="15" {FONT}>{escape(kind)}</text>'
         )
+        # Each key as wide as its label (about 7 px a character at this size), so long kind
+        # names such as node_condition do not run into the next key.
+        key_x += 14 + 7 * len(kind) + 18
     for fraction in (0, 0.5, 1):
         tick_y = top + plot_h * (1 - fraction)
         parts.append(

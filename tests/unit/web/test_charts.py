@@ -66,3 +66,15 @@ def test_repair_times_in_flow_order_with_overall_last() -> None:
     assert widths["draining p90 300s"] == widths["detection → healthy p90 900s"] / 3
     assert "median 6m 40s · p90 15m" in svg
     assert "no finished remediations yet" in str(charts.repair_times(None, {}))
+
+
+def test_legend_keys_do_not_overlap_long_kind_names() -> None:
+    kinds = ["infiniband", "node_condition", "nvlink", "thermal", "xid"]
+    svg = str(charts.daily_by_kind([DailyCount(DAYS[0], k, 1) for k in kinds], DAYS))
+    root = ET.fromstring(svg)
+    keys = [r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is None]
+    labels = [t for t in root.iter(f"{SVG}text") if t.text in kinds]
+    assert [t.text for t in labels] == kinds
+    for label, next_key in zip(labels, keys[1:], strict=False):
+        label_end = float(label.get("x", 0)) + 6 * len(label.text or "")
+        assert float(next_key.get("x", 0)) > label_end, label.text
