@@ -10,6 +10,7 @@ import zlib
 from datetime import datetime
 from typing import Any
 
+from remediator.sim.admission import admit_pod
 from remediator.sim.kobj import (
     GPU_RESOURCE,
     NOT_READY_TAINT,
@@ -394,22 +395,6 @@ def container_names(pod: Obj) -> str:
     return ", ".join(c["name"] for c in pod.get("spec", {}).get("containers") or [])
 
 
-DEFAULT_TOLERATIONS = (
-    {
-        "key": "node.kubernetes.io/not-ready",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-    {
-        "key": "node.kubernetes.io/unreachable",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-)
-
-
 def pod_from_template(
     template: Obj,
     name: str,
@@ -420,24 +405,10 @@ def pod_from_template(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> Obj:
-    """A new pod as a controller creates it from its template, with the defaults the API server
-    and its admission plugins fill in (grace period, scheduler, default NoExecute tolerations)."""
+    """A new pod as a controller creates it from its template, through the same defaulting and
+    admission as a pod POSTed to the API server (remediator/sim/admission.py)."""
     tmeta = template.get("metadata") or {}
     spec = json.loads(json.dumps(template.get("spec") or {}))  # a deep copy, several times faster
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("serviceAccountName", "default")
-    spec.setdefault("securityContext", {})
-    spec.setdefault("priority", 0)
-    spec.setdefault("enableServiceLinks", True)
-    tolerations = spec.setdefault("tolerations", [])
-    for default in DEFAULT_TOLERATIONS:
-        if not any(
-            t.get("key") == default["key"] and t.get("effect") == "NoExecute" for t in tolerations
-        ):
-            tolerations.append(dict(default))
     meta: Obj = {
         "name": name,
         "namespace": namespace,
@@ -449,13 +420,15 @@ def pod_from_template(
         meta["annotations"] = merged_annotations
     if owner is not None:
         meta["ownerReferences"] = [owner]
-    return {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
         "spec": spec,
-        "status": {"phase": "Pending", "qosClass": "Burstable"},
+        "status": {"phase": "Pending"},
     }
+    admit_pod(pod)
+    return pod
 
 
 # -- events ----------------------------------------------------------------------------------

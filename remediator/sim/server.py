@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from remediator.clock import Clock, SystemClock
 from remediator.sim import discovery, openapi, tables
+from remediator.sim.admission import admit_pod, check_priority
 from remediator.sim.discovery import BY_PATH, Resource
 from remediator.sim.encoding import EncodedObjects
 from remediator.sim.paging import Snapshots
@@ -505,6 +506,8 @@ class KubeApi:
         self._validate(res, obj)
         if res.key == "pods":
             obj["status"] = {"phase": "Pending"}
+            check_priority(obj)
+            admit_pod(obj)
         if res.key in _GENERATION:
             meta["generation"] = 1
             obj["status"] = {}
