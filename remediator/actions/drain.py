@@ -8,6 +8,11 @@ same grace period (the workload still gets its SIGTERM), `hold` stops and names 
 A pod still terminating after its grace ran out is one no kubelet is removing (a dead or
 partitioned node): past the timeout, `force` deletes it at once (grace 0) and `hold` names it.
 
+When budgets refuse evictions, the round lists the PodDisruptionBudgets of the refused pods'
+namespaces (once per namespace per round) and says which budget holds which pod and with what
+numbers, in the progress facts and in the hold reason: that is what on-call must scale or fix.
+A budget list that fails (RBAC, an outage) only costs that detail: the 429's own message stays.
+
 The rounds are idempotent: a pod already terminating is not evicted again, so a crash and restart
 only costs one extra list call. The per-pod backoff lives in memory; losing it on a restart only
 means one early retry.
@@ -15,6 +20,7 @@ means one early retry.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -23,14 +29,27 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from remediator.actions import pdbs
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
 from remediator.actions.pods import movable, skip_reason
 from remediator.clock import Clock, SystemClock
 from remediator.errors import ConflictError, NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import EvictionOutcome, EvictionResult, Pod, format_time
+from remediator.kube.objects import (
+    EvictionOutcome,
+    EvictionResult,
+    Pod,
+    PodDisruptionBudget,
+    format_time,
+)
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 120
+# Refusals a budget explains: 429 (it allows no disruption) and 500 (several select the pod).
+_BUDGET_REFUSALS = frozenset(
+    {EvictionResult.BLOCKED_BY_PDB.value, EvictionResult.MULTIPLE_PDBS.value}
+)
 
 
 class OnTimeout(StrEnum):
@@ -140,7 +159,7 @@ class Drainer:
             self._nodes.pop(node, None)
             return Done(
                 f"node {node} drained ({len(plan.skipped)} pod(s) left in place)",
-                self._facts(node, pods, plan, {}, elapsed),
+                self._facts(node, pods, plan, {}, elapsed, {}),
             )
 
         stuck = overdue(plan.terminating, now) if timed_out else ()
@@ -148,7 +167,7 @@ class Drainer:
             victims = [*plan.evict, *plan.backing_off]
             results = self._parallel(victims, lambda p: self._force(p, grace_seconds))
             results += self._parallel(list(stuck), lambda p: self._force(p, 0))
-            facts = self._facts(node, pods, plan, {a.pod.uid: a for a in results}, elapsed)
+            facts = self._facts(node, pods, plan, {a.pod.uid: a for a in results}, elapsed, {})
             return Waiting(
                 f"drain timeout of {timeout_seconds:.0f}s passed: force-deleted "
                 f"{len(victims) + len(stuck)} pod(s), waiting for {plan.remaining} to terminate",
@@ -172,18 +191,24 @@ class Drainer:
             blocked.not_before = mono + delay
             blocked.message = attempt.outcome.message
             blocked.result = attempt.outcome.result.value
-        facts = self._facts(node, pods, plan, attempts, elapsed)
 
         blockers = [
             (p, state.blocked[p.uid])
             for p in (*plan.evict, *plan.backing_off)
             if p.uid in state.blocked
         ]
+        held_by_budget = [p for p, b in blockers if b.result in _BUDGET_REFUSALS]
+        budgets, lookup_error = self._budgets(held_by_budget)
+        facts = self._facts(node, pods, plan, attempts, elapsed, budgets)
+        if lookup_error:
+            facts["pdb_lookup_error"] = lookup_error
+        why = {p.uid: pdbs.explain(p, budgets.get(p.namespace, ())) for p in held_by_budget}
+
         if timed_out and (blockers or stuck):
             return Held(
                 f"drain of {node} exceeded {timeout_seconds:.0f}s; blocked: "
                 + "; ".join(
-                    [f"{p.key}: {b.message}" for p, b in blockers]
+                    [f"{p.key}: {why.get(p.uid) or b.message}" for p, b in blockers]
                     + [
                         f"{p.key}: still terminating after its grace period ran out "
                         "(is the node's kubelet down?)"
@@ -196,13 +221,34 @@ class Drainer:
         if plan.terminating or len(blockers) < len(plan.evict) + len(plan.backing_off):
             waits.append(self._poll)
         retry = max(0.1, min(waits)) if waits else self._poll
-        return Waiting(
-            f"draining {node}: {plan.remaining} pod(s) left, {len(blockers)} blocked",
-            retry,
-            facts,
+        reason = f"draining {node}: {plan.remaining} pod(s) left, {len(blockers)} blocked"
+        lines = dict.fromkeys(
+            pdbs.describe(b)
+            for p in held_by_budget
+            for b in pdbs.blocking(p, budgets.get(p.namespace, ()))
         )
+        if lines:
+            reason += "; " + "; ".join(lines)
+        return Waiting(reason, retry, facts)
 
     # -- doing -------------------------------------------------------------------------------
+
+    def _budgets(
+        self, refused: Iterable[Pod]
+    ) -> tuple[dict[str, list[PodDisruptionBudget]], str | None]:
+        """The budgets of each namespace with a refused pod, and what went wrong reading them."""
+        found: dict[str, list[PodDisruptionBudget]] = {}
+        errors: list[str] = []
+        for namespace in sorted({p.namespace for p in refused}):
+            try:
+                found[namespace] = self._client.list_pdbs(namespace)
+            except (RemediatorError, ValueError, TypeError) as exc:
+                # Info, not warning: this repeats every round; the facts carry it to on-call.
+                log.info(
+                    "drain: budgets of %s unreadable, keeping the 429 text: %s", namespace, exc
+                )
+                errors.append(str(exc))
+        return found, "; ".join(errors) or None
 
     def _parallel(self, pods: list[Pod], act: Callable[[Pod], EvictionOutcome]) -> list[_Attempt]:
         if not pods:
@@ -229,6 +275,7 @@ class Drainer:
         plan: DrainPlan,
         attempts: Mapping[str, _Attempt],
         elapsed: float,
+        budgets: Mapping[str, list[PodDisruptionBudget]],
     ) -> dict[str, Any]:
         """Per-pod progress for the timeline: who got SIGTERM when, who is blocked by what."""
         state = self._nodes.get(node, _NodeState())
@@ -261,6 +308,14 @@ class Drainer:
                     message=blocked.message,
                     attempts=blocked.attempts,
                 )
+                holding = pdbs.blocking(pod, budgets.get(pod.namespace, ()))
+                if blocked.result in _BUDGET_REFUSALS and holding:
+                    # The budget's numbers first: the console shows `message` as the pod's note.
+                    entry.update(
+                        message="; ".join(pdbs.describe(b) for b in holding),
+                        eviction_message=blocked.message,
+                        budgets=[pdbs.facts(b) for b in holding],
+                    )
             else:
                 entry.update(state="pending")
             progress.append(entry)

@@ -1,5 +1,5 @@
 """Verify: the remediation only counts once the cluster shows it: the replacement is Ready and
-schedulable and the old node has left (or, for a ladder without replacement, the node is back)."""
+schedulable and the old node has left."""
 
 from __future__ import annotations
 
@@ -80,23 +80,4 @@ def verify_replacement(
         now,
         timeout_seconds,
         facts,
-    )
-
-
-def verify_recovered(
-    client: KubeClient,
-    *,
-    node: str,
-    started_at: datetime,
-    now: datetime,
-    timeout_seconds: float = 600.0,
-) -> Outcome:
-    """For ladders that end without replacement; the quarantine is still on, so only Ready
-    counts here (release lifts the cordon and taint afterwards)."""
-    found = _find(client, node)
-    if found is None:
-        return Failed(f"{node} left the cluster instead of recovering", {"node": node})
-    problems = [] if found.ready else node_problems(found, node)[:1]
-    return _judge(
-        problems, f"{node} is Ready again", started_at, now, timeout_seconds, {"node": node}
     )

@@ -41,6 +41,7 @@ from remediator.kube.objects import (
     Node,
     ObjectRef,
     Pod,
+    PodDisruptionBudget,
     Taint,
     format_time,
 )
@@ -290,12 +291,6 @@ class KubeClient:
 
     # -- pods --------------------------------------------------------------------------------
 
-    def get_pod(self, namespace: str, name: str) -> Pod:
-        raw = self._call(
-            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}", f"get pod {namespace}/{name}"
-        )
-        return Pod.from_json(raw)
-
     def list_pods_on_node(self, node: str) -> list[Pod]:
         data = self._call(
             "GET",
@@ -359,6 +354,17 @@ class KubeClient:
             f"delete pod {namespace}/{name}",
             body=body,
         )
+
+    # -- disruption budgets ------------------------------------------------------------------
+
+    def list_pdbs(self, namespace: str) -> list[PodDisruptionBudget]:
+        """The policy/v1 PodDisruptionBudgets of one namespace, status included."""
+        data = self._call(
+            "GET",
+            f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+            f"list poddisruptionbudgets in {namespace}",
+        )
+        return [PodDisruptionBudget.from_json(item) for item in data.get("items") or ()]
 
     # -- events ------------------------------------------------------------------------------
 

@@ -216,6 +216,105 @@ class Pod:
 
 
 @dataclass(frozen=True)
+class LabelRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        return False  # an operator the API server would have refused: select nothing
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """metav1.LabelSelector: every matchLabels pair and every matchExpressions requirement must
+    hold, so an empty selector selects everything."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> LabelSelector:
+        return cls(
+            {str(k): str(v) for k, v in (raw.get("matchLabels") or {}).items()},
+            tuple(
+                LabelRequirement(
+                    str(e.get("key", "")),
+                    str(e.get("operator", "")),
+                    tuple(str(v) for v in e.get("values") or ()),
+                )
+                for e in raw.get("matchExpressions") or ()
+            ),
+        )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True)
+class PodDisruptionBudget:
+    """A policy/v1 PDB with the disruption controller's view of it: what a blocked drain tells
+    on-call. `min_available`/`max_unavailable` keep the int-or-percent the owner wrote."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+    current_healthy: int = 0
+    desired_healthy: int = 0
+    expected_pods: int = 0
+    disruptions_allowed: int = 0
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> PodDisruptionBudget:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        selector = spec.get("selector")
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            selector=LabelSelector.from_json(selector) if isinstance(selector, Mapping) else None,
+            min_available=_int_or_string(spec.get("minAvailable")),
+            max_unavailable=_int_or_string(spec.get("maxUnavailable")),
+            current_healthy=int(status.get("currentHealthy") or 0),
+            desired_healthy=int(status.get("desiredHealthy") or 0),
+            expected_pods=int(status.get("expectedPods") or 0),
+            disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
+        )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def selects(self, pod: Pod) -> bool:
+        """A null selector selects no pod; policy/v1's empty one selects all in its namespace."""
+        return (
+            self.selector is not None
+            and pod.namespace == self.namespace
+            and self.selector.matches(pod.labels)
+        )
+
+
+def _int_or_string(value: object) -> int | str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    return value if isinstance(value, int) else str(value)
+
+
+@dataclass(frozen=True)
 class ObjectRef:
     """What an Event is about."""
 

@@ -9,22 +9,24 @@ its pool, so the drain tests remove it first: its budget could never be met on o
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from remediator.actions.checkpoint import ANN_DONE, ANN_REQUESTED, request_checkpoints
 from remediator.actions.drain import Drainer, OnTimeout, drain_until_done
 from remediator.actions.optout import check_opt_out
-from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
+from remediator.actions.outcome import Done, Held, Outcome, Waiting
 from remediator.actions.pods import workloads
 from remediator.actions.quarantine import QUARANTINE_TAINT, Why, quarantine
 from remediator.actions.release import release
-from remediator.actions.verify import verify_recovered
 from remediator.clock import utcnow
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Pod
@@ -289,6 +291,124 @@ def test_drain_timeout_hold_then_force(sim: SimHandle, kube: KubeClient) -> None
     assert not [p for p in kube.list_pods_on_node(SPARE) if not p.daemonset_owned]
 
 
+WEB_PDB_LINE = (
+    "disruption budget shop/web-pdb: 2 of 2 healthy, needs 2, 0 disruptions allowed "
+    "(minAvailable 2)"
+)
+
+
+def test_a_blocked_drain_names_the_budget_and_its_numbers(sim: SimHandle, kube: KubeClient) -> None:
+    place_web_pods(sim, kube, min_available=2)
+    assert isinstance(quarantine(kube, SPARE, WHY), Done)
+    drainer = Drainer(kube)
+    waiting = drainer.drain(SPARE, started_at=utcnow(), grace_seconds=5, timeout_seconds=60)
+    assert isinstance(waiting, Waiting), waiting
+    assert waiting.reason.endswith(f"2 blocked; {WEB_PDB_LINE}")
+    blocked = [p for p in waiting.facts["pods"] if p["state"] == "blocked"]
+    assert len(blocked) == 2
+    for entry in blocked:
+        assert entry["message"] == WEB_PDB_LINE
+        assert "disruption budget web-pdb" in entry["eviction_message"]
+        assert entry["budgets"] == [
+            {
+                "name": "shop/web-pdb",
+                "current_healthy": 2,
+                "desired_healthy": 2,
+                "expected_pods": 2,
+                "disruptions_allowed": 0,
+                "min_available": 2,
+            }
+        ]
+    assert "pdb_lookup_error" not in waiting.facts
+
+    held = drainer.drain(
+        SPARE, started_at=utcnow() - timedelta(seconds=120), grace_seconds=5, timeout_seconds=60
+    )
+    assert isinstance(held, Held), held
+    assert held.reason.count(WEB_PDB_LINE) == 2
+
+
+class ForbidBudgets(ThreadingHTTPServer):
+    """A loopback front for the simulator that answers the PDB list as an API server without
+    the RBAC rule would (403), and passes every other request through."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        super().__init__(("127.0.0.1", 0), _ForbidHandler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _ForbidHandler(BaseHTTPRequestHandler):
+    server: ForbidBudgets
+
+    def _relay(self) -> None:
+        if "/poddisruptionbudgets" in self.path:
+            message = (
+                'poddisruptionbudgets.policy is forbidden: User "system:serviceaccount:'
+                'remediator:remediator" cannot list resource "poddisruptionbudgets" in API '
+                'group "policy" in the namespace "shop"'
+            )
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+            self._answer(403, json.dumps({**status, "message": message, "code": 403}).encode())
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
+        upstream = httpx.request(
+            self.command,
+            self.server.upstream + self.path,
+            content=self.rfile.read(length) if length else None,
+            headers=headers,
+            timeout=10,
+        )
+        self._answer(upstream.status_code, upstream.content)
+
+    def _answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _relay
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test's output is the assertions."""
+
+
+def test_an_unreadable_budget_list_keeps_the_eviction_message(
+    sim: SimHandle, kube: KubeClient
+) -> None:
+    place_web_pods(sim, kube, min_available=2)
+    assert isinstance(quarantine(kube, SPARE, WHY), Done)
+    front = ForbidBudgets(sim.kube_url)
+    thread = threading.Thread(target=front.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = yaml.safe_load(sim.kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["server"] = front.url
+        forbidden = sim.workdir / "kubeconfig-no-pdb"
+        forbidden.write_text(yaml.safe_dump(config))
+        with KubeClient.from_kubeconfig(forbidden) as client:
+            drainer = Drainer(client)
+            waiting = drainer.drain(SPARE, started_at=utcnow(), grace_seconds=5, timeout_seconds=60)
+            assert isinstance(waiting, Waiting), waiting
+            assert waiting.reason.endswith("2 blocked")
+            assert "403" in waiting.facts["pdb_lookup_error"]
+            for entry in waiting.facts["pods"]:
+                assert entry["state"] == "blocked" and "budgets" not in entry
+                assert "disruption budget web-pdb" in entry["message"]
+            held = drainer.drain(
+                SPARE,
+                started_at=utcnow() - timedelta(seconds=120),
+                grace_seconds=5,
+                timeout_seconds=60,
+            )
+            assert isinstance(held, Held) and "disruption budget web-pdb" in held.reason
+    finally:
+        front.shutdown()
+        front.server_close()
+
+
 def test_drain_of_a_node_without_kubelet_holds_then_forces(
     sim: SimHandle, kube: KubeClient
 ) -> None:
@@ -322,26 +442,3 @@ def test_drain_of_a_node_without_kubelet_holds_then_forces(
     )
     assert isinstance(forced, Done), forced
     assert kube.list_pods("eval") == []
-
-
-def test_verify_recovered_follows_the_ready_condition(sim: SimHandle, kube: KubeClient) -> None:
-    def inject(fault: dict[str, str]) -> None:
-        httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=5).raise_for_status()
-
-    inject({"type": "condition", "node": SPARE, "condition": "Ready", "status": "False"})
-    wait_for(lambda: not kube.get_node(SPARE).ready, 10, "node NotReady")
-    started = utcnow()
-    waiting = verify_recovered(kube, node=SPARE, started_at=started, now=utcnow())
-    assert isinstance(waiting, Waiting) and f"{SPARE} is not Ready" in waiting.reason
-    late = verify_recovered(
-        kube, node=SPARE, started_at=started, now=started + timedelta(seconds=601)
-    )
-    assert isinstance(late, Failed) and "not verified after 600s" in late.reason
-
-    inject({"type": "clear", "node": SPARE})
-    done = until_settled(
-        lambda: verify_recovered(kube, node=SPARE, started_at=started, now=utcnow())
-    )
-    assert isinstance(done, Done)
-    gone = verify_recovered(kube, node="no-such-node", started_at=started, now=utcnow())
-    assert isinstance(gone, Failed)
