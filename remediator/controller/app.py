@@ -29,7 +29,8 @@ from remediator.controller.metrics import ControllerMetrics
 from remediator.errors import RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector, default_identity
-from remediator.policy.loader import content_hash, policy_files
+from remediator.kube.objects import Node
+from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
 from remediator.providers.http import HttpNodePoolProvider
@@ -41,7 +42,7 @@ from remediator.signals.model import Signal
 from remediator.signals.sources.base import Source, SourceResult
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
-from remediator.signals.sources.push import SignalInbox
+from remediator.signals.sources.push import InboxUnavailable, SignalInbox
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter
 from remediator.store.repository import Repository
@@ -58,18 +59,31 @@ PUSH_SECONDS = 1.0
 PROBE_SELECTOR = "remediator.io/readiness-probe=none"
 
 
+class NotLeading(InboxUnavailable):
+    """Only the leader drains the inbox; the Service spreads pushes over every replica."""
+
+
 class WakingInbox(SignalInbox):
-    """The push endpoints' inbox; a put wakes the leader's intake instead of waiting a tick."""
+    """The push endpoints' inbox; a put wakes the leader's intake instead of waiting a tick.
+    A follower refuses (503, which Alertmanager and push clients retry, reaching the leader)
+    instead of accepting signals nobody would decide on."""
 
     def __init__(self, capacity: int = 100_000) -> None:
         super().__init__(capacity)
         self.on_put: Callable[[], None] | None = None
+        self.accepting: Callable[[], bool] = _always
 
     def put(self, signals: Sequence[Signal]) -> int:
+        if not self.accepting():
+            raise NotLeading("this replica does not lead: retry, the leader takes signals")
         taken = super().put(signals)
         if self.on_put is not None:
             self.on_put()
         return taken
+
+
+def _always() -> bool:
+    return True
 
 
 def guarded(name: str, job: Callable[[], None]) -> Callable[[], None]:
@@ -144,7 +158,8 @@ class Controller:
         self._lead_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
         self._policy_error: object | None = None
-        self._recorded_hash: str | None = None
+        self._recorded_version: tuple[str, str | None] | None = None
+        self._shown_version: tuple[str, str | None] | None = None
         self._web: uvicorn.Server | None = None
         self._web_thread: threading.Thread | None = None
         self.web_url: str | None = None
@@ -164,6 +179,7 @@ class Controller:
                 clock=self.clock,
             )
         self.inbox.on_put = self._wake_push
+        self.inbox.accepting = self.is_leader
 
     def _default_sources(self) -> list[Source]:
         sources: list[Source] = [NodeConditionSource(self.kube)]
@@ -231,7 +247,12 @@ class Controller:
             result = source.poll(now)
             self._record_health(result)
             signals.extend(result.signals)
-        self.refresh_inventory()
+        listed = (
+            s.all_nodes
+            for s in self.sources
+            if isinstance(s, NodeConditionSource) and s.all_nodes is not None
+        )
+        self.refresh_inventory(next(listed, None))
         self._decide(signals)
 
     def take_pushed(self) -> None:
@@ -246,8 +267,10 @@ class Controller:
             if not self._pushed.is_set():
                 return
 
-    def refresh_inventory(self) -> Inventory:
-        inventory = Inventory.from_nodes(self.kube.list_nodes(), self.settings.pool_label)
+    def refresh_inventory(self, nodes: Sequence[Node] | None = None) -> Inventory:
+        """From `nodes` when this poll already listed them all, else from a LIST of its own."""
+        listed = self.kube.list_nodes() if nodes is None else nodes
+        inventory = Inventory.from_nodes(listed, self.settings.pool_label)
         self.inventory = inventory
         return inventory
 
@@ -300,28 +323,35 @@ class Controller:
             log.error("policy set refused, keeping the last good one: %s", error)
             if self.is_leader():
                 self._record_refused(str(error))
-        if active is not None and active.content_hash != self._recorded_hash:
+        if active is None:
+            return
+        # The commit too: a new commit with the same files is what new remediations record.
+        version = (active.content_hash, active.commit)
+        if version != self._shown_version:
             self.metrics.policy_set(active.commit, active.content_hash)
-            if self.is_leader():
-                self.repository.record_policy_set(
-                    content_hash=active.content_hash,
-                    commit=active.commit,
-                    dirty=active.dirty,
-                    files=active.files,
-                )
-                self._recorded_hash = active.content_hash
-                log.info("policy set active: %s (%s)", active.content_hash[:12], active.commit)
+            self._shown_version = version
+        if version != self._recorded_version and self.is_leader():
+            self.repository.record_policy_set(
+                content_hash=active.content_hash,
+                commit=active.commit,
+                dirty=active.dirty,
+                files=active.files,
+            )
+            self._recorded_version = version
+            log.info("policy set active: %s (%s)", active.content_hash[:12], active.commit)
 
     def _record_refused(self, error: str) -> None:
+        """Record the refused set with its commit, so the console names the bad commit."""
         directory = self.settings.policies_dir
         try:
             files = {p.name: p.read_text(encoding="utf-8") for p in policy_files(directory)}
         except (OSError, UnicodeDecodeError):
             files = {}
+        commit, dirty = git_revision(directory) if files else (None, True)
         self.repository.record_policy_set(
             content_hash=content_hash(files),
-            commit=None,
-            dirty=True,
+            commit=commit,
+            dirty=dirty,
             files=files,
             status="refused",
             error=error,
@@ -334,6 +364,8 @@ class Controller:
         rows = [*self.repository.list_open(), *failed.rows]
         fencing = [r for r in (self.repository.get(row.id) for row in rows) if r is not None]
         left = self.metrics.refresh(fencing, self.repository.controller_status(), self.clock.now())
+        if not self.is_leader():
+            return  # outcomes are counted once, by the leader, like its own transitions
         for remediation_id in left:
             record = self.repository.get(remediation_id)
             if record is not None and record.state is State.CANCELLED:

@@ -115,8 +115,8 @@ class ControllerMetrics:
         now: datetime,
     ) -> set[int]:
         """Set the gauges from the store (records with their events: the age is the time in
-        the current state); returns the ids that left the open set since the last refresh
-        (the caller looks them up to count cancellations)."""
+        the current state); returns the ids that left the open and failed set since the last
+        refresh (the caller looks them up to count cancellations, a failed one's included)."""
         counts = dict.fromkeys(GAUGED, 0)
         oldest: dict[State, datetime] = {}
         for record in fencing:
@@ -132,7 +132,7 @@ class ControllerMetrics:
             )
         self.breaker_tripped.set(1 if status.breaker_tripped else 0)
         self.paused.set(1 if status.paused else 0)
-        current = {r.id for r in fencing if r.state is not State.FAILED}
+        current = {r.id for r in fencing}
         left = self._open_ids - current
         self._open_ids = current
         return left

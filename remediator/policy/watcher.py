@@ -36,7 +36,12 @@ class PolicyStore:
         try:
             fingerprint = self._stat()
         except OSError as exc:
-            self.last_error = PolicyError([f"{self.directory}: {exc}"])
+            # The same outage is one error, not a new one every tick; forgetting the fingerprint
+            # makes the directory's return re-check the set and clear the error.
+            problem = f"{self.directory}: {exc}"
+            if self.last_error is None or self.last_error.problems != [problem]:
+                self.last_error = PolicyError([problem])
+            self._fingerprint = None
             return False
         if fingerprint == self._fingerprint:
             return False

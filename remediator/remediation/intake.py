@@ -46,11 +46,14 @@ PAGE = 500
 
 @dataclass(frozen=True)
 class Inventory:
-    """The cluster's nodes as the budgets and node selectors need them."""
+    """The cluster's nodes as the budgets and node selectors need them. A node cordoned by
+    anyone (maintenance, another tool, a remediation of ours) is out of service like a NotReady
+    one: the budgets bound how many nodes are out, not only how many we took out."""
 
     pools: Mapping[str, str] = field(default_factory=dict)  # node → pool ("" when none)
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     not_ready: frozenset[str] = frozenset()
+    cordoned: frozenset[str] = frozenset()
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
@@ -59,6 +62,7 @@ class Inventory:
             pools={n.name: n.labels.get(pool_label, "") for n in nodes},
             labels={n.name: dict(n.labels) for n in nodes},
             not_ready=frozenset(n.name for n in nodes if not n.ready),
+            cordoned=frozenset(n.name for n in nodes if n.unschedulable),
         )
 
     def nodes_per_pool(self) -> dict[str, int]:
@@ -76,9 +80,9 @@ class IntakeResult:
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
-    """Unhealthy = not Ready, or fenced by a remediation that touches the cluster."""
+    """Unhealthy = not Ready, cordoned, or fenced by a remediation that touches the cluster."""
     unhealthy: dict[str, set[str]] = {}
-    for node in inventory.not_ready:
+    for node in inventory.not_ready | inventory.cordoned:
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
     acting = [r for r in fencing if not r.dry_run]
     for record in acting:

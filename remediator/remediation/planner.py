@@ -5,7 +5,8 @@ A remediation's state is the step being executed. The policy's ladder (stored on
 when it was opened, so a policy edit never changes a running remediation) decides which work
 states it passes through; every disruptive ladder starts with the quarantine, because draining a
 node that still takes new pods is a race, and a replacement is always followed by verification.
-A ladder that stops before `replace` ends in HELD: the node is fenced and a human decides.
+A ladder that stops before `replace` ends in HELD: the node is fenced and a human decides (a dry
+run, which fenced nothing, ends in SUCCEEDED instead).
 
 Nothing here does I/O or reads a clock: the service passes what it observed and carries out the
 answer, persisting a Move before the next step's side effect.
@@ -238,6 +239,11 @@ def _done(s: Situation, outcome: Done) -> Plan:
     target = next_work_state(s.ladder, s.state)
     if target is None:
         reason = f"the policy's ladder ends after {step}: the node stays fenced for a human"
+        if s.dry_run:
+            # Nothing was fenced: holding would page on-call for nothing and keep the node
+            # "under remediation", so no live policy could act on it until someone cancelled.
+            detail["dry_run_would_hold"] = reason
+            return Move(State.SUCCEEDED, f"{step}_done", detail, fields)
         return Move(State.HELD, f"{step}_done", detail, {**fields, "hold_reason": reason})
     if s.state is State.QUARANTINED and isinstance(s.opt_out, Held):
         if s.dry_run:

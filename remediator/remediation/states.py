@@ -46,7 +46,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         {State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.SUCCEEDED}
     ),
     State.CHECKPOINTING: frozenset(
-        {State.HELD_BY_OPT_OUT, State.DRAINING, State.HELD, State.FAILED}
+        {State.HELD_BY_OPT_OUT, State.DRAINING, State.SUCCEEDED, State.HELD, State.FAILED}
     ),
     State.DRAINING: frozenset(
         {State.HELD_BY_OPT_OUT, State.REPLACING, State.SUCCEEDED, State.HELD, State.FAILED}

@@ -274,20 +274,6 @@ class Repository:
             found = tuple(_remediation(r) for r in session.scalars(remediations))
         return NodeHistory(node, found, self.signals_for_node(node, limit=limit))
 
-    def recent_remediations(self, node: str, since: datetime) -> tuple[RemediationRecord, ...]:
-        """The node's remediations created at or after `since`, oldest first (repeat offenders)."""
-        query = (
-            select(Remediation)
-            .where(
-                Remediation.cluster == self.cluster,
-                Remediation.node == node,
-                Remediation.created_at >= since,
-            )
-            .order_by(Remediation.created_at, Remediation.id)
-        )
-        with session_scope(self.session_factory) as session:
-            return tuple(_remediation(r) for r in session.scalars(query))
-
     # -- overview ----------------------------------------------------------------------------
 
     def counts_by_state(self, closed_since: datetime | None = None) -> dict[State, int]:

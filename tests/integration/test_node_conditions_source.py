@@ -44,6 +44,7 @@ def test_conditions_from_the_api_server_and_down_when_it_is_gone(sim: SimHandle)
     healthy = poll_until(source, lambda r: r.health.up and not r.signals)
     assert healthy.health.detail["nodes"] == "4"
     nodes = sorted(sim.kubectl("get", "nodes", "-o", "name").split())
+    assert sorted(f"node/{n.name}" for n in source.all_nodes or ()) == nodes
     victim = nodes[1].removeprefix("node/")
 
     inject(
@@ -68,6 +69,11 @@ def test_conditions_from_the_api_server_and_down_when_it_is_gone(sim: SimHandle)
         NodeConditionConfig(condition_types=frozenset({"Ready"})),
     )
     assert counted_elsewhere.poll(datetime.now(UTC)).signals == ()
+    selective = NodeConditionSource(
+        KubeClient.from_kubeconfig(sim.kubeconfig), NodeConditionConfig(label_selector="gpu=none")
+    )
+    assert selective.poll(datetime.now(UTC)).health.up
+    assert selective.all_nodes is None  # a filtered LIST is not the whole cluster
 
     inject(sim, type="clear", node=victim)
     poll_until(source, lambda r: r.health.up and not r.signals)
@@ -77,5 +83,6 @@ def test_conditions_from_the_api_server_and_down_when_it_is_gone(sim: SimHandle)
     down = source.poll(datetime.now(UTC))
     assert not down.health.up
     assert down.signals == ()
+    assert source.all_nodes is None  # the controller lists for itself and fails safe
     assert "unreachable" in (down.health.error or "")
     assert down.health.last_success_at == last_ok

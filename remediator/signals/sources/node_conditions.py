@@ -96,13 +96,19 @@ class NodeConditionSource:
         self.config = config or NodeConditionConfig()
         self._kube = kube
         self._health = HealthTracker(name)
+        # Every node of the last poll's LIST (None after a failed or label-filtered one), so
+        # the controller builds its inventory from the same LIST instead of a second one.
+        self.all_nodes: list[Node] | None = None
 
     def poll(self, now: datetime) -> SourceResult:
+        self.all_nodes = None
         try:
             nodes = self._kube.list_nodes(self.config.label_selector)
         except TransientError as exc:
             return self._health.down(now, f"Kubernetes API unreachable or unavailable: {exc}")
         except RemediatorError as exc:
             return self._health.down(now, f"Kubernetes API refused LIST nodes: {exc}")
+        if self.config.label_selector is None:
+            self.all_nodes = nodes
         signals = node_signals(nodes, self.config, self.name, now)
         return self._health.ok(now, tuple(signals), {"nodes": str(len(nodes))})

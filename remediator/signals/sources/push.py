@@ -35,8 +35,12 @@ MAX_BATCH = 5_000
 MAX_FUTURE_SKEW = timedelta(minutes=5)
 
 
-class InboxFull(Exception):
-    """The controller is not draining fast enough; the sender should retry later."""
+class InboxUnavailable(Exception):
+    """The inbox cannot take signals now; the sender should retry later (503)."""
+
+
+class InboxFull(InboxUnavailable):
+    """The controller is not draining fast enough."""
 
 
 class SignalInbox:
@@ -145,7 +149,10 @@ class _Problems(BaseModel):
 
 REFUSED: dict[int | str, dict[str, Any]] = {
     422: {"model": _Problems, "description": "refused: every problem named, nothing stored"},
-    503: {"description": "inbox full: nothing stored, retry after `Retry-After` seconds"},
+    503: {
+        "description": "inbox full, or this replica does not lead: nothing stored, retry "
+        "after `Retry-After` seconds"
+    },
 }
 
 
@@ -172,7 +179,7 @@ def make_signals_router(
     def _store(signals: Sequence[Signal]) -> JSONResponse | None:
         try:
             inbox.put(signals)
-        except InboxFull as exc:
+        except InboxUnavailable as exc:
             return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": "5"})
         return None
 

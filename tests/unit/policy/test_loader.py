@@ -290,3 +290,23 @@ def test_store_survives_a_vanished_directory(tmp_path: Path) -> None:
     assert store.reload_if_changed() is False
     assert store.active is not None
     assert store.last_error is not None
+
+
+def test_a_vanished_directory_is_one_error_until_it_returns(tmp_path: Path) -> None:
+    directory = write(tmp_path / "p", {"a.yaml": GOOD})
+    store = PolicyStore(directory, FakeClock())
+    store.reload_if_changed()
+    assert store.active is not None
+    good = store.active.content_hash
+    moved = tmp_path / "moved"
+    directory.rename(moved)
+    store.reload_if_changed()
+    first = store.last_error
+    assert first is not None
+    store.reload_if_changed()
+    assert store.last_error is first  # the controller counts and records each new error once
+
+    moved.rename(directory)
+    assert store.reload_if_changed() is False
+    assert store.last_error is None
+    assert store.active is not None and store.active.content_hash == good

@@ -52,8 +52,10 @@ def test_gauges_count_states_and_age_the_oldest_by_time_in_state() -> None:
     assert value("remediator_paused") == 1 and value("remediator_breaker_tripped") == 1
 
     # Remediation 2 left the open set: the caller is told, to count a cancellation.
-    assert metrics.refresh(fencing[:1], ControllerStatus("c"), NOW) == {2}
+    assert metrics.refresh([fencing[0], fencing[2]], ControllerStatus("c"), NOW) == {2}
     assert value("remediator_paused") == 0
+    # A failed one cancelled by a human leaves too.
+    assert metrics.refresh(fencing[:1], ControllerStatus("c"), NOW) == {3}
 
 
 def test_transitions_feed_the_step_histogram_and_the_outcomes() -> None:

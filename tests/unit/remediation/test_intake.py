@@ -3,6 +3,7 @@ memory against the stored switch, and the remediation a decision opens."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,15 @@ def test_cluster_state_counts_not_ready_and_fenced_nodes_but_not_dry_runs() -> N
     assert state.unhealthy == {"train": frozenset({"a", "b"}), "infer": frozenset({"c"})}
     assert state.open_remediations == 2
     assert state.nodes_per_pool == {"train": 2, "infer": 1, "": 1}
+
+
+def test_a_node_cordoned_by_someone_else_counts_against_the_budgets() -> None:
+    maintenance = replace(node("b", "train"), unschedulable=True)
+    inventory = Inventory.from_nodes([node("a", "train"), maintenance, node("c", "train")], POOL)
+    assert inventory.cordoned == frozenset({"b"})
+    state = cluster_state(inventory, [record("a", "train", State.QUARANTINED)])
+    assert state.unhealthy == {"train": frozenset({"a", "b"})}
+    assert state.open_remediations == 1
 
 
 def test_the_stored_breaker_wins_and_a_human_reset_clears_memory() -> None:

@@ -113,6 +113,25 @@ def test_a_ladder_that_stops_early_ends_held_for_a_human() -> None:
     assert isinstance(drained, Move) and drained.target is State.HELD
 
 
+@pytest.mark.parametrize(
+    ("state", "ladder"),
+    [
+        (State.QUARANTINED, CORDON_ONLY),
+        (State.CHECKPOINTING, (LadderStep("cordon"), LadderStep("checkpoint"))),
+        (State.DRAINING, DRAIN_NO_REPLACE),
+    ],
+)
+def test_a_dry_run_that_stops_early_ends_without_holding(
+    state: State, ladder: tuple[LadderStep, ...]
+) -> None:
+    """It fenced nothing: a hold would page on-call and block the node for live policies."""
+    dry = plan(at(state, ladder, outcome=Done("dry run: would act"), dry_run=True))
+    assert isinstance(dry, Move) and dry.target is State.SUCCEEDED
+    assert "ladder ends after" in dry.detail["dry_run_would_hold"]
+    assert "hold_reason" not in dry.fields
+    assert dry.target in TRANSITIONS[state]
+
+
 def test_opt_out_hold_resumes_by_itself_once_the_pods_are_gone() -> None:
     still = plan(at(State.HELD_BY_OPT_OUT, opt_out=Held("eval/x carries the label")))
     assert isinstance(still, Stay) and still.fields == {"hold_reason": "eval/x carries the label"}
@@ -196,7 +215,8 @@ OUTCOMES = st.one_of(
     st.builds(Failed, st.text(max_size=5)),
     st.none(),
 )
-LADDERS = st.sampled_from([FULL, CORDON_ONLY, DRAIN_NO_REPLACE, NOTIFY_ONLY])
+CHECKPOINT_ONLY = (LadderStep("cordon"), LadderStep("checkpoint"))
+LADDERS = st.sampled_from([FULL, CORDON_ONLY, CHECKPOINT_ONLY, DRAIN_NO_REPLACE, NOTIFY_ONLY])
 
 
 @given(

@@ -1,0 +1,164 @@
+"""The controller composed against the simulator, not started: one poll cycle (the node-condition
+source's LIST also builds the inventory, so a poll costs the API server one LIST of nodes), and
+what a replica that does not lead does with metrics and pushed signals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from remediator.controller.app import Controller
+from remediator.kube.client import KubeClient
+from remediator.kube.objects import Node
+from remediator.remediation import commands
+from remediator.store.records import NewRemediation
+from tests.fixtures.sim import SimHandle
+from tests.integration.engine_support import settings_for, write_policies
+
+pytestmark = pytest.mark.integration
+
+
+def git(cwd: Path, *args: str) -> str:
+    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid"}
+    identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env={**os.environ, **identity}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def controller(sim: SimHandle, sqlite_head_template: Path, tmp_path: Path) -> Iterator[Controller]:
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    url = f"sqlite:///{tmp_path / 'remediator.db'}"
+    settings = settings_for(sim, url, write_policies(tmp_path / "policies"))
+    built = Controller(settings, kube=KubeClient.from_kubeconfig(sim.kubeconfig, timeout=5.0))
+    yield built
+    built.stop()
+
+
+def test_a_poll_lists_the_nodes_once(
+    controller: Controller, sim: SimHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str | None] = []
+    real = controller.kube.list_nodes
+
+    def counted(label_selector: str | None = None) -> list[Node]:
+        calls.append(label_selector)
+        return real(label_selector)
+
+    monkeypatch.setattr(controller.kube, "list_nodes", counted)
+    controller.poll()
+    assert calls == [None]
+    inventory = controller.inventory
+    assert inventory is not None
+    shown = sim.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split()
+    assert sorted(inventory.pools) == sorted(shown)
+
+
+def test_only_the_leader_counts_a_cancellation(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every replica refreshes its gauges; the alerts sum the outcome counters over replicas,
+    so a follower counting cancellations too would count each one twice."""
+    repo = controller.repository
+
+    def cancelled_count() -> float | None:
+        return controller.registry.get_sample_value(
+            "remediator_remediations_finished_total", {"outcome": "cancelled", "policy": "xid-79"}
+        )
+
+    def open_and_cancel() -> None:
+        made = repo.create(
+            NewRemediation(
+                node="gpu-x",
+                policy="xid-79",
+                reason="test",
+                signals=(),
+                ladder=[],
+                signal_kind="xid",
+            ),
+            actor="test",
+        )
+        controller.refresh_metrics()
+        commands.run(repo, "cancel", made.id, actor="on-call")
+        controller.refresh_metrics()
+
+    open_and_cancel()
+    assert cancelled_count() is None
+    monkeypatch.setattr(controller, "is_leader", lambda: True)
+    open_and_cancel()
+    assert cancelled_count() == 1
+
+
+def test_a_follower_refuses_pushed_signals_so_the_sender_retries_at_the_leader(
+    controller: Controller,
+) -> None:
+    """Only the leader drains the inbox: a follower accepting a push would sit on the signal."""
+    url = controller.start_web()
+    signal = {
+        "node": "gpu-x",
+        "kind": "xid",
+        "code": 79,
+        "source": "push",
+        "observed_at": datetime.now(UTC).isoformat(),
+    }
+    headers = {"Authorization": "Bearer operator-token"}
+    response = httpx.post(f"{url}/api/v1/signals", json=[signal], headers=headers, timeout=10)
+    assert response.status_code == 503, response.text
+    assert response.headers["Retry-After"] == "5"
+    assert "does not lead" in response.json()["detail"]
+    assert len(controller.inbox) == 0
+
+
+def test_a_new_commit_of_the_same_policies_is_recorded(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New remediations record the active commit, so the policy-set history must know it even
+    when the commit left the policy files' text unchanged."""
+    directory = controller.settings.policies_dir
+    git(directory, "init", "-q")
+    git(directory, "add", ".")
+    git(directory, "commit", "-q", "-m", "policies")
+    monkeypatch.setattr(controller, "is_leader", lambda: True)
+    controller.reload_policies()
+    first = controller.repository.latest_policy_set()
+    assert first is not None and first.commit == git(directory, "rev-parse", "HEAD")
+
+    git(directory, "commit", "-q", "--allow-empty", "-m", "elsewhere in the repository")
+    for path in directory.iterdir():  # a git-sync checkout is a fresh worktree
+        if path.is_file():
+            stat = path.stat()
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    controller.reload_policies()
+    second = controller.repository.latest_policy_set()
+    assert second is not None and second.content_hash == first.content_hash
+    assert second.commit == git(directory, "rev-parse", "HEAD") != first.commit
+
+
+def test_a_refused_commit_is_recorded_with_its_commit(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = controller.settings.policies_dir
+    monkeypatch.setattr(controller, "is_leader", lambda: True)
+    controller.reload_policies()
+    good = controller.policies.active
+    assert good is not None
+    git(directory, "init", "-q")
+    (directory / "xid.yaml").write_text("policies:\n  - name: broken\n    surprise: 1\n")
+    git(directory, "add", ".")
+    git(directory, "commit", "-q", "-m", "a bad edit")
+    controller.reload_policies()
+    refused = controller.repository.latest_policy_set()
+    assert refused is not None and refused.status == "refused"
+    assert refused.commit == git(directory, "rev-parse", "HEAD") and not refused.dirty
+    assert "xid.yaml:" in (refused.error or "")
+    assert controller.policies.active is good  # the last good set stays in force
