@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from remediator.clock import Clock, SystemClock
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.sources.prometheus import gpu_index, node_name
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ LINK_DOWN, LINK_FLAP = 1, 2
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
+# DCGM's label (old and new spelling), then node_exporter's as the demo's scrape adds it.
+NODE_LABELS = ("Hostname", "hostname", "node")
+
+
 @dataclass(frozen=True)
 class Scrape:
     signals: tuple[Signal, ...]
@@ -46,12 +51,7 @@ class Scrape:
 
 
 def _node(labels: Mapping[str, str]) -> str | None:
-    return labels.get("Hostname") or labels.get("hostname") or labels.get("node") or None
-
-
-def _gpu(labels: Mapping[str, str]) -> int | None:
-    raw = labels.get("gpu", "")
-    return int(raw) if raw.isdigit() else None
+    return node_name(labels, NODE_LABELS)
 
 
 def _exposed(sample_name: str) -> str:
@@ -91,7 +91,7 @@ def to_signals(
                 kind=kind,
                 source=source,
                 observed_at=now,
-                gpu=_gpu(labels),
+                gpu=gpu_index(labels),
                 gpu_uuid=labels.get("UUID") or None,
                 code=code,
                 value=value,
@@ -113,8 +113,8 @@ def to_signals(
                 if name == IB_LINK_DOWNED and grew > 0:
                     add(SignalKind.INFINIBAND, {**labels, "problem": "link_flap"}, code=LINK_FLAP)
                 elif name in NVLINK and (node := _node(labels)) is not None:
-                    total, _ = nvlink.get((node, _gpu(labels)), (0.0, labels))
-                    nvlink[(node, _gpu(labels))] = (total + grew, labels)
+                    total, _ = nvlink.get((node, gpu_index(labels)), (0.0, labels))
+                    nvlink[(node, gpu_index(labels))] = (total + grew, labels)
             elif (name == IB_STATE and value != IB_STATE_ACTIVE) or (
                 name == IB_PHYSICAL and value != IB_LINK_UP
             ):

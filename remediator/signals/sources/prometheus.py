@@ -136,7 +136,8 @@ class QueryFailed(Exception):
     """One query could not be answered; the message is the health reason."""
 
 
-def _node(labels: Mapping[str, str], candidates: tuple[str, ...]) -> str | None:
+def node_name(labels: Mapping[str, str], candidates: tuple[str, ...]) -> str | None:
+    """The first non-empty of the candidate labels: exporters disagree on the node label."""
     for name in candidates:
         value = labels.get(name)
         if value:
@@ -144,7 +145,7 @@ def _node(labels: Mapping[str, str], candidates: tuple[str, ...]) -> str | None:
     return None
 
 
-def _gpu(labels: Mapping[str, str]) -> int | None:
+def gpu_index(labels: Mapping[str, str]) -> int | None:
     raw = labels.get("gpu", "")
     return int(raw) if raw.isdigit() else None
 
@@ -168,7 +169,7 @@ def to_signals(
         labels: dict[str, str] = {
             k: str(v) for k, v in series.get("metric", {}).items() if k != "__name__"
         }
-        node = _node(labels, node_labels)
+        node = node_name(labels, node_labels)
         try:
             value = float(series["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
@@ -188,7 +189,7 @@ def to_signals(
                 kind=kind,
                 source=source,
                 observed_at=now,
-                gpu=_gpu(labels),
+                gpu=gpu_index(labels),
                 gpu_uuid=labels.get("UUID") or None,
                 code=code,
                 value=reading,
