@@ -23,6 +23,7 @@ class NotificationKind(StrEnum):
     HELD = "held"
     FAILED = "failed"
     SUCCEEDED = "succeeded"
+    BREAKER_TRIPPED = "breaker_tripped"
 
 
 _HEADLINE = {
@@ -30,6 +31,10 @@ _HEADLINE = {
     NotificationKind.HELD: ":raised_hand: Remediation held, waiting for a human",
     NotificationKind.FAILED: ":x: Remediation failed",
     NotificationKind.SUCCEEDED: ":white_check_mark: Remediation succeeded",
+    NotificationKind.BREAKER_TRIPPED: (
+        ":rotating_light: Storm breaker tripped: every new remediation is paused until a human "
+        "resets it"
+    ),
 }
 
 
@@ -55,8 +60,10 @@ def render(note: Notification) -> dict[str, Any]:
     """Slack's message shape (`text` is the fallback for clients without blocks)."""
     headline = _HEADLINE[note.kind]
     summary = escape(note.summary)
-    text = f"{headline}: node {escape(note.node)} — {summary}"
-    facts = {"Node": note.node, "Remediation": note.remediation_id}
+    # A cluster-wide note (the breaker) names no node and no remediation.
+    subject = f": node {escape(note.node)}" if note.node else ""
+    text = f"{headline}{subject} — {summary}"
+    facts = {k: v for k, v in (("Node", note.node), ("Remediation", note.remediation_id)) if v}
     if note.cluster:
         facts["Cluster"] = note.cluster
     if note.policy:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from remediator.actions.notify import WebhookNotifier
+from remediator.actions.notify import Notification, NotificationKind, WebhookNotifier
 from remediator.clock import Clock, SystemClock
 from remediator.controller.jobs import PUSH_JOB, JobSpec, build_scheduler, wake
 from remediator.controller.metrics import ControllerMetrics
@@ -279,6 +279,16 @@ class Controller:
             return
         inventory = self.inventory or self.refresh_inventory()
         result = self.intake.process(signals, inventory, self.policies.active, self.clock.now())
+        if result.breaker_tripped and self.notifier is not None:
+            self.notifier.send(
+                Notification(
+                    kind=NotificationKind.BREAKER_TRIPPED,
+                    remediation_id="",
+                    node="",
+                    summary=result.breaker_tripped,
+                    cluster=self.settings.cluster_name,
+                )
+            )
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)

@@ -11,7 +11,14 @@ import pytest
 
 from remediator.remediation.states import OPEN, State
 from tests.fixtures.sim import SimHandle
-from tests.integration.engine_support import Engine, start_engine, wait_for, write_policies, xid
+from tests.integration.engine_support import (
+    Engine,
+    WebhookSink,
+    start_engine,
+    wait_for,
+    write_policies,
+    xid,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -20,15 +27,25 @@ INFER = ["a100-infer-0000", "a100-infer-0001"]
 
 
 @pytest.fixture
+def webhook() -> Iterator[WebhookSink]:
+    receiver = WebhookSink()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture
 def engine(
-    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+    sim_factory: Callable[..., SimHandle],
+    migrated_database_url: str,
+    tmp_path: Path,
+    webhook: WebhookSink,
 ) -> Iterator[Engine]:
     sim = sim_factory(nodes=10, provision_delay=1.0)
     # 10% per pool: one node of each pool at a time; more than 6 new faults trip the breaker.
     policies = write_policies(
         tmp_path / "policies", pool_percent=10, cluster_percent=20, max_new_faults=6
     )
-    handle = start_engine(sim, migrated_database_url, policies)
+    handle = start_engine(sim, migrated_database_url, policies, notify={"webhook_url": webhook.url})
     yield handle
     handle.close()
 
@@ -46,7 +63,9 @@ def fenced(engine: Engine, name: str) -> bool:
     )
 
 
-def test_half_the_fleet_faulted_remediates_at_most_the_budget(engine: Engine) -> None:
+def test_half_the_fleet_faulted_remediates_at_most_the_budget(
+    engine: Engine, webhook: WebhookSink
+) -> None:
     first_wave = [*TRAIN[:4], INFER[0]]  # 5 of 10 nodes at once
     engine.push(*(xid(node) for node in first_wave))
     wait_for(lambda: len(engine.remediations()) >= 2, what="the admitted remediations")
@@ -64,6 +83,8 @@ def test_half_the_fleet_faulted_remediates_at_most_the_budget(engine: Engine) ->
     status = engine.repository.controller_status()
     assert status.breaker_reason and "7 nodes newly faulted" in status.breaker_reason
     assert "a human must reset it" in status.breaker_reason
+    # ... and pages a human, once.
+    wait_for(lambda: any("Storm breaker tripped" in t for t in webhook.texts()), what="the page")
 
     # Nothing else opened, nothing else touched: the running two go on to the end.
     for node in opened:
@@ -80,3 +101,4 @@ def test_half_the_fleet_faulted_remediates_at_most_the_budget(engine: Engine) ->
     engine.push(xid(TRAIN[7]))
     engine.controller.take_pushed()
     assert engine.of_node(TRAIN[7]) is None
+    assert sum("Storm breaker tripped" in t for t in webhook.texts()) == 1

@@ -51,3 +51,15 @@ def test_outside_text_cannot_ping_or_hide_links() -> None:
     assert body["blocks"][1]["text"]["text"] == escape(note.summary)
     assert "&lt;https://evil.example|retry here&gt; &amp; gave up" in body["text"]
     assert "*Signal*\n&lt;!here&gt;" in body["blocks"][2]["fields"][-1]["text"]
+
+
+def test_a_cluster_wide_note_names_no_node() -> None:
+    note = Notification(
+        NotificationKind.BREAKER_TRIPPED, "", "", "7 nodes newly faulted", cluster="prod-east"
+    )
+    body = render(note)
+    assert body["text"].startswith(":rotating_light: Storm breaker tripped")
+    assert "node" not in body["text"].split("—")[0]
+    assert body["text"].endswith("— 7 nodes newly faulted")
+    fields = [f["text"] for f in body["blocks"][2]["fields"]]
+    assert fields == ["*Cluster*\nprod-east"]
