@@ -27,13 +27,6 @@ INFER = ["a100-infer-0000", "a100-infer-0001"]
 
 
 @pytest.fixture
-def webhook() -> Iterator[WebhookSink]:
-    receiver = WebhookSink()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture
 def engine(
     sim_factory: Callable[..., SimHandle],
     migrated_database_url: str,

@@ -27,13 +27,6 @@ NODE, POOL, EVAL = "h100-train-0005", "h100-train", ("eval", "eval-longrun-0")
 
 
 @pytest.fixture
-def webhook() -> Iterator[WebhookSink]:
-    receiver = WebhookSink()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture
 def engine(
     sim_factory: Callable[..., SimHandle],
     migrated_database_url: str,
