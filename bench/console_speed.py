@@ -21,7 +21,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from bench.store_queries import CLUSTER, ROWS, START, STEP_SECONDS, seed
+from bench.store_queries import CLUSTER, ROWS, START, STEP_SECONDS, seeded_database
 from remediator.clock import FakeClock
 from remediator.policy.loader import load_policy_dir
 from remediator.settings import Settings, WebSettings
@@ -90,18 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--database-url", help="an empty PostgreSQL database (default: throwaway)")
     args = parser.parse_args()
-    server = None
-    url = args.database_url
-    if url is None:
-        from tests.fixtures.postgres import start_postgres
-
-        server = start_postgres()
-        url = server.url(server.create_database())
-    engine = db.make_engine(url)
-    try:
-        db.upgrade(engine)
-        seconds = seed(engine)
-        end = START + timedelta(seconds=ROWS * STEP_SECONDS)
+    with seeded_database(args.database_url) as (engine, seconds, end):
         clock = FakeClock(end)
         repository = Repository(db.make_session_factory(engine), CLUSTER, clock)
         policies = load_policy_dir(REPO_ROOT / "policies", loaded_at=end)
@@ -126,10 +115,6 @@ def main() -> None:
             ) as client,
         ):
             results = [(name, held, *timed(client, path)) for name, path, held in cases(client)]
-    finally:
-        engine.dispose()
-        if server is not None:
-            server.stop()
     print(f"{ROWS:,} remediations, {3 * ROWS:,} events; seeded in {seconds:.0f} s")
     baseline = results[0][2]
     print(

@@ -13,7 +13,8 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -137,12 +138,12 @@ def cases(repo: Repository) -> list[tuple[str, Callable[[], object]]]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--database-url", help="an empty PostgreSQL database (default: throwaway)")
-    args = parser.parse_args()
+@contextmanager
+def seeded_database(database_url: str | None) -> Iterator[tuple[Engine, float, datetime]]:
+    """The migrated, seeded database (a throwaway PostgreSQL unless a URL is given), how long the
+    seeding took, and the clock's "now" just after the last seeded row; torn down afterwards."""
     server = None
-    url = args.database_url
+    url = database_url
     if url is None:
         from tests.fixtures.postgres import start_postgres
 
@@ -152,13 +153,20 @@ def main() -> None:
     try:
         db.upgrade(engine)
         seconds = seed(engine)
-        end = START + timedelta(seconds=ROWS * STEP_SECONDS)
-        repo = Repository(db.make_session_factory(engine), CLUSTER, FakeClock(end))
-        results = [(name, *timed(run)) for name, run in cases(repo)]
+        yield engine, seconds, START + timedelta(seconds=ROWS * STEP_SECONDS)
     finally:
         engine.dispose()
         if server is not None:
             server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--database-url", help="an empty PostgreSQL database (default: throwaway)")
+    args = parser.parse_args()
+    with seeded_database(args.database_url) as (engine, seconds, end):
+        repo = Repository(db.make_session_factory(engine), CLUSTER, FakeClock(end))
+        results = [(name, *timed(run)) for name, run in cases(repo)]
     print(f"{ROWS:,} remediations, {3 * ROWS:,} events; seeded in {seconds:.0f} s")
     baseline = results[0][1]
     print(f"{'query':<30}{'median ms':>11}{'p90 ms':>9}{'x page 1':>10}  target {TARGET_MS:.0f} ms")
