@@ -24,7 +24,7 @@ from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.node_conditions import NodeConditionConfig, node_signals
 from remediator.signals.sources.prometheus import PrometheusSourceConfig, to_signals
-from remediator.sim.builders import node as sim_node
+from remediator.sim.kube.controllers.builders import node as sim_node
 
 NODES, GPUS, LIST_NODES = 10_000, 8, 5_000
 RUNS = 5

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import SimCluster
-from remediator.sim.kobj import GANG_LABEL, is_terminating
+from remediator.sim import fleet
+from remediator.sim.kube.api.kobj import GANG_LABEL, is_terminating
+from remediator.sim.kube.controllers.cluster import SimCluster
 
 QUIET_SECONDS = 10  # of simulated time, ticked every 0.1 s as the live server does
 DISRUPTIONS = 15
@@ -38,7 +39,7 @@ def measure(nodes: int) -> dict[str, float]:
     clock = FakeClock()
     cluster = SimCluster(clock)
     cpu = time.process_time()
-    seed_wall = _timed(lambda: cluster.seed(nodes))
+    seed_wall = _timed(lambda: cluster.seed(fleet.plan(nodes)))
     seed_cpu = time.process_time() - cpu
     pods = len(cluster.store.list("pods")[0])
 

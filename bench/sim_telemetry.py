@@ -20,8 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import SimCluster
-from remediator.sim.telemetry import Telemetry
+from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.telemetry.exporters import Telemetry
 
 SIZES = (250, 2000)
 GPUS = 8

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from remediator.sim.fleet import INFER_POOL, TRAIN_POOL
-from remediator.sim.kobj import OPT_OUT_LABEL, POOL_LABEL
+from remediator.sim.kube.api.kobj import OPT_OUT_LABEL, POOL_LABEL
 
 log = logging.getLogger(__name__)
 

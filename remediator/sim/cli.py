@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from remediator.sim import inject as inject_module
+from remediator.sim.faults import inject as inject_module
 from remediator.sim.serve import ServeOptions, serve
 
 

@@ -5,13 +5,12 @@ Two pools of 8-GPU nodes, about 75/25: `h100-train` runs multi-node training gan
 Jobs whose pods take a whole node each), a long evaluation run that opts out of automatic
 replacement, and a few idle spares; `a100-infer` is tainted for inference, whose Deployments
 spread their replicas and each carry a budget that lets at most one replica go at a time.
-DCGM exporter and node-problem-detector run on every GPU node. Pure: the cluster creates it."""
+DCGM exporter and node-problem-detector run on every GPU node. Pure: `SimCluster.seed` creates
+it, so that the cluster below does not depend on this description of one fleet above it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     CHECKPOINT_SECONDS,
     GANG_LABEL,
     GPU_RESOURCE,
@@ -20,7 +19,8 @@ from remediator.sim.kobj import (
     SHUTDOWN_SECONDS,
     name_suffix,
 )
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
+from remediator.sim.kube.controllers.cluster import FleetPlan, Workload
 
 TRAIN_POOL = "h100-train"
 INFER_POOL = "a100-infer"
@@ -41,26 +41,6 @@ TRAIN_MODELS = ("dit-xl", "llama-70b", "moe-8x22b", "vit-g", "video-dit")
 INFER_MODELS = ("llama-8b-chat", "embed-large", "rerank-v2", "whisper-large", "sdxl-turbo")
 INFERENCE_FILL = 0.7
 EVAL_POD = "eval-longrun-0"
-
-
-@dataclass
-class Workload:
-    """A controller object (or none, for a bare pod), its pod template and where each pod runs."""
-
-    resource: str
-    obj: Obj | None
-    template: Obj
-    nodes: list[str]
-    parents: list[tuple[str, Obj]] = field(default_factory=list)  # created first, in order
-    budget: Obj | None = None
-
-
-@dataclass
-class FleetPlan:
-    nodes: list[tuple[str, str]]  # (name, pool)
-    gpus_per_node: int
-    daemonsets: list[Obj]
-    workloads: list[Workload]
 
 
 def pool_sizes(nodes: int) -> tuple[int, int]:
@@ -248,6 +228,8 @@ def _inference(index: int, replicas: int, gpus: int, nodes: list[str]) -> Worklo
 def _evaluation(node: str, gpus: int) -> Workload:
     template: Obj = {
         "metadata": {
+            "name": EVAL_POD,
+            "namespace": "eval",
             "labels": {"app.kubernetes.io/name": "evaluator", OPT_OUT_LABEL: "true"},
             "annotations": {SHUTDOWN_SECONDS: "30"},
         },
@@ -331,4 +313,6 @@ def plan(nodes: int, gpus_per_node: int = 8) -> FleetPlan:
         gpus_per_node=gpus_per_node,
         daemonsets=daemonsets,
         workloads=workloads,
+        namespaces=NAMESPACES,
+        pool_taints=POOL_TAINTS,
     )

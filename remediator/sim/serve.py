@@ -25,10 +25,11 @@ import uvicorn
 import yaml
 from starlette.types import ASGIApp
 
-from remediator.sim.cloud import build_cloud_apps
-from remediator.sim.cluster import SimCluster
-from remediator.sim.server import create_kube_app
-from remediator.sim.store import ObjectStore
+from remediator.sim import fleet
+from remediator.sim.kube.api.server import create_kube_app
+from remediator.sim.kube.api.store import ObjectStore
+from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.services import build_cloud_apps
 
 CONTEXT = "remediator-sim"
 READY_TIMEOUT = 60.0
@@ -171,7 +172,7 @@ def serve(options: ServeOptions) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     options.ready_file.unlink(missing_ok=True)  # present exactly while this process serves
     cluster = SimCluster()
-    cluster.seed(options.nodes, options.gpus_per_node)
+    cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
     cloud = build_cloud_apps(cluster, provision_delay=options.provision_delay)

@@ -21,7 +21,7 @@ from remediator.demo.scenario import (
     plan_episode,
 )
 from remediator.sim.fleet import INFER_POOL, TRAIN_POOL
-from remediator.sim.kobj import OPT_OUT_LABEL, POOL_LABEL
+from remediator.sim.kube.api.kobj import OPT_OUT_LABEL, POOL_LABEL
 
 
 def node(name: str, pool: str, ready: bool = True, cordoned: bool = False) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from remediator.sim.admission import (
+from remediator.sim.kube.api.admission import (
     DEFAULT_TOLERATIONS,
     Forbidden,
     admit_pod,
@@ -17,8 +17,8 @@ from remediator.sim.admission import (
     qos_class,
     quantity,
 )
-from remediator.sim.builders import pod_from_template
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
+from remediator.sim.kube.controllers.builders import pod_from_template
 
 
 def bare(**spec: Any) -> Obj:

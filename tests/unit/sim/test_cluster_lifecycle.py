@@ -10,8 +10,7 @@ from datetime import timedelta
 import pytest
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import GPU_RESOURCE, SimCluster
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     CHECKPOINT_DONE,
     CHECKPOINT_REQUESTED,
     CHECKPOINT_SECONDS,
@@ -19,7 +18,8 @@ from remediator.sim.kobj import (
     parse_time,
     rfc3339,
 )
-from remediator.sim.store import Conflict, NotFound, Obj, WatchEvent
+from remediator.sim.kube.api.store import Conflict, NotFound, Obj, WatchEvent
+from remediator.sim.kube.controllers.cluster import GPU_RESOURCE, SimCluster
 
 NS = "work"
 

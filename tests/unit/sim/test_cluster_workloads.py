@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import GPU_RESOURCE, POOL_LABEL, SimCluster
-from remediator.sim.kobj import GANG_GENERATION, GANG_LABEL, controller_ref, is_terminating
-from remediator.sim.store import ApiError, InternalError, NotFound, Obj, TooManyRequests
+from remediator.sim.kube.api.kobj import GANG_GENERATION, GANG_LABEL, controller_ref, is_terminating
+from remediator.sim.kube.api.store import ApiError, InternalError, NotFound, Obj, TooManyRequests
+from remediator.sim.kube.controllers.cluster import GPU_RESOURCE, POOL_LABEL, SimCluster
 
 NS = "inference"
 INFER_TAINT = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediator.sim.deletion import Action, Deletion, plan_deletion
-from remediator.sim.kobj import rfc3339
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.deletion import Action, Deletion, plan_deletion
+from remediator.sim.kube.api.kobj import rfc3339
+from remediator.sim.kube.api.store import Obj
 
 NOW = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
 

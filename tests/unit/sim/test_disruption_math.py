@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediator.sim.disruption import (
+from remediator.sim.kube.api.disruption import (
     DELETION_TIMEOUT,
     decrement,
     expected_and_desired,
@@ -16,8 +16,8 @@ from remediator.sim.disruption import (
     scaled_value,
     unhealthy_pod_may_go,
 )
-from remediator.sim.kobj import rfc3339
-from remediator.sim.store import Obj, TooManyRequests
+from remediator.sim.kube.api.kobj import rfc3339
+from remediator.sim.kube.api.store import Obj, TooManyRequests
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from remediator.sim.encoding import EncodedObjects
-from remediator.sim.store import ObjectStore
+from remediator.sim.kube.api.encoding import EncodedObjects
+from remediator.sim.kube.api.store import ObjectStore
 
 
 def test_list_body_is_the_json_of_the_list_and_tracks_versions() -> None:

@@ -8,15 +8,21 @@ import time
 from collections import Counter
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import GPU_RESOURCE, POOL_LABEL, SimCluster
-from remediator.sim.fleet import INFER_POOL, TRAIN_POOL, pool_sizes
-from remediator.sim.kobj import GANG_LABEL, OPT_OUT_LABEL, controller_ref, gpu_request, is_ready
-from remediator.sim.store import Obj
+from remediator.sim.fleet import INFER_POOL, TRAIN_POOL, plan, pool_sizes
+from remediator.sim.kube.api.kobj import (
+    GANG_LABEL,
+    OPT_OUT_LABEL,
+    controller_ref,
+    gpu_request,
+    is_ready,
+)
+from remediator.sim.kube.api.store import Obj
+from remediator.sim.kube.controllers.cluster import GPU_RESOURCE, POOL_LABEL, SimCluster
 
 
 def seeded(nodes: int) -> SimCluster:
     cluster = SimCluster(FakeClock())
-    cluster.seed(nodes)
+    cluster.seed(plan(nodes))
     return cluster
 
 
@@ -112,7 +118,7 @@ def test_two_thousand_nodes_seed_in_seconds_and_tick_cheaply() -> None:
     clock = FakeClock()
     cluster = SimCluster(clock)
     started = time.perf_counter()
-    cluster.seed(2000)
+    cluster.seed(plan(2000))
     seed_seconds = time.perf_counter() - started
     pods = len(cluster.store.list("pods")[0])
     clock.advance(0.1)

@@ -8,8 +8,7 @@ from datetime import timedelta
 import pytest
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import POOL_LABEL, SimCluster
-from remediator.sim.nodepool import (
+from remediator.sim.cloud.nodepool import (
     NewNodeStatus,
     NodePoolError,
     NodePoolService,
@@ -23,6 +22,7 @@ from remediator.sim.nodepool import (
     pool_template,
     take_fate,
 )
+from remediator.sim.kube.controllers.cluster import POOL_LABEL, SimCluster
 
 POOL = "gpu-h100-a"
 DELAY = 3.0

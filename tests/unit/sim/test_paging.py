@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediator.sim.paging import Snapshots
-from remediator.sim.store import BadRequest, Gone
+from remediator.sim.kube.api.paging import Snapshots
+from remediator.sim.kube.api.store import BadRequest, Gone
 
 
 def test_pages_come_from_one_snapshot() -> None:

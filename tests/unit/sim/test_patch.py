@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from remediator.sim.patch import (
+from remediator.sim.kube.api.patch import (
     JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -15,7 +15,7 @@ from remediator.sim.patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from remediator.sim.store import BadRequest, Invalid, Obj, UnsupportedMediaType
+from remediator.sim.kube.api.store import BadRequest, Invalid, Obj, UnsupportedMediaType
 
 
 def node() -> Obj:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from remediator.sim.kobj import GPU_RESOURCE
-from remediator.sim.scheduling import NodeView, Usage, pick_node, place_gang
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.kobj import GPU_RESOURCE
+from remediator.sim.kube.api.store import Obj
+from remediator.sim.kube.controllers.scheduling import NodeView, Usage, pick_node, place_gang
 
 
 def node(name: str, **overrides: Any) -> NodeView:

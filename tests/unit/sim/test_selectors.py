@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediator.sim.selectors import parse_field_selector, parse_label_selector
-from remediator.sim.store import BadRequest
+from remediator.sim.kube.api.selectors import parse_field_selector, parse_label_selector
+from remediator.sim.kube.api.store import BadRequest
 
 LABELS = {"app": "trainer", "tier": "gpu", "gen": "3", "simcloud.io/nodepool": "pool-a"}
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from remediator.sim.tables import column_definitions, human_duration, table_row
+from remediator.sim.kube.api.tables import column_definitions, human_duration, table_row
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 

@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from remediator.clock import FakeClock
-from remediator.sim.cluster import SimCluster
-from remediator.sim.inject import FAULT, BadFault, FaultInjector
-from remediator.sim.nodepool import NodePoolService
-from remediator.sim.telemetry import (
+from remediator.sim.cloud.nodepool import NodePoolService
+from remediator.sim.faults.inject import FAULT, BadFault, FaultInjector
+from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.telemetry.exporters import (
     CLOCKS_HW_THERMAL,
     CLOCKS_SW_THERMAL,
     GPU_FAMILIES,

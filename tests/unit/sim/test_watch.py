@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from remediator.sim import store as store_module
-from remediator.sim.selectors import parse_field_selector, parse_label_selector
-from remediator.sim.store import Obj, ObjectStore
-from remediator.sim.watch import WatchRequest, WatchStream
+from remediator.sim.kube.api import store as store_module
+from remediator.sim.kube.api.selectors import parse_field_selector, parse_label_selector
+from remediator.sim.kube.api.store import Obj, ObjectStore
+from remediator.sim.kube.api.watch import WatchRequest, WatchStream
 
 
 def request(rv: str = "", labels: str = "", timeout: float = 0.3) -> WatchRequest:
@@ -98,7 +98,7 @@ def test_too_old_resource_version_is_410(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_bookmarks_carry_the_latest_resource_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("remediator.sim.watch.BOOKMARK_INTERVAL", 0.05)
+    monkeypatch.setattr("remediator.sim.kube.api.watch.BOOKMARK_INTERVAL", 0.05)
     store = ObjectStore()
     store.create("nodes", node("a"))
     rv = str(store.resource_version)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from remediator.sim.store import Key, Obj
+from remediator.sim.kube.api.store import Key, Obj
 
 
 def dumps(body: Any) -> str:

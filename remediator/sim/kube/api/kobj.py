@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
 
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = "simcloud.io/nodepool"

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
-from remediator.sim.kobj import grace_seconds, is_terminal, parse_time, rfc3339
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.kobj import grace_seconds, is_terminal, parse_time, rfc3339
+from remediator.sim.kube.api.store import Obj
 
 
 class Action(Enum):

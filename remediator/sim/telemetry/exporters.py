@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from remediator.clock import Clock
-from remediator.sim.store import Obj, ObjectStore, WatchEvent
+from remediator.sim.kube.api.store import Obj, ObjectStore, WatchEvent
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

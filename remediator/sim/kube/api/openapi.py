@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from remediator.sim.discovery import KUBE_VERSION, RESOURCES, Resource
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.discovery import KUBE_VERSION, RESOURCES, Resource
+from remediator.sim.kube.api.store import Obj
 
 _QUERY_PARAMS = ("dryRun", "fieldManager", "fieldValidation", "force")
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from remediator.clock import Clock
-from remediator.sim import builders
-from remediator.sim.index import ClusterIndex, Key
-from remediator.sim.kobj import name_suffix
-from remediator.sim.store import AlreadyExists, Obj, ObjectStore
+from remediator.sim.kube.api.kobj import name_suffix
+from remediator.sim.kube.api.store import AlreadyExists, Obj, ObjectStore
+from remediator.sim.kube.controllers import builders
+from remediator.sim.kube.controllers.index import ClusterIndex, Key
 
 # Timer kinds: what to mark dirty when the timer is due.
 POD, NODE, PDB, HEARTBEAT, NODE_READY, EVENT_GC = "pod", "node", "pdb", "heartbeat", "ready", "gc"

@@ -12,9 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from remediator.sim import builders
-from remediator.sim.context import POD, SimContext
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     CHECKPOINT_DONE,
     CHECKPOINT_REQUESTED,
     CHECKPOINT_SECONDS,
@@ -30,7 +28,9 @@ from remediator.sim.kobj import (
     parse_time,
     rfc3339,
 )
-from remediator.sim.store import NotFound, Obj
+from remediator.sim.kube.api.store import NotFound, Obj
+from remediator.sim.kube.controllers import builders
+from remediator.sim.kube.controllers.context import POD, SimContext
 
 DEFAULT_STARTUP_SECONDS = 0.5
 DEFAULT_SHUTDOWN_SECONDS = 1.0

@@ -34,8 +34,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from remediator.clock import Clock
-from remediator.sim.kobj import GPU_RESOURCE, POOL_LABEL, name_suffix
-from remediator.sim.store import ApiError, Obj, ObjectStore
+from remediator.sim.kube.api.kobj import GPU_RESOURCE, POOL_LABEL, name_suffix
+from remediator.sim.kube.api.store import ApiError, Obj, ObjectStore
 
 DEFAULT_SPARE_CAPACITY = 4
 MAX_KEY_LENGTH = 255

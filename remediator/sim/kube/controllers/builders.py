@@ -10,8 +10,8 @@ import zlib
 from datetime import datetime
 from typing import Any
 
-from remediator.sim.admission import admit_pod
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.admission import admit_pod
+from remediator.sim.kube.api.kobj import (
     GPU_RESOURCE,
     NOT_READY_TAINT,
     POOL_LABEL,
@@ -20,7 +20,7 @@ from remediator.sim.kobj import (
     condition,
     rfc3339,
 )
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
 
 KUBELET_VERSION = "v1.32.2"
 GPU_PRODUCTS = {
@@ -406,7 +406,7 @@ def pod_from_template(
     annotations: dict[str, str] | None = None,
 ) -> Obj:
     """A new pod as a controller creates it from its template, through the same defaulting and
-    admission as a pod POSTed to the API server (remediator/sim/admission.py)."""
+    admission as a pod POSTed to the API server (remediator/sim/kube/api/admission.py)."""
     tmeta = template.get("metadata") or {}
     spec = json.loads(json.dumps(template.get("spec") or {}))  # a deep copy, several times faster
     meta: Obj = {

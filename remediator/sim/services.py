@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp
 
 from remediator.clock import Clock, SystemClock
-from remediator.sim.cluster import SimCluster
-from remediator.sim.inject import FaultInjector, build_inject_app
-from remediator.sim.nodepool import NodePoolService, build_nodepool_app
-from remediator.sim.telemetry import Telemetry, build_metrics_app
+from remediator.sim.cloud.nodepool import NodePoolService, build_nodepool_app
+from remediator.sim.faults.inject import FaultInjector, build_inject_app
+from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.telemetry.exporters import Telemetry, build_metrics_app
 
 
 @dataclass

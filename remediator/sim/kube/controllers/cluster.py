@@ -15,22 +15,19 @@ import threading
 import zlib
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import cast
 
 from remediator.clock import Clock, SystemClock
-from remediator.sim import builders, fleet
-from remediator.sim.context import EVENT_GC, HEARTBEAT, NODE, NODE_READY, PDB, POD, SimContext
-from remediator.sim.controllers import Controllers
-from remediator.sim.deletion import Action, Deletion, plan_deletion
-from remediator.sim.disruption import (
+from remediator.sim.kube.api.deletion import Action, Deletion, plan_deletion
+from remediator.sim.kube.api.disruption import (
     can_ignore_pdb,
     decrement,
     multiple_pdbs_error,
     unhealthy_pod_may_go,
 )
-from remediator.sim.index import WATCHED, Key
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     GANG_GENERATION,
     GANG_LABEL,
     GPU_RESOURCE,
@@ -47,9 +44,21 @@ from remediator.sim.kobj import (
     rfc3339,
     selector_matches,
 )
-from remediator.sim.kubelet import Kubelets
-from remediator.sim.scheduling import NodeView, pick_node, place_gang
-from remediator.sim.store import Conflict, NotFound, Obj, ObjectStore, WatchEvent
+from remediator.sim.kube.api.store import Conflict, NotFound, Obj, ObjectStore, WatchEvent
+from remediator.sim.kube.controllers import builders
+from remediator.sim.kube.controllers.context import (
+    EVENT_GC,
+    HEARTBEAT,
+    NODE,
+    NODE_READY,
+    PDB,
+    POD,
+    SimContext,
+)
+from remediator.sim.kube.controllers.controllers import Controllers
+from remediator.sim.kube.controllers.index import WATCHED, Key
+from remediator.sim.kube.controllers.kubelet import Kubelets
+from remediator.sim.kube.controllers.scheduling import NodeView, pick_node, place_gang
 
 __all__ = ["GPU_RESOURCE", "POOL_LABEL", "SimCluster"]
 
@@ -58,6 +67,31 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 8  # reconcile passes per tick; what is still dirty after that waits for the next
 EVENT_TTL = timedelta(hours=1)  # the API server's default --event-ttl
 EVENT_GC_EVERY = timedelta(minutes=10)
+
+
+@dataclass
+class Workload:
+    """A controller object (or none, for a bare pod named by its template's metadata), its pod
+    template and where each pod runs."""
+
+    resource: str
+    obj: Obj | None
+    template: Obj
+    nodes: list[str]
+    parents: list[tuple[str, Obj]] = field(default_factory=list)  # created first, in order
+    budget: Obj | None = None
+
+
+@dataclass
+class FleetPlan:
+    """What `SimCluster.seed` creates already running; `remediator/sim/fleet.py` draws one up."""
+
+    nodes: list[tuple[str, str]]  # (name, pool)
+    gpus_per_node: int
+    daemonsets: list[Obj]
+    workloads: list[Workload]
+    namespaces: tuple[str, ...] = ()
+    pool_taints: dict[str, list[Obj]] = field(default_factory=dict)
 
 
 def heartbeat_interval(node: str) -> timedelta:
@@ -538,14 +572,14 @@ class SimCluster:
 
     # -- the seeded fleet ------------------------------------------------------------------------
 
-    def seed(self, nodes: int, gpus_per_node: int = 8) -> None:
-        """Create the realistic fleet of `fleet.plan` already running, as if the cluster had
-        been up for a while, then reconcile once so every status is filled in."""
+    def seed(self, plan: FleetPlan) -> None:
+        """Create the fleet of `plan` already running, as if the cluster had been up for a while,
+        then reconcile once so every status is filled in."""
         with self._lock:
             now = self._clock.now()
-            plan = fleet.plan(nodes, gpus_per_node)
-            self._pool_taints.update(fleet.POOL_TAINTS)
-            for namespace in fleet.NAMESPACES:
+            gpus_per_node = plan.gpus_per_node
+            self._pool_taints.update(plan.pool_taints)
+            for namespace in plan.namespaces:
                 if self.store.find("namespaces", "", namespace) is None:
                     self.store.create("namespaces", _namespace(namespace, now))
             node_objs: dict[str, Obj] = {}
@@ -575,15 +609,14 @@ class SimCluster:
                 self._seed_workload(workload, node_objs, now)
             self._reconcile(now)
 
-    def _seed_workload(
-        self, workload: fleet.Workload, nodes: dict[str, Obj], now: datetime
-    ) -> None:
+    def _seed_workload(self, workload: Workload, nodes: dict[str, Obj], now: datetime) -> None:
         parent: Obj | None = None
         for resource, obj in workload.parents:
             parent = self.store.create(resource, obj)
         if workload.obj is None:
             template = workload.template
-            pod = builders.pod_from_template(template, fleet.EVAL_POD, "eval", None, now)
+            meta = template["metadata"]
+            pod = builders.pod_from_template(template, meta["name"], meta["namespace"], None, now)
             self._create_running(pod, nodes[workload.nodes[0]], "", "", now)
             return
         obj = dict(workload.obj)

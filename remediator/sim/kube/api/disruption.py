@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     controller_ref,
     is_ready,
     is_terminating,
     parse_time,
     rfc3339,
 )
-from remediator.sim.store import InternalError, Obj, TooManyRequests
+from remediator.sim.kube.api.store import InternalError, Obj, TooManyRequests
 
 # The disruption controller forgets a disrupted pod that was not deleted within this time.
 DELETION_TIMEOUT = timedelta(minutes=2)

@@ -14,7 +14,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from remediator.sim.store import BadRequest, Gone, Obj
+from remediator.sim.kube.api.store import BadRequest, Gone, Obj
 
 SNAPSHOT_TTL = 300.0
 SNAPSHOT_LIMIT = 64

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from remediator.sim.store import BadRequest, Invalid, Obj, UnsupportedMediaType
+from remediator.sim.kube.api.store import BadRequest, Invalid, Obj, UnsupportedMediaType
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
 
 KUBE_VERSION = {
     "major": "1",

@@ -9,14 +9,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     GPU_RESOURCE,
     UNSCHEDULABLE_TAINT,
     condition,
     gpu_request,
     tolerates,
 )
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
 
 
 @dataclass(frozen=True)

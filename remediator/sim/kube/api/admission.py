@@ -13,8 +13,8 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from remediator.sim.kobj import NOT_READY_TAINT, UNREACHABLE_TAINT
-from remediator.sim.store import ApiError, Obj
+from remediator.sim.kube.api.kobj import NOT_READY_TAINT, UNREACHABLE_TAINT
+from remediator.sim.kube.api.store import ApiError, Obj
 
 DEFAULT_TOLERATION_SECONDS = 300
 DEFAULT_TOLERATIONS = tuple(

@@ -10,8 +10,8 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from remediator.sim.selectors import FieldSelector, LabelSelector
-from remediator.sim.store import ApiError, BadRequest, Key, Obj, ObjectStore, WatchEvent
+from remediator.sim.kube.api.selectors import FieldSelector, LabelSelector
+from remediator.sim.kube.api.store import ApiError, BadRequest, Key, Obj, ObjectStore, WatchEvent
 
 DEFAULT_TIMEOUT = 1800.0
 BOOKMARK_INTERVAL = 10.0

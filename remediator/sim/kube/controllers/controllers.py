@@ -9,11 +9,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from remediator.sim import builders
-from remediator.sim.context import NODE, PDB, SimContext
-from remediator.sim.disruption import pdb_status, recheck_at
-from remediator.sim.index import Key
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.disruption import pdb_status, recheck_at
+from remediator.sim.kube.api.kobj import (
     GANG_GENERATION,
     GANG_LABEL,
     UNSCHEDULABLE_TAINT,
@@ -33,7 +30,10 @@ from remediator.sim.kobj import (
     selector_matches,
     tolerates,
 )
-from remediator.sim.store import NotFound, Obj
+from remediator.sim.kube.api.store import NotFound, Obj
+from remediator.sim.kube.controllers import builders
+from remediator.sim.kube.controllers.context import NODE, PDB, SimContext
+from remediator.sim.kube.controllers.index import Key
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 # Added by the DaemonSet controller to every daemon pod, so daemons survive cordons and outages.

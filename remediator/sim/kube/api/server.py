@@ -23,14 +23,14 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from remediator.clock import Clock, SystemClock
-from remediator.sim import discovery, openapi, tables
-from remediator.sim.admission import admit_pod, check_priority
-from remediator.sim.discovery import BY_PATH, Resource
-from remediator.sim.encoding import EncodedObjects
-from remediator.sim.paging import Snapshots
-from remediator.sim.patch import apply_patch
-from remediator.sim.selectors import parse_field_selector, parse_label_selector
-from remediator.sim.store import (
+from remediator.sim.kube.api import discovery, openapi, tables
+from remediator.sim.kube.api.admission import admit_pod, check_priority
+from remediator.sim.kube.api.discovery import BY_PATH, Resource
+from remediator.sim.kube.api.encoding import EncodedObjects
+from remediator.sim.kube.api.paging import Snapshots
+from remediator.sim.kube.api.patch import apply_patch
+from remediator.sim.kube.api.selectors import parse_field_selector, parse_label_selector
+from remediator.sim.kube.api.store import (
     ApiError,
     BadRequest,
     Conflict,
@@ -43,7 +43,7 @@ from remediator.sim.store import (
     UnsupportedMediaType,
     not_found,
 )
-from remediator.sim.watch import DEFAULT_TIMEOUT, WatchRequest, WatchStream
+from remediator.sim.kube.api.watch import DEFAULT_TIMEOUT, WatchRequest, WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ _GENERATION = frozenset(
 
 
 class ClusterOps(Protocol):
-    """What the server needs from the SimCluster (remediator/sim/cluster.py)."""
+    """What the server needs from the SimCluster (remediator/sim/kube/controllers/cluster.py)."""
 
     store: ObjectStore
 

@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from remediator.sim.kobj import GPU_RESOURCE
-from remediator.sim.nodepool import NodePoolError, NodePoolService, error_response
-from remediator.sim.store import ApiError, Obj, ObjectStore
-from remediator.sim.telemetry import XID_OFF_BUS, Telemetry, UnknownNode, xid_message
+from remediator.sim.cloud.nodepool import NodePoolError, NodePoolService, error_response
+from remediator.sim.kube.api.kobj import GPU_RESOURCE
+from remediator.sim.kube.api.store import ApiError, Obj, ObjectStore
+from remediator.sim.telemetry.exporters import XID_OFF_BUS, Telemetry, UnknownNode, xid_message
 
 CONDITION_STATUSES = ("True", "False", "Unknown")
 

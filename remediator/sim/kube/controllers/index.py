@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from remediator.sim.kobj import (
+from remediator.sim.kube.api.kobj import (
     controller_ref,
     equality_anchor,
     gpu_request,
@@ -19,8 +19,8 @@ from remediator.sim.kobj import (
     labels_of,
     selector_matches,
 )
-from remediator.sim.scheduling import NodeView, Usage
-from remediator.sim.store import Obj, WatchEvent
+from remediator.sim.kube.api.store import Obj, WatchEvent
+from remediator.sim.kube.controllers.scheduling import NodeView, Usage
 
 Key = tuple[str, str]
 LabelKey = tuple[str, str, str]  # namespace, label, value

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from remediator.sim.store import Obj
+from remediator.sim.kube.api.store import Obj
 
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 Row = Callable[[Obj, datetime], list[Any]]
