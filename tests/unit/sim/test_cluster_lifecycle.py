@@ -5,6 +5,7 @@ answers, node conditions, taints and heartbeats."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -112,6 +113,52 @@ def test_a_pod_is_bound_then_started_after_its_startup_time(
     assert pod["status"]["containerStatuses"][0]["ready"] is True
     reasons = [e["reason"] for e in events_about(cluster, "p")]
     assert reasons == ["Scheduled", "Started"]
+
+
+def test_pods_on_one_node_get_distinct_ips(cluster: SimCluster, clock: FakeClock) -> None:
+    """A node's CNI hands each pod its own address in the node's pod CIDR: 100 pods (the
+    kubelet's default limit is 110) on one /24 would share some if the address were a hash."""
+    for i in range(100):
+        cluster.store.create("pods", bare_pod(f"p{i}", gpus=0))
+    run_for(cluster, clock, 1.0)
+    pods, _ = cluster.store.list("pods", NS)
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
+    ips = [p["status"]["podIP"] for p in pods]
+    assert len(set(ips)) == len(ips) == 100
+    cidr = cluster.store.get("nodes", "", "node-a")["spec"]["podCIDR"]
+    assert all(ip.startswith(cidr.rsplit(".", 1)[0] + ".") for ip in ips)
+
+
+def test_an_address_is_given_back_when_its_pod_goes(cluster: SimCluster, clock: FakeClock) -> None:
+    """Addresses are not leaked: after 100 pods have come and gone, 100 more still fit the /24."""
+    for round_ in range(3):
+        for i in range(100):
+            cluster.store.create("pods", bare_pod(f"r{round_}-{i}", gpus=0))
+        run_for(cluster, clock, 1.0)
+        pods, _ = cluster.store.list("pods", NS)
+        ips = [p["status"]["podIP"] for p in pods]
+        assert len(set(ips)) == len(ips) == 100
+        for pod in pods:
+            cluster.delete_pod(NS, pod["metadata"]["name"], grace_period_seconds=0)
+        run_for(cluster, clock, 1.0)
+        assert cluster.store.list("pods", NS)[0] == []
+
+
+def test_a_pod_waits_with_a_warning_when_its_node_has_no_address_left(
+    cluster: SimCluster, clock: FakeClock
+) -> None:
+    """Bound past the scheduler (spec.nodeName), 252 pods overflow the node's 250 pod addresses:
+    the last two stay Pending with FailedCreatePodSandBox, as a real kubelet's would."""
+    for i in range(252):
+        cluster.store.create("pods", bare_pod(f"p{i}", gpus=0, nodeName="node-a"))
+    run_for(cluster, clock, 1.0)
+    pods, _ = cluster.store.list("pods", NS)
+    assert Counter(p["status"]["phase"] for p in pods) == {"Running": 250, "Pending": 2}
+    events, _ = cluster.store.list("events")
+    failed = [e for e in events if e["reason"] == "FailedCreatePodSandBox"]
+    assert len(failed) == 2
+    assert {e["type"] for e in failed} == {"Warning"}
+    assert "no free address" in failed[0]["message"]
 
 
 def test_delete_sends_sigterm_and_the_pod_goes_when_its_process_exits(

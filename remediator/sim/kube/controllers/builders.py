@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -289,12 +290,24 @@ def creating(pod: Obj, host_ip: str, now: datetime) -> None:
     ]
 
 
-def pod_ip(pod: Obj, node_obj: Obj | None) -> str:
-    """An address inside the node's pod CIDR, stable for the pod's UID."""
+class PodCIDRExhausted(Exception):
+    """Every address of a node's pod CIDR is held by a live pod."""
+
+
+POD_HOSTS = range(2, 252)  # the addresses of a node's /24 pod CIDR handed to pods
+
+
+def pod_ip(pod: Obj, node_obj: Obj | None, in_use: Callable[[str], bool]) -> str:
+    """A free address inside the node's pod CIDR: the one the pod's UID hashes to, else the next
+    free one after it, as a node's IPAM never hands out an address a live pod holds."""
     cidr = (node_obj or {}).get("spec", {}).get("podCIDR", "10.64.0.0/24")
     base = cidr.split("/")[0].rsplit(".", 1)[0]
-    host = 2 + zlib.crc32(_identity(pod).encode()) % 250
-    return f"{base}.{host}"
+    first = zlib.crc32(_identity(pod).encode()) % len(POD_HOSTS)
+    for step in range(len(POD_HOSTS)):
+        ip = f"{base}.{POD_HOSTS[(first + step) % len(POD_HOSTS)]}"
+        if not in_use(ip):
+            return ip
+    raise PodCIDRExhausted(f"no free address in {cidr} for pod {_identity(pod)}")
 
 
 def running(pod: Obj, ip: str, now: datetime) -> None:

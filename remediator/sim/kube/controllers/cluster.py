@@ -646,7 +646,7 @@ class SimCluster:
             meta["name"] = self._ctx.free_name("pods", meta["namespace"], prefix, seed)
         builders.scheduled(pod, node["metadata"]["name"], now)
         builders.creating(pod, builders.node_ip(node), now)
-        builders.running(pod, builders.pod_ip(pod, node), now)
+        builders.running(pod, self._ctx.addresses.assign(pod, node), now)
         self.store.create("pods", pod)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from remediator.clock import Clock
-from remediator.sim.kube.api.kobj import name_suffix
+from remediator.sim.kube.api.kobj import is_terminal, name_suffix
 from remediator.sim.kube.api.store import AlreadyExists, Obj, ObjectStore
 from remediator.sim.kube.controllers import builders
 from remediator.sim.kube.controllers.index import ClusterIndex, Key
@@ -33,13 +33,52 @@ class WorkQueues:
 
 
 @dataclass
+class PodAddresses:
+    """Each node's pod-address allocations, as its CNI's host-local IPAM keeps them: an address
+    stays taken while the pod holding it is live on that node (not gone, not finished)."""
+
+    store: ObjectStore
+    _held: dict[str, dict[str, tuple[str, str, str | None]]] = field(default_factory=dict)
+
+    def assign(self, pod: Obj, node: Obj) -> str:
+        node_name = node["metadata"]["name"]
+        held = self._held.setdefault(node_name, {})
+        meta = pod["metadata"]
+        holder = (meta["namespace"], meta["name"], meta.get("uid"))
+
+        def in_use(ip: str) -> bool:
+            other = held.get(ip)
+            if other is None or other == holder:
+                return False
+            if self._live(other, node_name):
+                return True
+            del held[ip]
+            return False
+
+        ip = builders.pod_ip(pod, node, in_use)
+        held[ip] = holder
+        return ip
+
+    def _live(self, holder: tuple[str, str, str | None], node: str) -> bool:
+        namespace, name, uid = holder
+        pod = self.store.find("pods", namespace, name)
+        if pod is None or (uid is not None and pod["metadata"].get("uid") != uid):
+            return False
+        return pod["spec"].get("nodeName") == node and not is_terminal(pod)
+
+
+@dataclass
 class SimContext:
     store: ObjectStore
     clock: Clock
     index: ClusterIndex = field(default_factory=ClusterIndex)
     queues: WorkQueues = field(default_factory=WorkQueues)
+    addresses: PodAddresses = field(init=False)
     _timers: list[tuple[datetime, int, str, object]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self.addresses = PodAddresses(self.store)
 
     def after(self, due: datetime, kind: str, arg: object) -> None:
         heapq.heappush(self._timers, (due, next(self._seq), kind, arg))

@@ -34,6 +34,7 @@ from remediator.sim.kube.controllers.context import POD, SimContext
 
 DEFAULT_STARTUP_SECONDS = 0.5
 DEFAULT_SHUTDOWN_SECONDS = 1.0
+SANDBOX_RETRY = timedelta(seconds=10)  # the kubelet retries a failed pod sandbox on its sync loop
 
 
 @dataclass
@@ -89,7 +90,18 @@ class Kubelets:
             self._write(ns, name, pod, lambda p: builders.creating(p, host_ip, now))
             self._ctx.after(rt.start_at, POD, (ns, name))
         elif now >= rt.start_at:
-            ip = builders.pod_ip(pod, node)
+            try:
+                ip = self._ctx.addresses.assign(pod, node)
+            except builders.PodCIDRExhausted as exc:
+                self._ctx.record(
+                    pod,
+                    "FailedCreatePodSandBox",
+                    f"Failed to create pod sandbox: {exc}",
+                    type_="Warning",
+                    host=node["metadata"]["name"],
+                )
+                self._ctx.after(now + SANDBOX_RETRY, POD, (ns, name))
+                return
             self._write(ns, name, pod, lambda p: builders.running(p, ip, now))
             self._ctx.record(
                 pod,
