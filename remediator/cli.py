@@ -15,21 +15,27 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.sim.cli",
     "remediator.controller.cli",
     "remediator.demo.cli",
+    "remediator.agent.cli",
 )
+# Commands that run on every node, where start-up cost and memory count: `remediator agent …`
+# builds a parser with only its own module instead of importing the controller's stack.
+LIGHT_COMMANDS = {"agent": "remediator.agent.cli"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remediator", description="Automated GPU node health and remediation."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    light = LIGHT_COMMANDS.get(given[0]) if given else None
+    args = build_parser((light,) if light else COMMAND_MODULES).parse_args(given)
     result: int = args.func(args)
     return result
 

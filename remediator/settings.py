@@ -36,6 +36,8 @@ class WebSettings(BaseModel):
     listen: str = "0.0.0.0:8080"
     operator_tokens: list[SecretStr] = Field(default_factory=list)
     readonly_tokens: list[SecretStr] = Field(default_factory=list)
+    # Machine senders (node agents, Alertmanager): post signals and heartbeats, nothing else.
+    push_tokens: list[SecretStr] = Field(default_factory=list)
 
 
 class NotifySettings(BaseModel):
@@ -63,6 +65,8 @@ class Settings(BaseSettings):
     poll_interval_seconds: float = Field(default=15.0, gt=0)
     advance_interval_seconds: float = Field(default=2.0, gt=0)
     log_format: Literal["json", "text"] = "json"
+    # A node agent silent this long is shown as silent and its node's health as unknown.
+    agent_silent_after_seconds: float = Field(default=60.0, gt=0)
 
     @classmethod
     def settings_customise_sources(

@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
@@ -373,7 +374,10 @@ class Controller:
         )
         rows = [*self.repository.list_open(), *failed.rows]
         fencing = [r for r in (self.repository.get(row.id) for row in rows) if r is not None]
-        left = self.metrics.refresh(fencing, self.repository.controller_status(), self.clock.now())
+        now = self.clock.now()
+        silent_after = timedelta(seconds=self.settings.agent_silent_after_seconds)
+        self.metrics.agents(self.repository.agent_statuses(), now, silent_after)
+        left = self.metrics.refresh(fencing, self.repository.controller_status(), now)
         if not self.is_leader():
             return  # outcomes are counted once, by the leader, like its own transitions
         for remediation_id in left:

@@ -4,14 +4,14 @@ deploy/ query exactly these."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen, entered_at
 from remediator.remediation.states import OPEN, State
-from remediator.store.records import ControllerStatus, RemediationRecord
+from remediator.store.records import AgentStatus, ControllerStatus, RemediationRecord
 
 # Steps take from milliseconds (a cordon) to many minutes (a drain behind a PDB, a replacement).
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
@@ -82,6 +82,23 @@ class ControllerMetrics:
             "State changes the transition table refused.",
             registry=registry,
         )
+        self.agent_up = Gauge(
+            "remediator_agent_up",
+            "1 while the node's agent sends heartbeats; 0 when silent (node health unknown).",
+            ["node"],
+            registry=registry,
+        )
+        self.agent_heartbeat_age = Gauge(
+            "remediator_agent_heartbeat_age_seconds",
+            "Seconds since the node agent's last heartbeat.",
+            ["node"],
+            registry=registry,
+        )
+        self.agents_silent = Gauge(
+            "remediator_agents_silent",
+            "Node agents that stopped sending heartbeats.",
+            registry=registry,
+        )
         for step in STEP_NAMES.values():
             self.step_duration.labels(step)
         self._open_ids: set[int] = set()
@@ -107,6 +124,21 @@ class ControllerMetrics:
     def policy_set(self, commit: str | None, content_hash: str) -> None:
         self.policy_set_info.clear()
         self.policy_set_info.labels(commit or "", content_hash).set(1)
+
+    def agents(
+        self, statuses: Sequence[AgentStatus], now: datetime, silent_after: timedelta
+    ) -> None:
+        """Per node: up or silent, and the heartbeat's age; agents never seen have no series."""
+        self.agent_up.clear()
+        self.agent_heartbeat_age.clear()
+        silent = 0
+        for status in statuses:
+            is_silent = status.silent(now, silent_after)
+            silent += is_silent
+            self.agent_up.labels(status.node).set(0 if is_silent else 1)
+            age = max(0.0, (now - status.seen_at).total_seconds())
+            self.agent_heartbeat_age.labels(status.node).set(age)
+        self.agents_silent.set(silent)
 
     def refresh(
         self,

@@ -257,3 +257,18 @@ class SourceHealth(Base):
     checked_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class AgentHeartbeat(Base):
+    """The newest heartbeat of each node's agent: any replica records it, every replica reads
+    it, so a silent agent shows on whichever console on-call opens."""
+
+    __tablename__ = "agent_heartbeats"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(256))
+    version: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    stats: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
 from remediator.remediation.states import OPEN, State
@@ -160,6 +160,22 @@ class SourceStatus:
     checked_at: datetime
     last_success_at: datetime | None
     error: str | None
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """A node agent's newest heartbeat. Silent means its node's health is unknown: nothing the
+    agent would have reported (an XID, a vanished GPU) can be ruled out."""
+
+    node: str
+    agent: str
+    version: str
+    started_at: datetime
+    seen_at: datetime
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    def silent(self, now: datetime, after: timedelta) -> bool:
+        return now - self.seen_at > after
 
 
 @dataclass(frozen=True)

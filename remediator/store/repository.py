@@ -27,6 +27,7 @@ from remediator.store import cursor as cursors
 from remediator.store.db import session_scope
 from remediator.store.models import (
     OPEN_STATES,
+    AgentHeartbeat,
     ControllerState,
     ObservedSignal,
     PolicySet,
@@ -35,6 +36,7 @@ from remediator.store.models import (
     SourceHealth,
 )
 from remediator.store.records import (
+    AgentStatus,
     ControllerStatus,
     DailyCount,
     EventRecord,
@@ -465,6 +467,48 @@ class Repository:
                 for r in session.scalars(query)
             )
 
+    # -- node agents -------------------------------------------------------------------------
+
+    def record_heartbeat(
+        self,
+        node: str,
+        *,
+        agent: str,
+        version: str,
+        started_at: datetime,
+        stats: Mapping[str, Any],
+    ) -> None:
+        """Keep the newest heartbeat per node; `seen_at` is our clock, never the agent's."""
+        now = self._clock.now()
+        values: dict[str, Any] = {
+            "agent": agent,
+            "version": version,
+            "started_at": started_at,
+            "seen_at": now,
+            "stats": dict(stats),
+        }
+        with session_scope(self.session_factory, write=True) as session:
+            statement = _insert_for(session)(AgentHeartbeat).values(
+                cluster=self.cluster, node=node, **values
+            )
+            session.execute(
+                statement.on_conflict_do_update(index_elements=["cluster", "node"], set_=values)
+            )
+
+    def agent_statuses(self) -> tuple[AgentStatus, ...]:
+        query = (
+            select(AgentHeartbeat)
+            .where(AgentHeartbeat.cluster == self.cluster)
+            .order_by(AgentHeartbeat.node)
+        )
+        with session_scope(self.session_factory) as session:
+            return tuple(_agent(r) for r in session.scalars(query))
+
+    def agent_status(self, node: str) -> AgentStatus | None:
+        with session_scope(self.session_factory) as session:
+            row = session.get(AgentHeartbeat, (self.cluster, node))
+            return _agent(row) if row else None
+
     # -- policy sets -------------------------------------------------------------------------
 
     def record_policy_set(
@@ -740,6 +784,12 @@ def _checked_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     if "ladder" in values:
         values["ladder"] = [dict(step) for step in values["ladder"]]
     return values
+
+
+def _agent(row: AgentHeartbeat) -> AgentStatus:
+    return AgentStatus(
+        row.node, row.agent, row.version, row.started_at, row.seen_at, dict(row.stats or {})
+    )
 
 
 def _insert_for(session: Session) -> Any:

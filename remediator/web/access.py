@@ -1,4 +1,5 @@
-"""FastAPI dependencies: who may read, who may act, and the app-wide objects a route needs."""
+"""FastAPI dependencies: who may read, who may act, who may push signals, and the app-wide
+objects a route needs."""
 
 from __future__ import annotations
 
@@ -56,10 +57,18 @@ def principal_of(request: Request) -> Principal | None:
     )
 
 
-async def require_reader(request: Request) -> Principal:
+async def require_principal(request: Request) -> Principal:
     principal = principal_of(request)
     if principal is None:
         raise WebError(401, "authentication required: a bearer token (read-only or operator)")
+    return principal
+
+
+async def require_reader(
+    principal: Annotated[Principal, Depends(require_principal)],
+) -> Principal:
+    if not principal.can_read:
+        raise WebError(403, "a push-only token may post signals and heartbeats, nothing else")
     return principal
 
 
@@ -81,7 +90,19 @@ async def require_operator(
     return principal
 
 
+async def require_pusher(
+    request: Request, principal: Annotated[Principal, Depends(require_principal)]
+) -> Principal:
+    """Push-only tokens by header (machines have no cookies to forge), or an operator."""
+    if principal.can_push and not principal.can_act and not principal.via_cookie:
+        return principal
+    if not principal.can_read:
+        raise WebError(403, "a push-only token must be sent as `Authorization: Bearer`")
+    return await require_operator(request, principal)
+
+
 Reader = Annotated[Principal, Depends(require_reader)]
+Pusher = Annotated[Principal, Depends(require_pusher)]
 Operator = Annotated[Principal, Depends(require_operator)]
 Deps = Annotated[WebDeps, Depends(web_deps)]
 Metrics = Annotated[ConsoleMetrics, Depends(console_metrics)]

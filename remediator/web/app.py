@@ -24,7 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from remediator.signals.sources.push import make_signals_router
 from remediator.store.db import session_scope
 from remediator.web import pages, runbooks
-from remediator.web.access import Deps, require_operator
+from remediator.web.access import Deps, require_pusher
+from remediator.web.agents import make_agents_router
 from remediator.web.api import make_api_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
@@ -119,8 +120,9 @@ def create_app(deps: WebDeps) -> FastAPI:
         return response
 
     app.include_router(make_api_router())
+    app.include_router(make_agents_router())
     app.include_router(
-        make_signals_router(deps.inbox, dependencies=[Depends(require_operator)], clock=deps.clock)
+        make_signals_router(deps.inbox, dependencies=[Depends(require_pusher)], clock=deps.clock)
     )
     app.include_router(pages.make_pages_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -1,4 +1,4 @@
-"""Who is asking: bearer tokens from the config, each either read-only or operator.
+"""Who is asking: bearer tokens from the config, each read-only, operator or push-only.
 
 Browsers log in once by pasting a token; it then rides in an HttpOnly, SameSite=Strict cookie.
 API clients send `Authorization: Bearer …`. Tokens are compared in constant time and never shown:
@@ -25,6 +25,9 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9@._+ -]")
 
 
 class Role(IntEnum):
+    # Below read-only: machine senders (node agents, Alertmanager) may post signals and
+    # heartbeats and nothing else, not even read the console.
+    PUSH = 0
     READONLY = 1
     OPERATOR = 2
 
@@ -45,6 +48,14 @@ class Principal:
     @property
     def can_act(self) -> bool:
         return self.role >= Role.OPERATOR
+
+    @property
+    def can_read(self) -> bool:
+        return self.role >= Role.READONLY
+
+    @property
+    def can_push(self) -> bool:
+        return self.role in (Role.PUSH, Role.OPERATOR)
 
 
 def fingerprint(token: str) -> str:
@@ -72,13 +83,15 @@ def authenticate(
     settings: WebSettings, token: str | None, *, name: str | None = None, via_cookie: bool = False
 ) -> Principal | None:
     """The principal for `token`, or None when it is missing or unknown; operator wins when a
-    token is listed under both roles."""
+    token is listed under several roles (then read-only, then push-only)."""
     if not token:
         return None
     if _matches(token, settings.operator_tokens):
         role = Role.OPERATOR
     elif _matches(token, settings.readonly_tokens):
         role = Role.READONLY
+    elif _matches(token, settings.push_tokens):
+        role = Role.PUSH
     else:
         return None
     return Principal(role, fingerprint(token), clean_name(name), via_cookie)

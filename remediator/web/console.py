@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from remediator.remediation.states import OPEN, State
 from remediator.store.records import RemediationRecord
 from remediator.web import views
+from remediator.web.agent_views import Liveness, agent_out
 from remediator.web.deps import WebDeps
 from remediator.web.schemas import (
     ControllerOut,
@@ -124,7 +125,9 @@ def node_out(deps: WebDeps, name: str, now: datetime) -> NodeOut:
     rule = views.repeat_rule(deps.policies.active)
     count = views.repeat_offender(history.remediations, now, rule)
     nth, within = rule
+    agent = deps.repository.agent_status(name)
     return NodeOut(
+        agent=agent_out(agent, now, _silent_after(deps)) if agent else None,
         node=name,
         repeat_offender=count is not None,
         remediations_in_window=sum(1 for r in history.remediations if r.created_at >= now - within),
@@ -173,8 +176,14 @@ def policies_out(deps: WebDeps) -> PoliciesOut:
     )
 
 
+def _silent_after(deps: WebDeps) -> timedelta:
+    return timedelta(seconds=deps.settings.agent_silent_after_seconds)
+
+
 def overview_out(deps: WebDeps) -> OverviewOut:
     overview = deps.repository.overview()
+    now = deps.clock.now()
+    agents = [agent_out(a, now, _silent_after(deps)) for a in deps.repository.agent_statuses()]
     counts = overview.by_state
     return OverviewOut(
         in_flight=sum(n for state, n in counts.items() if state in OPEN),
@@ -186,4 +195,6 @@ def overview_out(deps: WebDeps) -> OverviewOut:
         open_by_pool=dict(overview.open_by_pool),
         controller=ControllerOut.model_validate(deps.repository.controller_status()),
         sources=[SourceOut.model_validate(s) for s in deps.repository.source_health()],
+        agents_reporting=sum(a.liveness is Liveness.REPORTING for a in agents),
+        silent_agents=[a for a in agents if a.liveness is Liveness.SILENT],
     )

@@ -255,7 +255,7 @@ def make_pages_router() -> APIRouter:
         next: Annotated[str, Form(max_length=2000)] = "/",
     ) -> Response:
         principal = authenticate(deps.settings.web, token.strip())
-        if principal is None:
+        if principal is None or not principal.can_read:  # push-only tokens never log in
             return render(
                 request, "login.html", None, status=401, next=_safe_next(next), failed=True
             )

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from remediator.remediation.states import State
 from remediator.signals.model import Signal
+from remediator.web.agent_views import AgentOut
 
 # No control characters: PostgreSQL refuses NUL in text, and nothing legitimate needs them.
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
@@ -107,6 +108,7 @@ class NodeOut(BaseModel):
     repeat_rule: str
     remediations: list[RemediationOut]
     signals: list[SignalEntryOut]
+    agent: AgentOut | None = None  # None: no node agent ever reported from this node
 
 
 class PolicyOut(BaseModel):
@@ -174,6 +176,8 @@ class OverviewOut(BaseModel):
     open_by_pool: dict[str, int]
     controller: ControllerOut
     sources: list[SourceOut]
+    agents_reporting: int = 0
+    silent_agents: list[AgentOut] = Field(default_factory=list)
 
 
 class CommandIn(BaseModel):

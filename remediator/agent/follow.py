@@ -1,0 +1,200 @@
+"""Followers of the kernel log: `/dev/kmsg`, a file of kmsg records (the simulator's, or a
+capture), or `journalctl -k -f -o json`. Each hands out entries with an opaque position to
+resume *after*, so a restarted agent neither repeats nor skips a record.
+
+A record that cannot be parsed (garbage, or truncated mid-record) comes out with no message:
+the runner counts and skips it. A partial last line of a file is not truncated yet — the writer
+may still be writing it — so it waits for its newline.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from remediator.agent.kmsg import parse_record
+
+READ_CHUNK = 65536
+KMSG_RECORD_MAX = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: str
+    message: str | None  # None: garbage or a truncated record, to be skipped and counted
+
+
+class Follower(Protocol):
+    lost: int  # records the source dropped before we read them (a kmsg ring overrun)
+
+    def read(self, timeout: float) -> list[Entry]: ...
+
+    def close(self) -> None: ...
+
+
+def _seq_of(position: str | None) -> int:
+    if not position:
+        return -1
+    head = position.partition(":")[0]
+    return int(head) if head.isdigit() else -1
+
+
+class KmsgFile:
+    """A regular file of kmsg records, one per line, appended to by a writer."""
+
+    def __init__(self, path: Path, position: str | None, poll_interval: float = 0.05) -> None:
+        self.path = path
+        self.lost = 0
+        self._after = _seq_of(position)
+        self._seq = self._after
+        offset = position.partition(":")[2] if position else ""
+        self._offset = int(offset) if offset.isdigit() else 0
+        self._poll = poll_interval
+        self._buffer = b""
+        self._file = None if not path.exists() else path.open("rb")
+        if self._file is not None:
+            if os.fstat(self._file.fileno()).st_size < self._offset:
+                self._offset = 0  # a new file: the position belongs to the old one
+            self._file.seek(self._offset)
+
+    def _open(self) -> bool:
+        if self._file is None and self.path.exists():
+            self._file = self.path.open("rb")
+        return self._file is not None
+
+    def read(self, timeout: float) -> list[Entry]:
+        deadline = time.monotonic() + timeout
+        while True:
+            entries = self._drain()
+            if entries or time.monotonic() >= deadline:
+                return entries
+            time.sleep(min(self._poll, max(0.0, deadline - time.monotonic())))
+
+    def _drain(self) -> list[Entry]:
+        if not self._open():
+            return []
+        assert self._file is not None
+        chunk = self._file.read(READ_CHUNK)
+        if not chunk:
+            return []
+        data = self._buffer + chunk
+        complete, newline, self._buffer = data.rpartition(b"\n")
+        if not newline:
+            return []
+        entries: list[Entry] = []
+        consumed = self._offset
+        for line in complete.split(b"\n"):
+            consumed += len(line) + 1
+            if line.startswith(b" "):
+                continue  # a continuation line (KEY=value) of the record before it
+            record = parse_record(line.decode("utf-8", errors="replace"))
+            if record is None:
+                entries.append(Entry(f"{self._seq}:{consumed}", None))
+                continue
+            if record.seq <= self._after:
+                continue
+            self._seq = record.seq
+            entries.append(Entry(f"{record.seq}:{consumed}", record.message))
+        self._offset = consumed
+        return entries
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class KmsgDevice:
+    """`/dev/kmsg`: each read() returns one record; EPIPE says the ring overwrote some."""
+
+    def __init__(self, path: Path, position: str | None) -> None:
+        self.lost = 0
+        self._after = _seq_of(position)
+        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self._fd, 0, os.SEEK_SET)  # the oldest record still in the ring
+
+    def read(self, timeout: float) -> list[Entry]:
+        entries: list[Entry] = []
+        waited = False
+        while True:
+            try:
+                raw = os.read(self._fd, KMSG_RECORD_MAX)
+            except BlockingIOError:
+                if entries or waited:
+                    return entries
+                select.select([self._fd], [], [], timeout)
+                waited = True
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    self.lost += 1
+                    continue
+                raise
+            record = parse_record(raw.decode("utf-8", errors="replace"))
+            if record is None:
+                entries.append(Entry(str(self._after), None))
+            elif record.seq > self._after:
+                self._after = record.seq
+                entries.append(Entry(str(record.seq), record.message))
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class Journal:
+    """`journalctl -k -f -o json`, resumed with `--after-cursor`."""
+
+    def __init__(self, command: Sequence[str], position: str | None) -> None:
+        self.lost = 0
+        args = list(command)
+        if position:
+            args += ["--after-cursor", position]
+        self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert self._proc.stdout is not None
+        self._out = self._proc.stdout
+        os.set_blocking(self._out.fileno(), False)
+        self._buffer = b""
+        self._cursor = position or ""
+
+    def read(self, timeout: float) -> list[Entry]:
+        ready, _, _ = select.select([self._out], [], [], timeout)
+        if not ready:
+            return []
+        chunk = self._out.read(READ_CHUNK) or b""
+        if not chunk and self._proc.poll() is not None:
+            raise RuntimeError(f"journalctl exited with {self._proc.returncode}")
+        complete, newline, rest = (self._buffer + chunk).rpartition(b"\n")
+        if not newline:
+            self._buffer = rest
+            return []
+        self._buffer = rest
+        return [self._entry(line) for line in complete.split(b"\n") if line.strip()]
+
+    def _entry(self, line: bytes) -> Entry:
+        try:
+            record = json.loads(line)
+            message = record["MESSAGE"]
+            self._cursor = str(record["__CURSOR"])
+        except (ValueError, KeyError, TypeError):
+            return Entry(self._cursor, None)
+        if isinstance(message, list):  # journald sends non-UTF-8 messages as byte arrays
+            message = bytes(b & 0xFF for b in message if isinstance(b, int)).decode(
+                "utf-8", errors="replace"
+            )
+        if not isinstance(message, str):
+            return Entry(self._cursor, None)
+        return Entry(self._cursor, message)
+
+    def close(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()

@@ -1,0 +1,142 @@
+"""Delivery to the controller's push API: the queue drained in batches, retried with capped
+exponential backoff (and the server's Retry-After) until the controller takes them.
+
+A 202 removes the batch. A 422 names the bad items: only those are dropped (and counted) — the
+rest go again at once. 401/403, 5xx, a full or non-leading replica (503) and a transport error
+keep everything queued and back off; a controller that is down or failing over therefore loses
+nothing, it only delays.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from remediator.agent.queue import DurableQueue
+from remediator.agent.stats import Stats
+
+log = logging.getLogger(__name__)
+
+SIGNALS_PATH = "/api/v1/signals"
+HEARTBEAT_PATH = "/api/v1/agents/heartbeat"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    base: float = 0.1
+    cap: float = 5.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Full jitter under a doubling ceiling; the server's Retry-After wins, within the cap."""
+        if retry_after is not None:
+            return min(self.cap, max(0.0, retry_after))
+        ceiling = min(self.cap, self.base * (2 ** min(attempt, 16)))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("retry-after", "")
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def refused_indices(body: Any) -> set[int]:
+    """The item indices a 422 names (the push API lists every bad item)."""
+    found: set[int] = set()
+    detail = body.get("detail") if isinstance(body, dict) else None
+    for problem in detail if isinstance(detail, list) else ():
+        index = problem.get("index") if isinstance(problem, dict) else None
+        if isinstance(index, int):
+            found.add(index)
+    return found
+
+
+class Pusher:
+    """One thread: sends what is queued, sleeps until woken or a backoff ends."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        queue: DurableQueue,
+        stats: Stats,
+        *,
+        batch: int = 500,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._client = client
+        self._queue = queue
+        self._stats = stats
+        self._batch = batch
+        self._backoff = backoff or Backoff()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="push", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            outcome = self.send_once()
+            if outcome is None:
+                attempt = 0
+                self._wake.wait()
+            elif outcome == 0.0:
+                attempt = 0
+            else:
+                attempt += 1
+                self._wake.clear()
+                self._stop.wait(self._backoff.delay(attempt, outcome if outcome > 0 else None))
+
+    def send_once(self) -> float | None:
+        """Send one batch. None: nothing queued; 0: sent (more may wait); > 0: retry after that
+        many seconds; < 0: retry after the backoff."""
+        batch = self._queue.peek(self._batch)
+        if not batch:
+            return None
+        ids = [row_id for row_id, _ in batch]
+        try:
+            response = self._client.post(SIGNALS_PATH, json=[body for _, body in batch])
+        except httpx.HTTPError as exc:
+            self._stats.add("push_errors")
+            log.warning("push failed, %d signal(s) stay queued: %s", len(ids), exc)
+            return -1.0
+        if response.status_code in (200, 202):
+            self._queue.remove(ids)
+            self._stats.add("signals_sent", len(ids))
+            return 0.0
+        if response.status_code == 422:
+            bad = refused_indices(_json(response))
+            drop = [ids[i] for i in sorted(bad) if 0 <= i < len(ids)] or ids
+            log.error("controller refused %d signal(s): %s", len(drop), response.text[:500])
+            self._queue.remove(drop)
+            self._stats.add("signals_refused", len(drop))
+            return 0.0
+        self._stats.add("push_errors")
+        log.warning("push answered %d, %d signal(s) stay queued", response.status_code, len(ids))
+        after = retry_after(response)
+        return after if after is not None and after > 0 else -1.0
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None

@@ -1,0 +1,262 @@
+"""The agent's loop: read the kernel log, turn XID records into signals, commit them with the
+log position, wake the pusher; every so often check GPU presence; a thread sends heartbeats.
+
+The position is committed in the same transaction as the signals of the records up to it, so a
+restart resumes exactly after the last record whose signals are safe on disk. Records without
+signals move the position too, at most once a second (replaying those yields nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from remediator import __version__
+from remediator.agent import report
+from remediator.agent.expected import ExpectedUnknown, KubeAccess, fetch_expected
+from remediator.agent.follow import Entry, Follower, Journal, KmsgDevice, KmsgFile
+from remediator.agent.gpus import GpuInfo, count_pci_gpus, missing_gpus, scan_driver
+from remediator.agent.push import HEARTBEAT_PATH, Backoff, Pusher
+from remediator.agent.queue import DurableQueue
+from remediator.agent.stats import Stats
+from remediator.signals.xid import parse_kernel_line, parse_pci_uuid_line
+
+log = logging.getLogger(__name__)
+
+POSITION, BOOT, MISSING = "position", "boot_id", "missing"
+FLUSH_SECONDS = 1.0
+EXPECTED_REFRESH_SECONDS = 300.0
+JOURNAL_COMMAND = ("journalctl", "-k", "-f", "-o", "json", "--boot", "--no-tail")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    controller_url: str
+    state_dir: Path
+    token: str | None = None
+    source: Literal["kmsg", "file", "journal"] = "kmsg"
+    kmsg_path: Path = Path("/dev/kmsg")
+    journal_command: Sequence[str] = JOURNAL_COMMAND
+    driver_dir: Path = Path("/proc/driver/nvidia/gpus")
+    pci_dir: Path | None = None
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
+    expected_gpus: int | None = None
+    kube: KubeAccess | None = None
+    agent_name: str = field(default_factory=socket.gethostname)
+    heartbeat_seconds: float = 10.0
+    presence_seconds: float = 10.0
+    queue_capacity: int = 10_000
+    poll_seconds: float = 0.05
+    timeout_seconds: float = 5.0
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def read_boot_id(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.stats = Stats()
+        self.started_at = _now()
+        self.queue = DurableQueue(config.state_dir / "agent.db", config.queue_capacity)
+        self.boot_id = read_boot_id(config.boot_id_file)
+        same_boot = self.queue.get(BOOT) == self.boot_id
+        self.position = self.queue.get(POSITION) if same_boot else None
+        self.reported_missing: set[str] = (
+            set(json.loads(self.queue.get(MISSING) or "[]")) if same_boot else set()
+        )
+        self.gpus: dict[str, GpuInfo] = scan_driver(config.driver_dir)
+        self.uuids: dict[str, str] = {}
+        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        self.client = httpx.Client(
+            base_url=config.controller_url, headers=headers, timeout=config.timeout_seconds
+        )
+        self.pusher = Pusher(self.client, self.queue, self.stats, backoff=config.backoff)
+        self._stop = threading.Event()
+        self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat")
+        self._heartbeats.daemon = True
+        self._expected: int | None = config.expected_gpus
+        self._expected_at = 0.0
+        self._dirty_position: str | None = None
+        self._flushed_at = time.monotonic()
+
+    def open_follower(self) -> Follower:
+        config = self.config
+        if config.source == "journal":
+            return Journal(config.journal_command, self.position)
+        if config.source == "file":
+            return KmsgFile(config.kmsg_path, self.position, config.poll_seconds)
+        return KmsgDevice(config.kmsg_path, self.position)
+
+    # -- the kernel log -------------------------------------------------------------------
+
+    def handle(self, entries: Sequence[Entry]) -> list[dict[str, Any]]:
+        """Signals for `entries`; counts what was read and what was skipped."""
+        signals: list[dict[str, Any]] = []
+        now = _now()
+        for entry in entries:
+            message = entry.message
+            if message is None:
+                self.stats.add("records_skipped")
+                continue
+            self.stats.add("records_read")
+            if "NVRM" not in message:
+                continue
+            mapping = parse_pci_uuid_line(message)
+            if mapping is not None:
+                self.uuids[mapping[0]] = mapping[1]
+                continue
+            xid = parse_kernel_line(message)
+            if xid is None:
+                if "NVRM: Xid" in message:
+                    self.stats.add("xid_lines_unparsed")
+                continue
+            gpu = self._gpu(xid.pci)
+            signals.append(
+                report.xid_signal(self.config.node, xid, gpu, self.uuids.get(xid.pci), now)
+            )
+        return signals
+
+    def _gpu(self, pci: str) -> GpuInfo | None:
+        if pci not in self.gpus:
+            self.gpus.update(scan_driver(self.config.driver_dir))
+        return self.gpus.get(pci)
+
+    def consume(self, entries: Sequence[Entry]) -> None:
+        if not entries:
+            self._flush_position(force=False)
+            return
+        signals = self.handle(entries)
+        position = entries[-1].position
+        if signals:
+            self.queue.commit(signals, {POSITION: position, BOOT: self.boot_id})
+            self.stats.add("signals_queued", len(signals))
+            self._dirty_position = None
+            self._flushed_at = time.monotonic()
+            self.pusher.wake()
+        else:
+            self._dirty_position = position
+            self._flush_position(force=False)
+        self.position = position
+
+    def _flush_position(self, *, force: bool) -> None:
+        due = time.monotonic() - self._flushed_at >= FLUSH_SECONDS
+        if self._dirty_position is not None and (force or due):
+            self.queue.commit([], {POSITION: self._dirty_position, BOOT: self.boot_id})
+            self._dirty_position = None
+            self._flushed_at = time.monotonic()
+
+    # -- GPU presence ---------------------------------------------------------------------
+
+    def expected(self) -> int | None:
+        if self.config.expected_gpus is not None:
+            return self.config.expected_gpus
+        access = self.config.kube or KubeAccess.in_cluster()
+        stale = time.monotonic() - self._expected_at > EXPECTED_REFRESH_SECONDS
+        if access is not None and (self._expected is None or stale):
+            try:
+                self._expected = fetch_expected(access, self.config.node)
+                self._expected_at = time.monotonic()
+            except ExpectedUnknown as exc:
+                log.warning("GPU presence not checked: %s", exc)
+        return self._expected
+
+    def check_presence(self) -> list[dict[str, Any]]:
+        """`gpu_missing` signals for GPUs newly gone; a GPU that came back may be reported
+        again later. Committed with the reported set, so a restart does not repeat them."""
+        expected = self.expected()
+        if expected is None:
+            self.stats.add("presence_unknown")
+            return []
+        present = scan_driver(self.config.driver_dir)
+        self.gpus.update(present)
+        on_bus = count_pci_gpus(self.config.pci_dir) if self.config.pci_dir else None
+        missing = missing_gpus(expected, present, on_bus)
+        keys = {str(i) if i is not None else "unknown" for i in missing}
+        now = _now()
+        new = [
+            report.missing_signal(self.config.node, i, expected, len(present), now)
+            for i in missing
+            if (str(i) if i is not None else "unknown") not in self.reported_missing
+        ]
+        if keys != self.reported_missing:
+            state = {MISSING: json.dumps(sorted(keys)), BOOT: self.boot_id}
+            self.queue.commit(new, state)
+            self.reported_missing = keys
+            if new:
+                self.stats.add("signals_queued", len(new))
+                self.pusher.wake()
+        return new
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def heartbeat(self) -> bool:
+        self.stats.set("queue_depth", len(self.queue))
+        self.stats.set("signals_dropped", self.queue.dropped)
+        body = report.heartbeat(
+            self.config.node,
+            self.config.agent_name,
+            __version__,
+            self.started_at,
+            self.stats.snapshot(),
+        )
+        try:
+            response = self.client.post(HEARTBEAT_PATH, json=body)
+        except httpx.HTTPError as exc:
+            self.stats.add("heartbeat_errors")
+            log.warning("heartbeat failed: %s", exc)
+            return False
+        if response.status_code != 200:
+            self.stats.add("heartbeat_errors")
+            log.warning("heartbeat answered %d: %s", response.status_code, response.text[:300])
+            return False
+        return True
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.is_set():
+            self.heartbeat()
+            self._stop.wait(self.config.heartbeat_seconds)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop` is set (SIGTERM); the position is flushed on the way out."""
+        follower = self.open_follower()
+        self.pusher.start()
+        self._heartbeats.start()
+        next_presence = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() >= next_presence:
+                    self.check_presence()
+                    next_presence = time.monotonic() + self.config.presence_seconds
+                self.consume(follower.read(timeout=0.5))
+                self.stats.set("records_lost", follower.lost)
+        finally:
+            self._flush_position(force=True)
+            follower.close()
+            self._stop.set()
+            self.pusher.stop()
+            self._heartbeats.join(timeout=self.config.timeout_seconds + 1)
+            self.client.close()
+            self.queue.close()
