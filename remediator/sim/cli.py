@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="a namespace to create besides the fleet's (repeatable; default: remediator)",
     )
+    run.add_argument(
+        "--node-root",
+        type=Path,
+        help="give each node a host directory here (DIR/NODE/dev/kmsg, DIR/NODE/proc/driver/"
+        "nvidia/gpus/…) that injected faults write into, for node agents to read",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -66,5 +72,6 @@ def _serve(args: argparse.Namespace) -> int:
             inject_port=args.inject_port,
             tick_interval=args.tick_interval,
             namespaces=tuple(args.namespaces or ("remediator",)),
+            node_root=args.node_root.resolve() if args.node_root else None,
         )
     )

@@ -31,6 +31,8 @@ class SimHandle:
         self.nodepool_url = ready["nodepool_url"]
         self.metrics_url = ready["metrics_url"]
         self.inject_url = ready["inject_url"]
+        root = ready.get("node_root")
+        self.node_root = Path(root) if root else None
         self.kubeconfig = workdir / "kubeconfig"
         self.log_path = workdir / "sim.log"
 
@@ -75,6 +77,7 @@ def start_sim(
     gpus_per_node: int = 8,
     provision_delay: float = 1.0,
     ready_timeout: float = READY_TIMEOUT,
+    node_root: Path | None = None,
 ) -> SimHandle:
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
@@ -96,6 +99,7 @@ def start_sim(
             str(workdir / "kubeconfig"),
             "--ready-file",
             str(ready_file),
+            *(["--node-root", str(node_root)] if node_root is not None else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -50,6 +50,7 @@ class ServeOptions:
     inject_port: int = 0
     tick_interval: float = 0.1
     namespaces: tuple[str, ...] = ("remediator",)
+    node_root: Path | None = None  # per-node kernel log and driver files, for node agents
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -175,7 +176,9 @@ def serve(options: ServeOptions) -> int:
     cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
-    cloud = build_cloud_apps(cluster, provision_delay=options.provision_delay)
+    cloud = build_cloud_apps(
+        cluster, provision_delay=options.provision_delay, node_root=options.node_root
+    )
     socks = {
         "kube_url": bind(options.host, options.kube_port),
         "nodepool_url": bind(options.host, options.nodepool_port),
@@ -202,7 +205,8 @@ def serve(options: ServeOptions) -> int:
             urls["inject_url"] + "/",
         ]
         wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive)
-        write_atomically(options.ready_file, json.dumps({**urls, "pid": os.getpid()}))
+        node_root = {"node_root": str(options.node_root)} if options.node_root else {}
+        write_atomically(options.ready_file, json.dumps({**urls, **node_root, "pid": os.getpid()}))
         while not stop.wait(0.5):
             if not servers.alive():
                 return 1

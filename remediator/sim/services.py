@@ -5,6 +5,7 @@ loopback ports. All three share one state, so a fault injected through one shows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.types import ASGIApp
 
@@ -12,6 +13,7 @@ from remediator.clock import Clock, SystemClock
 from remediator.sim.cloud.nodepool import NodePoolService, build_nodepool_app
 from remediator.sim.faults.inject import FaultInjector, build_inject_app
 from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.node.hosts import SimHosts
 from remediator.sim.telemetry.exporters import Telemetry, build_metrics_app
 
 
@@ -23,15 +25,20 @@ class CloudApps:
 
 
 def build_cloud_apps(
-    cluster: SimCluster, provision_delay: float = 3.0, clock: Clock | None = None
+    cluster: SimCluster,
+    provision_delay: float = 3.0,
+    clock: Clock | None = None,
+    node_root: Path | None = None,
 ) -> CloudApps:
     """`clock` must be the one the cluster runs on (the system clock unless a test drives a
-    FakeClock): telemetry and operations keep the cluster's time."""
+    FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
+    also gets a host directory (kernel log, driver files) that faults write into."""
     clock = clock or SystemClock()
     telemetry = Telemetry(cluster.store, clock)
     nodepool = NodePoolService(cluster, clock, provision_delay)
     cluster.on_tick(nodepool.advance)
-    injector = FaultInjector(cluster, telemetry, nodepool)
+    hosts = SimHosts(node_root, cluster.store) if node_root is not None else None
+    injector = FaultInjector(cluster, telemetry, nodepool, hosts.applied if hosts else None)
     return CloudApps(
         nodepool=build_nodepool_app(nodepool),
         metrics=build_metrics_app(telemetry),

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Protocol
 
 import httpx
@@ -181,8 +182,13 @@ class FaultInjector:
     """Applies faults to the telemetry, the Node objects and the node-pool API."""
 
     def __init__(
-        self, cluster: FaultCluster, telemetry: Telemetry, nodepool: NodePoolService
+        self,
+        cluster: FaultCluster,
+        telemetry: Telemetry,
+        nodepool: NodePoolService,
+        on_applied: Callable[[Fault], None] | None = None,
     ) -> None:
+        self._on_applied = on_applied  # e.g. the node hosts' kernel log and driver files
         self._cluster = cluster
         self._telemetry = telemetry
         self._nodepool = nodepool
@@ -197,9 +203,12 @@ class FaultInjector:
         except UnknownNode as exc:
             raise BadFault(404, "node_not_found", f'node "{node}" does not exist') from exc
         try:
-            return self._apply(fault)
+            done = self._apply(fault)
         except ValueError as exc:
             raise BadFault(400, "invalid_fault", str(exc)) from exc
+        if self._on_applied is not None:
+            self._on_applied(fault)
+        return done
 
     def _apply(self, fault: Fault) -> str:
         tel, node = self._telemetry, fault.node

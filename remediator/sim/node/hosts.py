@@ -1,0 +1,110 @@
+"""One host directory per simulated node: `<root>/<node>/dev/kmsg` (a file of kmsg records),
+`proc/driver/nvidia/gpus/<pci>/information` and `proc/sys/kernel/random/boot_id` — the layout
+the agent reads below its `--host-root`. A node joining the cluster boots (its GPUs attach and
+say so in the log); injected faults write what the driver would write.
+
+PCI addresses and UUIDs are the telemetry's, so the DCGM labels, the kernel log and the driver
+files name each GPU the same way.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from remediator.sim.faults.inject import ClearFault, GpuMissingFault, XidFault
+from remediator.sim.node import driver
+from remediator.sim.node.kernel_log import (
+    KERN_ERR,
+    KERN_INFO,
+    KernelLog,
+    attach_line,
+    fallen_off_line,
+    xid_line,
+)
+from remediator.sim.kube.api.store import ObjectStore, WatchEvent
+from remediator.sim.telemetry.exporters import (
+    DRIVER_VERSION,
+    XID_OFF_BUS,
+    gpu_uuid,
+    node_gpu_count,
+    node_model,
+    pci_bus_id,
+    xid_message,
+)
+
+KMSG = Path("dev/kmsg")
+BOOT_ID = Path("proc/sys/kernel/random/boot_id")
+# Faults a job's process triggers carry its pid and name; the others are the hardware's.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69, 94})
+
+
+class SimHosts:
+    def __init__(self, root: Path, store: ObjectStore, seed: int = 0) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._logs: dict[str, KernelLog] = {}
+        self._models: dict[str, tuple[str, int]] = {}
+        self._rng = random.Random(seed)
+        root.mkdir(parents=True, exist_ok=True)
+        nodes, version = store.list("nodes")
+        for node in nodes:
+            self._boot(node)
+        store.subscribe("nodes", self._on_node, since=version)
+
+    def host_root(self, node: str) -> Path:
+        return self.root / node
+
+    def kmsg(self, node: str) -> Path:
+        return self.host_root(node) / KMSG
+
+    def _on_node(self, event: WatchEvent) -> None:
+        if event.type == "ADDED":
+            self._boot(event.object)
+
+    def _boot(self, node: dict[str, Any]) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        gpus, model = node_gpu_count(node), node_model(node)
+        with self._lock:
+            if not name or name in self._logs:
+                return
+            host = self.host_root(name)
+            (host / BOOT_ID).parent.mkdir(parents=True, exist_ok=True)
+            (host / BOOT_ID).write_text(f"{uuid.uuid4()}\n")
+            log = KernelLog(host / KMSG)
+            self._logs[name] = log
+            self._models[name] = (model, gpus)
+        log.write(f"Linux version 6.8.0-sim ({name})", KERN_INFO)
+        log.write(f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {DRIVER_VERSION}", KERN_INFO)
+        for index in range(gpus):
+            self._attach(name, index)
+
+    def _attach(self, node: str, index: int) -> None:
+        model, _ = self._models[node]
+        address, gpu_id = pci_bus_id(index), gpu_uuid(node, index)
+        driver.attach(self.host_root(node), model, gpu_id, address, index)
+        self._logs[node].write(attach_line(address, gpu_id), KERN_INFO)
+
+    def applied(self, fault: object) -> None:
+        """Called by the fault injector after a fault took effect."""
+        node = getattr(fault, "node", "")
+        if node not in self._logs:
+            return
+        log = self._logs[node]
+        if isinstance(fault, XidFault):
+            address = pci_bus_id(fault.gpu)
+            hardware = fault.code not in APPLICATION_XIDS
+            pid = None if hardware else self._rng.randint(1000, 99999)
+            log.write(xid_line(address, fault.code, xid_message(fault.code), pid, "python"))
+            if fault.code == XID_OFF_BUS:
+                log.write(fallen_off_line(address), KERN_ERR)
+        elif isinstance(fault, GpuMissingFault):
+            driver.detach(self.host_root(node), pci_bus_id(fault.gpu))
+        elif isinstance(fault, ClearFault):
+            _, gpus = self._models[node]
+            for index in range(gpus) if fault.gpu is None else (fault.gpu,):
+                if not driver.attached(self.host_root(node), pci_bus_id(index)):
+                    self._attach(node, index)

@@ -1,0 +1,143 @@
+"""The controller's side of the node agent: the push-only role, heartbeats, and silent agents
+shown as unknown on the console, the API and /metrics."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remediator.controller.metrics import ControllerMetrics
+from tests.fixtures.web import (
+    OPERATOR_TOKEN,
+    PUSH_TOKEN,
+    READONLY_TOKEN,
+    START,
+    Console,
+    seeded,
+)
+
+pytestmark = pytest.mark.integration
+
+PUSH = {"Authorization": f"Bearer {PUSH_TOKEN}"}
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+READER = {"Authorization": f"Bearer {READONLY_TOKEN}"}
+
+
+@pytest.fixture
+def console(sqlite_head_template: Path, tmp_path: Path) -> Iterator[Console]:
+    path = tmp_path / "console.db"
+    shutil.copyfile(sqlite_head_template, path)
+    with seeded(f"sqlite:///{path}") as built:
+        yield built
+
+
+def _signal(node: str = "gpu-node-01") -> dict[str, Any]:
+    return {
+        "node": node,
+        "kind": "xid",
+        "source": "agent",
+        "observed_at": START.isoformat(),
+        "gpu": 1,
+        "code": 79,
+    }
+
+
+def _heartbeat(node: str = "gpu-node-01") -> dict[str, Any]:
+    return {
+        "node": node,
+        "agent": "agent-abc",
+        "version": "0.1.0",
+        "started_at": START.isoformat(),
+        "stats": {"records_read": 10, "records_skipped": 1},
+    }
+
+
+def test_push_only_token_posts_signals_and_heartbeats(console: Console) -> None:
+    client = TestClient(console.app)
+    answer = client.post("/api/v1/signals", json=[_signal()], headers=PUSH)
+    assert answer.status_code == 202, answer.text
+    assert [s.node for s in console.deps.inbox.drain()] == ["gpu-node-01"]
+    assert client.post("/api/v1/agents/heartbeat", json=_heartbeat(), headers=PUSH).json() == {
+        "recorded": True,
+        "silent_after_seconds": 60.0,
+    }
+    assert client.post("/api/v1/alertmanager", json={}, headers=PUSH).status_code == 422
+
+
+def test_push_only_token_cannot_act_or_read(console: Console) -> None:
+    client = TestClient(console.app)
+    rid = console.ids["approval"]
+    for command in ("approve", "release", "cancel", "retry"):
+        answer = client.post(f"/api/v1/remediations/{rid}/{command}", json={}, headers=PUSH)
+        assert answer.status_code == 403, (command, answer.text)
+        assert "push-only" in answer.json()["reason"]
+    for command in ("pause", "resume", "reset-breaker"):
+        answer = client.post(
+            f"/api/v1/controller/{command}", json={"reason": "try"}, headers=PUSH
+        )
+        assert answer.status_code == 403, (command, answer.text)
+    assert client.get("/api/v1/remediations", headers=PUSH).status_code == 403
+    assert client.get("/api/v1/agents", headers=PUSH).status_code == 403
+    assert console.repository.get(rid).state.value == "awaiting_approval"  # type: ignore[union-attr]
+    assert not console.repository.controller_status().paused
+    # Nor can it log in to the console and ride a cookie.
+    login = client.post("/login", data={"token": PUSH_TOKEN}, follow_redirects=False)
+    assert login.status_code == 401
+
+
+def test_readers_cannot_push_and_operators_still_can(console: Console) -> None:
+    client = TestClient(console.app)
+    assert client.post("/api/v1/signals", json=[_signal()], headers=READER).status_code == 403
+    assert client.post("/api/v1/signals", json=[_signal()], headers=OPERATOR).status_code == 202
+    heartbeat = client.post("/api/v1/agents/heartbeat", json=_heartbeat(), headers=READER)
+    assert heartbeat.status_code == 403
+    assert client.post("/api/v1/signals", json=[_signal()]).status_code == 401
+
+
+def test_heartbeat_is_validated(console: Console) -> None:
+    client = TestClient(console.app)
+    bad = {**_heartbeat(), "node": "has space", "stats": {"x": -1}}
+    answer = client.post("/api/v1/agents/heartbeat", json=bad, headers=PUSH)
+    assert answer.status_code == 422
+    fields = {p["field"] for p in answer.json()["detail"]}
+    assert "body.node" in fields and "body.stats.x" in fields
+    assert console.repository.agent_statuses() == ()
+
+
+def test_a_silent_agent_is_unknown_on_console_api_and_metrics(console: Console) -> None:
+    client = TestClient(console.app)
+    for node in ("gpu-node-01", "gpu-node-02"):
+        client.post("/api/v1/agents/heartbeat", json=_heartbeat(node), headers=PUSH)
+    console.clock.advance(45)
+    client.post("/api/v1/agents/heartbeat", json=_heartbeat("gpu-node-02"), headers=PUSH)
+    console.clock.advance(30)  # node-01: 75 s silent (> 60 s); node-02: 30 s
+
+    agents = {a["node"]: a for a in client.get("/api/v1/agents", headers=READER).json()}
+    assert agents["gpu-node-01"]["liveness"] == "silent"
+    assert agents["gpu-node-01"]["node_health"] == "unknown"
+    assert agents["gpu-node-02"]["liveness"] == "reporting"
+    assert agents["gpu-node-02"]["stats"] == {"records_read": 10, "records_skipped": 1}
+
+    node = client.get("/api/v1/nodes/gpu-node-01", headers=READER).json()
+    assert node["agent"]["liveness"] == "silent"
+    assert client.get("/api/v1/nodes/gpu-node-03", headers=READER).json()["agent"] is None
+    page = client.get("/nodes/gpu-node-01", headers=READER).text
+    assert "Agent silent" in page and "<strong>unknown</strong>" in page
+    overview = client.get("/", headers=READER).text
+    assert "1 reporting" in overview and 'href="/nodes/gpu-node-01"' in overview
+
+    registry = console.deps.registry
+    metrics = ControllerMetrics(registry)
+    metrics.agents(console.repository.agent_statuses(), console.clock.now(), timedelta(seconds=60))
+    up = registry.get_sample_value
+    assert up("remediator_agent_up", {"node": "gpu-node-01"}) == 0
+    assert up("remediator_agent_up", {"node": "gpu-node-02"}) == 1
+    assert up("remediator_agent_heartbeat_age_seconds", {"node": "gpu-node-01"}) == 75
+    assert up("remediator_agents_silent") == 1
+    assert "remediator_agent_up" in client.get("/metrics").text
