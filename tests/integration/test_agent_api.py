@@ -78,9 +78,7 @@ def test_push_only_token_cannot_act_or_read(console: Console) -> None:
         assert answer.status_code == 403, (command, answer.text)
         assert "push-only" in answer.json()["reason"]
     for command in ("pause", "resume", "reset-breaker"):
-        answer = client.post(
-            f"/api/v1/controller/{command}", json={"reason": "try"}, headers=PUSH
-        )
+        answer = client.post(f"/api/v1/controller/{command}", json={"reason": "try"}, headers=PUSH)
         assert answer.status_code == 403, (command, answer.text)
     assert client.get("/api/v1/remediations", headers=PUSH).status_code == 403
     assert client.get("/api/v1/agents", headers=PUSH).status_code == 403

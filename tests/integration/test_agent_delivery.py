@@ -1,0 +1,163 @@
+"""The node agent against a real push API: a restart (even SIGKILL) neither repeats nor loses a
+kernel-log record, a controller outage loses nothing, garbage is skipped and counted, and a
+vanished GPU is reported once."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remediator.sim.node import driver
+from remediator.sim.telemetry import pci_bus_id
+from tests.integration.agent_support import (
+    AgentProcess,
+    AgentThread,
+    Host,
+    PushServer,
+    agent_config,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+# The outage the "controller down" test holds the push API off for. The issue asks for 60 s;
+# the mechanism (transport errors, capped backoff, the on-disk queue) does not depend on the
+# length, so the default keeps the suite fast: AGENT_OUTAGE_SECONDS=60 runs the full minute.
+OUTAGE_SECONDS = float(os.environ.get("AGENT_OUTAGE_SECONDS", "3"))
+
+
+@pytest.fixture
+def server(sqlite_head_template: Path, tmp_path: Path) -> Iterator[PushServer]:
+    push = PushServer(tmp_path / "controller.db", sqlite_head_template).start()
+    yield push
+    push.stop()
+
+
+def codes(server: PushServer) -> list[tuple[int | None, int | None]]:
+    return [(s.gpu, s.code) for s in server.signals() if s.kind.value == "xid"]
+
+
+def queued(state: Path) -> int:
+    with sqlite3.connect(state / "agent.db") as db:
+        (count,) = db.execute("SELECT count(*) FROM queue").fetchone()
+    return int(count)
+
+
+def test_sigkill_restart_replays_nothing_and_loses_nothing(
+    server: PushServer, tmp_path: Path
+) -> None:
+    host, state, log = Host(tmp_path / "host"), tmp_path / "state", tmp_path / "agent.log"
+    first = [(0, 13), (1, 31), (2, 43)]
+    for gpu, code in first:
+        host.xid(gpu, code)
+    agent = AgentProcess(host, state, server.url, log)
+    wait_for("the first batch", lambda: len(codes(server)) == 3)
+
+    server.stop()  # nothing can be delivered: the next batch is only queued when the kill lands
+    second = [(3, 48), (4, 62)]
+    for gpu, code in second:
+        host.xid(gpu, code)
+    wait_for("the second batch on disk", lambda: queued(state) == 2)
+    agent.kill()
+
+    third = [(5, 79), (6, 94)]
+    for gpu, code in third:
+        host.xid(gpu, code)
+    server.start()
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("every batch", lambda: len(codes(server)) >= 7)
+        wait_for("an idle queue", lambda: queued(state) == 0)
+        # One more record after everything: once it arrives, nothing older is still coming.
+        host.xid(7, 74)
+        wait_for("the last record", lambda: (7, 74) in codes(server))
+    finally:
+        assert agent.stop() == 0
+    assert codes(server) == [*first, *second, *third, (7, 74)]
+    uuids = {s.gpu: s.gpu_uuid for s in server.signals()}
+    assert uuids[5] is not None and uuids[5].startswith("GPU-")
+    assert {s.labels["pci"] for s in server.signals() if s.gpu == 5} == {"0000:ab:00"}  # HGX bus 0xAB
+
+
+def test_controller_outage_loses_nothing(server: PushServer, tmp_path: Path) -> None:
+    host = Host(tmp_path / "host")
+    running = AgentThread(agent_config(host, tmp_path / "state", server.url))
+    try:
+        host.xid(0, 79)
+        wait_for("the first XID", lambda: len(codes(server)) == 1)
+        server.stop()
+        during = [(gpu, 48) for gpu in range(1, 8)]
+        for gpu, code in during:
+            host.xid(gpu, code)
+        stats = running.agent.stats
+        wait_for("failed pushes", lambda: stats.get("push_errors") >= 2)
+        wait_for("all queued", lambda: len(running.agent.queue) == len(during))
+        time.sleep(OUTAGE_SECONDS)  # the outage itself: the controller stays down this long
+        assert len(codes(server)) == 1
+        server.start()
+        wait_for("delivery after the outage", lambda: len(codes(server)) == 8)
+    finally:
+        running.stop()
+    assert codes(server) == [(0, 79), *during]
+    assert running.agent.stats.get("signals_sent") == 8
+
+
+def test_garbage_and_truncated_lines_are_skipped_and_counted(
+    server: PushServer, tmp_path: Path
+) -> None:
+    host = Host(tmp_path / "host")
+    host.xid(0, 79)
+    host.log.write_raw("this is not a kmsg record")
+    host.log.write_raw("4,9999,123")  # cut off before the message
+    host.log.write_raw("\x00\x01\x02;")
+    host.log.write("NVRM: Xid (PCI:0000:18:00): 7")  # a record whose NVRM line was cut short
+    host.xid(1, 48)
+    running = AgentThread(agent_config(host, tmp_path / "state", server.url))
+    try:
+        wait_for("both XIDs", lambda: len(codes(server)) == 2)
+        stats = running.agent.stats
+        wait_for("the counters", lambda: stats.get("records_skipped") == 3)
+        assert stats.get("xid_lines_unparsed") == 1
+        wait_for(
+            "the heartbeat to carry them",
+            lambda: (
+                (status := server.console.repository.agent_status(host.node)) is not None
+                and status.stats.get("records_skipped") == 3
+            ),
+        )
+    finally:
+        running.stop()
+    assert codes(server) == [(0, 79), (1, 48)]
+
+
+def test_a_vanished_gpu_is_reported_once_across_restarts(
+    server: PushServer, tmp_path: Path
+) -> None:
+    host, state = Host(tmp_path / "host"), tmp_path / "state"
+    missing = lambda: [s for s in server.signals() if s.kind.value == "gpu_missing"]  # noqa: E731
+    running = AgentThread(agent_config(host, state, server.url))
+    try:
+        wait_for(
+            "a heartbeat", lambda: server.console.repository.agent_status(host.node) is not None
+        )
+        assert missing() == []
+        driver.detach(host.root, pci_bus_id(5))
+        wait_for("gpu_missing", lambda: len(missing()) == 1)
+    finally:
+        running.stop()
+    signal = missing()[0]
+    assert (signal.gpu, signal.value, signal.source) == (5, 1.0, "agent")
+    running = AgentThread(agent_config(host, state, server.url))
+    try:
+        # A marker: the agent checks presence before it reads the log, so once the marker
+        # arrives the restarted agent has seen the missing GPU again.
+        host.xid(0, 13)
+        wait_for("the marker", lambda: len(codes(server)) == 1)
+    finally:
+        running.stop()
+    assert len(missing()) == 1

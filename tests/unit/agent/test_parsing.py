@@ -1,0 +1,133 @@
+"""The agent's pure parts: kmsg records, the driver's information files, presence, the JSON it
+sends (checked against the controller's own Signal model), and its retry arithmetic."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from remediator.agent.follow import KmsgFile
+from remediator.agent.gpus import GpuInfo, missing_gpus, parse_information, pci_key, scan_driver
+from remediator.agent.kmsg import parse_record
+from remediator.agent.push import Backoff, refused_indices, retry_after
+from remediator.agent.report import missing_signal, xid_signal
+from remediator.signals.model import Signal, SignalKind
+from remediator.signals.xid import parse_kernel_line
+from remediator.sim.node import driver
+from remediator.sim.node.kernel_log import KernelLog, fallen_off_line, xid_line
+from remediator.sim.telemetry import gpu_uuid, pci_bus_id
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def test_kmsg_records_and_garbage() -> None:
+    record = parse_record("4,1207,98765432,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, y")
+    assert record is not None
+    assert (record.seq, record.timestamp_usec, record.level) == (1207, 98765432, 4)
+    assert record.message.startswith("NVRM: Xid")
+    with_continuation = parse_record("6,5,10,c;pci 0000:18:00.0: reset\n SUBSYSTEM=pci")
+    assert with_continuation is not None and with_continuation.message == "pci 0000:18:00.0: reset"
+    for garbage in ("", "hello world", "4,12,345", "4,x,1,-;msg", "4,1;msg", "\x00\x01;"):
+        assert parse_record(garbage) is None, garbage
+
+
+def test_pci_addresses_agree_between_dcgm_kernel_and_driver() -> None:
+    dcgm = pci_bus_id(1)  # 00000000:2A:00.0
+    assert pci_key(dcgm) == pci_key("0000:2a:00.0") == pci_key("0000:2a:00") == "0000:2a:00"
+    xid = parse_kernel_line(xid_line(dcgm, 79, "GPU has fallen off the bus", None, "python"))
+    assert xid is not None and xid.pci == pci_key(dcgm) and xid.code == 79 and xid.pid is None
+    fallen = parse_kernel_line(fallen_off_line(dcgm))
+    assert fallen is not None and fallen.pci == pci_key(dcgm) and fallen.code == 79
+
+
+def test_driver_information_maps_pci_to_index_and_uuid(tmp_path: Path) -> None:
+    for index in range(3):
+        driver.attach(
+            tmp_path, "NVIDIA H100 80GB HBM3", gpu_uuid("n1", index), pci_bus_id(index), index
+        )
+    found = scan_driver(tmp_path / driver.GPUS_DIR)
+    assert found[pci_key(pci_bus_id(2))] == GpuInfo(
+        "0000:3a:00", 2, gpu_uuid("n1", 2), "NVIDIA H100 80GB HBM3"
+    )
+    assert scan_driver(tmp_path / "nowhere") == {}
+    info = parse_information("Model: X\nGPU UUID: N/A\n", "0000:18:00.0")
+    assert info == GpuInfo("0000:18:00", None, None, "X")
+
+
+def test_missing_gpus() -> None:
+    present = {f"p{i}": GpuInfo(f"p{i}", i, None) for i in (0, 1, 3)}
+    assert missing_gpus(4, present, None) == [2]
+    assert missing_gpus(3, present, None) == [2]  # index 3 present, 2 absent
+    assert missing_gpus(2, present, None) == []
+    assert missing_gpus(4, present, on_bus=2) == [2, None]  # the bus lost one more
+    anonymous = {f"p{i}": GpuInfo(f"p{i}", None, None) for i in range(3)}
+    assert missing_gpus(4, anonymous, None) == [None]
+    assert missing_gpus(3, anonymous, None) == []
+
+
+def test_reports_are_signals_the_controller_accepts() -> None:
+    xid = parse_kernel_line(
+        "NVRM: Xid (PCI:0000:18:00 GPU-I:01 GPU-CI:02): 94, pid=4242, name=python, Contained"
+    )
+    assert xid is not None
+    body = xid_signal("node-a", xid, GpuInfo("0000:18:00", 0, "GPU-1234"), None, NOW)
+    signal = Signal.model_validate(body)
+    assert (signal.kind, signal.code, signal.gpu, signal.gpu_uuid) == (
+        SignalKind.XID,
+        94,
+        0,
+        "GPU-1234",
+    )
+    assert signal.labels == {
+        "pci": "0000:18:00",
+        "message": "Contained",
+        "pid": "4242",
+        "process": "python",
+        "gpu_instance": "1",
+        "compute_instance": "2",
+    }
+    unmapped = Signal.model_validate(xid_signal("node-a", xid, None, "GPU-from-log", NOW))
+    assert unmapped.gpu is None and unmapped.gpu_uuid == "GPU-from-log"
+    missing = Signal.model_validate(missing_signal("node-a", 3, 8, 7, NOW))
+    assert (missing.kind, missing.gpu, missing.value) == (SignalKind.GPU_MISSING, 3, 1.0)
+    assert Signal.model_validate(missing_signal("node-a", None, 8, 8, NOW)).gpu is None
+
+
+def test_backoff_and_server_answers() -> None:
+    backoff = Backoff(base=0.1, cap=5.0)
+    assert 0.05 <= backoff.delay(0) <= 0.1
+    assert 2.5 <= backoff.delay(10) <= 5.0
+    assert backoff.delay(3, retry_after=30) == 5.0
+    assert backoff.delay(3, retry_after=1) == 1
+    assert retry_after(httpx.Response(503, headers={"Retry-After": "5"})) == 5.0
+    assert retry_after(httpx.Response(503)) is None
+    assert refused_indices({"detail": [{"index": 2}, {"index": None}, "x"]}) == {2}
+    assert refused_indices(None) == set()
+
+
+def test_kmsg_file_waits_for_a_partial_line_and_resumes_after_its_position(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "kmsg"
+    log = KernelLog(path)
+    log.write("first")
+    with path.open("a") as out:
+        out.write("4,1,5,-;sec")  # the writer is mid-record
+    follower = KmsgFile(path, None, poll_interval=0.01)
+    first = follower.read(0.05)
+    assert [e.message for e in first] == ["first"]
+    with path.open("a") as out:
+        out.write("ond\n")
+    second = follower.read(0.05)
+    assert [e.message for e in second] == ["second"]
+    follower.close()
+    log = KernelLog(path)
+    log.write("third")
+    resumed = KmsgFile(path, second[-1].position, poll_interval=0.01)
+    assert [e.message for e in resumed.read(0.05)] == ["third"]
+    # Only the sequence number known (an offset past the end): the file is read again from
+    # the top, and records up to that number are skipped.
+    assert [e.message for e in KmsgFile(path, "1:999999").read(0.05)] == ["third"]
+    resumed.close()
