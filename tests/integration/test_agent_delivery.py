@@ -81,7 +81,7 @@ def test_sigkill_restart_replays_nothing_and_loses_nothing(
     assert codes(server) == [*first, *second, *third, (7, 74)]
     uuids = {s.gpu: s.gpu_uuid for s in server.signals()}
     assert uuids[5] is not None and uuids[5].startswith("GPU-")
-    assert {s.labels["pci"] for s in server.signals() if s.gpu == 5} == {"0000:ab:00"}  # HGX bus 0xAB
+    assert {s.labels["pci"] for s in server.signals() if s.gpu == 5} == {"0000:ab:00"}
 
 
 def test_controller_outage_loses_nothing(server: PushServer, tmp_path: Path) -> None:
