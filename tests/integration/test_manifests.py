@@ -149,6 +149,15 @@ def by_kind(objects: list[Obj], kind: str) -> list[Obj]:
     return [o for o in objects if o["kind"] == kind]
 
 
+def is_agent(obj: Obj) -> bool:
+    return (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "agent"
+
+
+def controller_part(objects: list[Obj]) -> list[Obj]:
+    """Everything but the node agent's objects (its own account, role and DaemonSet)."""
+    return [o for o in objects if not is_agent(o)]
+
+
 def containers(deployment: Obj) -> list[Obj]:
     spec = deployment["spec"]["template"]["spec"]
     return [*spec.get("initContainers", []), *spec["containers"]]
@@ -224,7 +233,7 @@ def grants(role: Obj) -> set[tuple[str, str, str]]:
 def test_cluster_role_is_exactly_the_least_privilege_list(
     rendered: dict[str, list[Obj]], render: str
 ) -> None:
-    objects = rendered[render]
+    objects = controller_part(rendered[render])
     (cluster_role,) = by_kind(objects, "ClusterRole")
     assert grants(cluster_role) == CLUSTER_GRANTS
     for rule in cluster_role["rules"]:
@@ -248,7 +257,7 @@ def test_cluster_role_is_exactly_the_least_privilege_list(
 
 @pytest.mark.parametrize("render", sorted(RENDERERS))
 def test_leases_only_in_own_namespace(rendered: dict[str, list[Obj]], render: str) -> None:
-    objects = rendered[render]
+    objects = controller_part(rendered[render])
     account = only(objects, "ServiceAccount")
     namespace = account["metadata"]["namespace"]
     (role,) = by_kind(objects, "Role")
@@ -285,7 +294,7 @@ def test_leases_only_in_own_namespace(rendered: dict[str, list[Obj]], render: st
 def test_deployment_is_hardened_and_probed(
     rendered: dict[str, list[Obj]], render: str, replicas: int
 ) -> None:
-    objects = rendered[render]
+    objects = controller_part(rendered[render])
     deployment = only(objects, "Deployment")
     assert deployment["spec"]["replicas"] == replicas
     pod = deployment["spec"]["template"]["spec"]
@@ -921,3 +930,87 @@ def test_image_copies_what_exists_and_is_not_ignored() -> None:
         assert source.rstrip("/") not in ignored, source
     for needed_out in (".venv", ".git", "tests"):
         assert needed_out in ignored
+
+
+# --- the node agent -------------------------------------------------------------------------------
+
+AGENT_RENDERS = ["kustomize-base", "kustomize-dev", "kustomize-prod", "helm-prod", "helm-dev"]
+
+
+@pytest.mark.parametrize("render", AGENT_RENDERS)
+def test_agent_daemonset_watches_every_gpu_node_read_only(
+    rendered: dict[str, list[Obj]], render: str
+) -> None:
+    objects = rendered[render]
+    daemonset = only(objects, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    tolerated = {(t["key"], t["effect"]) for t in pod["tolerations"]}
+    assert {
+        ("nvidia.com/gpu", "NoSchedule"),
+        ("remediator.io/quarantine", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
+    } <= tolerated
+    (agent,) = pod["containers"]
+    assert agent["args"][0] == "agent"
+    assert {"cpu", "memory"} <= agent["resources"]["limits"].keys()
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    service = only(controller_part(objects), "Service")
+    namespace = daemonset["metadata"]["namespace"]
+    assert env["REMEDIATOR_CONTROLLER_URL"]["value"] == (
+        f"http://{service['metadata']['name']}.{namespace}.svc:8080"
+    )
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert volumes[mounts["/dev/kmsg"]["name"]]["hostPath"] == {
+        "path": "/dev/kmsg",
+        "type": "CharDevice",
+    }
+    for path, mount in mounts.items():
+        source = volumes[mount["name"]]
+        if "hostPath" in source and path != "/var/lib/remediator-agent":
+            assert mount.get("readOnly") is True, path
+    token = volumes[mounts["/var/run/remediator-agent"]["name"]]["secret"]
+    assert token["secretName"] == "remediator-agent-token"
+    assert "--token-file=/var/run/remediator-agent/token" in agent["args"]
+    # Its own account, allowed to read Nodes and nothing else.
+    account = only(objects, "ServiceAccount", pod["serviceAccountName"])
+    assert is_agent(account)
+    (role,) = [o for o in by_kind(objects, "ClusterRole") if is_agent(o)]
+    assert grants(role) == {("", "nodes", "get")}
+    (binding,) = [o for o in by_kind(objects, "ClusterRoleBinding") if is_agent(o)]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": namespace}
+    ]
+
+
+@pytest.mark.parametrize("render", AGENT_RENDERS)
+def test_controller_selectors_never_pick_agent_pods(
+    rendered: dict[str, list[Obj]], render: str
+) -> None:
+    objects = rendered[render]
+    agent_labels = only(objects, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    selectors = [only(objects, "Service")["spec"]["selector"]]
+    selectors += [
+        b["spec"]["selector"]["matchLabels"] for b in by_kind(objects, "PodDisruptionBudget")
+    ]
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    selectors += [
+        c["labelSelector"]["matchLabels"] for c in pod.get("topologySpreadConstraints", [])
+    ]
+    for selector in selectors:
+        assert not selector.items() <= agent_labels.items(), selector
+
+
+@pytest.mark.parametrize(
+    ("kustomized", "helmed"),
+    [("kustomize-prod", "helm-prod-namespace"), ("kustomize-dev", "helm-dev")],
+)
+def test_kustomize_and_helm_render_the_same_agent(
+    rendered: dict[str, list[Obj]], kustomized: str, helmed: str
+) -> None:
+    ours, theirs = only(rendered[kustomized], "DaemonSet"), only(rendered[helmed], "DaemonSet")
+    assert normalise(ours["spec"]) == normalise(theirs["spec"])

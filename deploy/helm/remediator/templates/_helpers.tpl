@@ -14,6 +14,17 @@ app.kubernetes.io/name: remediator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The controller's pods only: the node agents share name and instance. */}}
+{{- define "remediator.controllerSelectorLabels" -}}
+{{ include "remediator.selectorLabels" . }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "remediator.agentSelectorLabels" -}}
+{{ include "remediator.selectorLabels" . }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
 {{- define "remediator.labels" -}}
 {{ include "remediator.selectorLabels" . }}
 app.kubernetes.io/part-of: remediator
