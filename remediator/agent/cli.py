@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     kube = None
     if args.kube_url:
         token = args.kube_token_file.read_text().strip() if args.kube_token_file else None
-        kube = KubeAccess(args.kube_url, token, True)
+        kube = KubeAccess(args.kube_url, token, None)
     pci_dir = args.host_root / "sys/bus/pci/devices"
     try:
         config = AgentConfig(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from remediator.agent.http import HttpClient, TransportError
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -33,7 +33,7 @@ def gpus_of(node: dict[str, Any]) -> int:
 class KubeAccess:
     url: str
     token: str | None
-    verify: str | bool
+    ca_file: str | None
 
     @classmethod
     def in_cluster(cls) -> KubeAccess | None:
@@ -45,24 +45,24 @@ class KubeAccess:
             return None
         token_file, ca = SERVICE_ACCOUNT / "token", SERVICE_ACCOUNT / "ca.crt"
         token = token_file.read_text().strip() if token_file.exists() else None
-        return cls(f"https://{host}:{port}", token, str(ca) if ca.exists() else True)
+        return cls(f"https://{host}:{port}", token, str(ca) if ca.exists() else None)
 
 
 def fetch_expected(access: KubeAccess, node: str, timeout: float = 5.0) -> int:
     headers = {"Authorization": f"Bearer {access.token}"} if access.token else {}
+    client = HttpClient(access.url, headers=headers, timeout=timeout, ca_file=access.ca_file)
     try:
-        response = httpx.get(
-            f"{access.url.rstrip('/')}/api/v1/nodes/{node}",
-            headers=headers,
-            timeout=timeout,
-            verify=access.verify,
-        )
-    except httpx.HTTPError as exc:
+        response = client.get(f"/api/v1/nodes/{node}")
+    except TransportError as exc:
         raise ExpectedUnknown(f"cannot reach the Kubernetes API: {exc}") from exc
-    if response.status_code != 200:
-        raise ExpectedUnknown(f"GET node {node}: {response.status_code}")
+    finally:
+        client.close()
+    if response.status != 200:
+        raise ExpectedUnknown(f"GET node {node}: {response.status}")
     try:
         body = response.json()
     except ValueError as exc:
         raise ExpectedUnknown(f"GET node {node}: not JSON") from exc
+    if not isinstance(body, dict):
+        raise ExpectedUnknown(f"GET node {node}: not a Node object")
     return gpus_of(body)

@@ -15,8 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
+from remediator.agent.http import HttpClient, Response, TransportError
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
 
@@ -39,7 +38,7 @@ class Backoff:
         return random.uniform(ceiling / 2, ceiling)
 
 
-def retry_after(response: httpx.Response) -> float | None:
+def retry_after(response: Response) -> float | None:
     raw = response.headers.get("retry-after", "")
     try:
         return float(raw)
@@ -63,7 +62,7 @@ class Pusher:
 
     def __init__(
         self,
-        client: httpx.Client,
+        client: HttpClient,
         queue: DurableQueue,
         stats: Stats,
         *,
@@ -113,16 +112,16 @@ class Pusher:
             return None
         ids = [row_id for row_id, _ in batch]
         try:
-            response = self._client.post(SIGNALS_PATH, json=[body for _, body in batch])
-        except httpx.HTTPError as exc:
+            response = self._client.post(SIGNALS_PATH, [body for _, body in batch])
+        except TransportError as exc:
             self._stats.add("push_errors")
             log.warning("push failed, %d signal(s) stay queued: %s", len(ids), exc)
             return -1.0
-        if response.status_code in (200, 202):
+        if response.status in (200, 202):
             self._queue.remove(ids)
             self._stats.add("signals_sent", len(ids))
             return 0.0
-        if response.status_code == 422:
+        if response.status == 422:
             bad = refused_indices(_json(response))
             drop = [ids[i] for i in sorted(bad) if 0 <= i < len(ids)] or ids
             log.error("controller refused %d signal(s): %s", len(drop), response.text[:500])
@@ -130,12 +129,12 @@ class Pusher:
             self._stats.add("signals_refused", len(drop))
             return 0.0
         self._stats.add("push_errors")
-        log.warning("push answered %d, %d signal(s) stay queued", response.status_code, len(ids))
+        log.warning("push answered %d, %d signal(s) stay queued", response.status, len(ids))
         after = retry_after(response)
         return after if after is not None and after > 0 else -1.0
 
 
-def _json(response: httpx.Response) -> Any:
+def _json(response: Response) -> Any:
     try:
         return response.json()
     except ValueError:

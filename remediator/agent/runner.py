@@ -19,13 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
-
 from remediator import __version__
 from remediator.agent import report
 from remediator.agent.expected import ExpectedUnknown, KubeAccess, fetch_expected
 from remediator.agent.follow import Entry, Follower, Journal, KmsgDevice, KmsgFile
 from remediator.agent.gpus import GpuInfo, count_pci_gpus, missing_gpus, scan_driver
+from remediator.agent.http import HttpClient, TransportError
 from remediator.agent.push import HEARTBEAT_PATH, Backoff, Pusher
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
@@ -88,8 +87,8 @@ class Agent:
         self.gpus: dict[str, GpuInfo] = scan_driver(config.driver_dir)
         self.uuids: dict[str, str] = {}
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
-        self.client = httpx.Client(
-            base_url=config.controller_url, headers=headers, timeout=config.timeout_seconds
+        self.client = HttpClient(
+            config.controller_url, headers=headers, timeout=config.timeout_seconds
         )
         self.pusher = Pusher(self.client, self.queue, self.stats, backoff=config.backoff)
         self._stop = threading.Event()
@@ -221,14 +220,14 @@ class Agent:
             self.stats.snapshot(),
         )
         try:
-            response = self.client.post(HEARTBEAT_PATH, json=body)
-        except httpx.HTTPError as exc:
+            response = self.client.post(HEARTBEAT_PATH, body)
+        except TransportError as exc:
             self.stats.add("heartbeat_errors")
             log.warning("heartbeat failed: %s", exc)
             return False
-        if response.status_code != 200:
+        if response.status != 200:
             self.stats.add("heartbeat_errors")
-            log.warning("heartbeat answered %d: %s", response.status_code, response.text[:300])
+            log.warning("heartbeat answered %d: %s", response.status, response.text[:300])
             return False
         return True
 

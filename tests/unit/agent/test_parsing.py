@@ -6,10 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
 from remediator.agent.follow import KmsgFile
 from remediator.agent.gpus import GpuInfo, missing_gpus, parse_information, pci_key, scan_driver
+from remediator.agent.http import Response
 from remediator.agent.kmsg import parse_record
 from remediator.agent.push import Backoff, refused_indices, retry_after
 from remediator.agent.report import missing_signal, xid_signal
@@ -101,8 +100,8 @@ def test_backoff_and_server_answers() -> None:
     assert 2.5 <= backoff.delay(10) <= 5.0
     assert backoff.delay(3, retry_after=30) == 5.0
     assert backoff.delay(3, retry_after=1) == 1
-    assert retry_after(httpx.Response(503, headers={"Retry-After": "5"})) == 5.0
-    assert retry_after(httpx.Response(503)) is None
+    assert retry_after(Response(503, {"retry-after": "5"}, b"")) == 5.0
+    assert retry_after(Response(503, {}, b"")) is None
     assert refused_indices({"detail": [{"index": 2}, {"index": None}, "x"]}) == {2}
     assert refused_indices(None) == set()
 
