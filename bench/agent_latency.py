@@ -203,6 +203,18 @@ def flood(log: KernelLog, rate: int, seconds: float) -> int:
     return written
 
 
+def read_all(controller: Controller, node: str, written: int, timeout: float = 30.0) -> int:
+    """How many records the agent says it read (its heartbeat's count), once that reaches
+    `written` or `timeout` passed: whether it kept up with the flood."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = controller.repository.agent_status(node)
+        read = int(status.stats.get("records_read", 0)) if status else 0
+        if read >= written or time.monotonic() > deadline:
+            return read
+        time.sleep(0.5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=56)
@@ -301,6 +313,7 @@ def run(
         written = flood(log, FLOOD_RATE, FLOOD_SECONDS)
         end = usage(flood_proc.pid)
         flood_cpu = (end.cpu_seconds - start.cpu_seconds) / FLOOD_SECONDS * 100
+        kept_up = read_all(controller, "flood-node", written)
     finally:
         for proc in [*agents, *([flood_proc] if flood_proc else [])]:
             proc.terminate()
@@ -324,17 +337,17 @@ def run(
             f"{ms(percentile(values, 0.9))} | {ms(percentile(values, 0.99))} | {ms(max(values))} |"
         )
     print()
-    print("| agent | CPU % of one core | RSS MB | peak RSS MB |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| agent | CPU % of one core | RSS MB | peak RSS MB | records read |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     print(
         f"| idle ({len(pids)} agents, {IDLE_SECONDS:.0f} s): mean / max | "
         f"{statistics.mean(idle_cpu):.2f} / {max(idle_cpu):.2f} | "
         f"{statistics.mean(idle_rss):.1f} / {max(idle_rss):.1f} | "
-        f"{max(a.hwm_mb for a in after):.1f} |"
+        f"{max(a.hwm_mb for a in after):.1f} | |"
     )
     print(
         f"| flood ({written / FLOOD_SECONDS:.0f} lines/s for {FLOOD_SECONDS:.0f} s) | "
-        f"{flood_cpu:.2f} | {end.rss_mb:.1f} | {end.hwm_mb:.1f} |"
+        f"{flood_cpu:.2f} | {end.rss_mb:.1f} | {end.hwm_mb:.1f} | {kept_up} of {written} |"
     )
     median = statistics.median(via_agent)
     print()
