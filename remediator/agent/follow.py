@@ -30,6 +30,12 @@ KMSG_RECORD_MAX = 8192
 class Entry:
     position: str
     message: str | None  # None: garbage or a truncated record, to be skipped and counted
+    logged_at: float | None = None  # seconds since the epoch, when the kernel logged it
+
+
+def boot_epoch() -> float:
+    """Wall time of boot: kmsg timestamps count microseconds on the monotonic clock."""
+    return time.time() - time.monotonic()
 
 
 class Follower(Protocol):
@@ -58,6 +64,7 @@ class KmsgFile:
         offset = position.partition(":")[2] if position else ""
         self._offset = int(offset) if offset.isdigit() else 0
         self._poll = poll_interval
+        self._boot = boot_epoch()
         self._buffer = b""
         self._file = None if not path.exists() else path.open("rb")
         if self._file is not None:
@@ -102,7 +109,8 @@ class KmsgFile:
             if record.seq <= self._after:
                 continue
             self._seq = record.seq
-            entries.append(Entry(f"{record.seq}:{consumed}", record.message))
+            logged = self._boot + record.timestamp_usec / 1e6
+            entries.append(Entry(f"{record.seq}:{consumed}", record.message, logged))
         self._offset = consumed
         return entries
 
@@ -117,6 +125,7 @@ class KmsgDevice:
     def __init__(self, path: Path, position: str | None) -> None:
         self.lost = 0
         self._after = _seq_of(position)
+        self._boot = boot_epoch()
         self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(self._fd, 0, os.SEEK_SET)  # the oldest record still in the ring
 
@@ -142,7 +151,8 @@ class KmsgDevice:
                 entries.append(Entry(str(self._after), None))
             elif record.seq > self._after:
                 self._after = record.seq
-                entries.append(Entry(str(record.seq), record.message))
+                logged = self._boot + record.timestamp_usec / 1e6
+                entries.append(Entry(str(record.seq), record.message, logged))
 
     def close(self) -> None:
         os.close(self._fd)
@@ -182,6 +192,7 @@ class Journal:
             record = json.loads(line)
             message = record["MESSAGE"]
             self._cursor = str(record["__CURSOR"])
+            logged = int(record["__REALTIME_TIMESTAMP"]) / 1e6
         except (ValueError, KeyError, TypeError):
             return Entry(self._cursor, None)
         if isinstance(message, list):  # journald sends non-UTF-8 messages as byte arrays
@@ -190,7 +201,7 @@ class Journal:
             )
         if not isinstance(message, str):
             return Entry(self._cursor, None)
-        return Entry(self._cursor, message)
+        return Entry(self._cursor, message, logged)
 
     def close(self) -> None:
         self._proc.terminate()

@@ -65,6 +65,14 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def logged_at(entry: Entry, now: datetime) -> datetime:
+    """When the kernel logged the record (a replay after downtime keeps its time), never later
+    than now: the two clocks it is computed from may disagree by a little."""
+    if entry.logged_at is None:
+        return now
+    return min(now, datetime.fromtimestamp(entry.logged_at, UTC))
+
+
 def read_boot_id(path: Path) -> str:
     try:
         return path.read_text().strip()
@@ -131,8 +139,9 @@ class Agent:
                     self.stats.add("xid_lines_unparsed")
                 continue
             gpu = self._gpu(xid.pci)
+            when = logged_at(entry, now)
             signals.append(
-                report.xid_signal(self.config.node, xid, gpu, self.uuids.get(xid.pci), now)
+                report.xid_signal(self.config.node, xid, gpu, self.uuids.get(xid.pci), when)
             )
         return signals
 

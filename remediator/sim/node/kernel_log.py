@@ -36,11 +36,13 @@ def attach_line(pci_bus_id: str, uuid: str) -> str:
 
 
 class KernelLog:
-    """Append-only; one write() per record, so a reader sees a record whole or not yet."""
+    """Append-only; one write() per record, so a reader sees a record whole or not yet.
 
-    def __init__(self, path: Path, booted: float | None = None) -> None:
+    Timestamps are this host's monotonic clock, as the kernel's are: the simulated node booted
+    with the machine, so an agent here turns them into wall time the way it does on a node."""
+
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._booted = time.monotonic() if booted is None else booted
         self._lock = threading.Lock()
         self._seq = self._last_seq()
 
@@ -57,7 +59,7 @@ class KernelLog:
     def write(self, message: str, priority: int = KERN_WARNING) -> int:
         with self._lock:
             self._seq += 1
-            usec = int((time.monotonic() - self._booted) * 1_000_000)
+            usec = int(time.monotonic() * 1_000_000)
             # PRIORITY,SEQUENCE,TIMESTAMP_USEC,FLAGS;MESSAGE — as /dev/kmsg hands records out.
             record = f"{priority},{self._seq},{usec},-;{message}\n"
             self.path.parent.mkdir(parents=True, exist_ok=True)

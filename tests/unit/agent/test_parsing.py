@@ -3,15 +3,19 @@ sends (checked against the controller's own Signal model), and its retry arithme
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import json
+import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from remediator.agent.follow import KmsgFile
+from remediator.agent.follow import Entry, Journal, KmsgFile
 from remediator.agent.gpus import GpuInfo, missing_gpus, parse_information, pci_key, scan_driver
 from remediator.agent.http import Response
 from remediator.agent.kmsg import parse_record
 from remediator.agent.push import Backoff, refused_indices, retry_after
 from remediator.agent.report import missing_signal, xid_signal
+from remediator.agent.runner import logged_at
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.node import driver
@@ -130,3 +134,56 @@ def test_kmsg_file_waits_for_a_partial_line_and_resumes_after_its_position(
     # the top, and records up to that number are skipped.
     assert [e.message for e in KmsgFile(path, "1:999999").read(0.05)] == ["third"]
     resumed.close()
+
+
+def test_records_carry_the_time_the_kernel_logged_them(tmp_path: Path) -> None:
+    log = KernelLog(tmp_path / "kmsg")
+    log.write("NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, gone")
+    (entry,) = KmsgFile(tmp_path / "kmsg", None).read(0.05)
+    assert entry.logged_at is not None
+    assert time.time() - 5 < entry.logged_at <= time.time() + 0.01
+    now = datetime.now(UTC)
+    assert logged_at(entry, now) <= now
+    earlier = Entry("1", "x", logged_at=now.timestamp() - 600)
+    assert logged_at(earlier, now) == now - timedelta(seconds=600)
+    assert logged_at(Entry("1", "x"), now) == now
+
+
+JOURNAL_LINES = [
+    {
+        "MESSAGE": "Linux version 6.8.0",
+        "__CURSOR": "s=1;i=1",
+        "__REALTIME_TIMESTAMP": "1700000000000000",
+    },
+    "not json",
+    {
+        # journald sends a message that is not valid UTF-8 as a list of bytes
+        "MESSAGE": list(b"NVRM: Xid (PCI:0000:18:00): 48, pid=7, name=py, DBE \xff"),
+        "__CURSOR": "s=1;i=2",
+        "__REALTIME_TIMESTAMP": "1700000001000000",
+    },
+]
+
+
+def test_journal_entries_resume_by_cursor(tmp_path: Path) -> None:
+    """`journalctl -k -f -o json`'s fields, from a stand-in process (no journald runs here)."""
+    script = tmp_path / "journalctl.py"
+    lines = [json.dumps(x) if isinstance(x, dict) else x for x in JOURNAL_LINES]
+    script.write_text(
+        "import sys, time\n"
+        "print(' '.join(sys.argv[1:]), file=open(sys.argv[0] + '.args', 'w'))\n"
+        f"print({chr(10).join(lines)!r}, flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    journal = Journal([sys.executable, str(script)], "s=1;i=0")
+    entries: list[Entry] = []
+    deadline = time.monotonic() + 10
+    while len(entries) < 3 and time.monotonic() < deadline:
+        entries += journal.read(0.2)
+    journal.close()
+    assert (tmp_path / "journalctl.py.args").read_text().strip() == "--after-cursor s=1;i=0"
+    assert [e.position for e in entries] == ["s=1;i=1", "s=1;i=1", "s=1;i=2"]
+    assert entries[1].message is None
+    assert entries[0].logged_at == 1_700_000_000.0
+    xid = parse_kernel_line(entries[2].message or "")
+    assert xid is not None and xid.code == 48
