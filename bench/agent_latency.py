@@ -45,7 +45,7 @@ from remediator.sim.launch import SimHandle, start_sim
 from remediator.sim.node import driver
 from remediator.sim.node.hosts import BOOT_ID, KMSG
 from remediator.sim.node.kernel_log import KernelLog, xid_line
-from remediator.sim.telemetry import gpu_uuid, pci_bus_id
+from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
 from remediator.store.db import upgrade
 from remediator.store.records import RemediationRecord
 from tests.fixtures.prometheus import PrometheusHandle, scrape_config

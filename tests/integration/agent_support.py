@@ -23,7 +23,7 @@ from remediator.signals.model import Signal
 from remediator.sim.node import driver
 from remediator.sim.node.hosts import BOOT_ID, KMSG
 from remediator.sim.node.kernel_log import KernelLog, xid_line
-from remediator.sim.telemetry import gpu_uuid, pci_bus_id
+from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
 from tests.fixtures.web import PUSH_TOKEN, Console, build_console, free_port
 
 NODE = "gpu-node-01"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from remediator.sim.node import driver
-from remediator.sim.telemetry import pci_bus_id
+from remediator.sim.telemetry.exporters import pci_bus_id
 from tests.integration.agent_support import (
     AgentProcess,
     AgentThread,

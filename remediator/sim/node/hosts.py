@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.sim.faults.inject import ClearFault, GpuMissingFault, XidFault
+from remediator.sim.kube.api.store import ObjectStore, WatchEvent
 from remediator.sim.node import driver
 from remediator.sim.node.kernel_log import (
     KERN_ERR,
@@ -25,7 +26,6 @@ from remediator.sim.node.kernel_log import (
     fallen_off_line,
     xid_line,
 )
-from remediator.sim.kube.api.store import ObjectStore, WatchEvent
 from remediator.sim.telemetry.exporters import (
     DRIVER_VERSION,
     XID_OFF_BUS,

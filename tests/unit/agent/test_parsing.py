@@ -20,7 +20,7 @@ from remediator.signals.model import Signal, SignalKind
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.node import driver
 from remediator.sim.node.kernel_log import KernelLog, fallen_off_line, xid_line
-from remediator.sim.telemetry import gpu_uuid, pci_bus_id
+from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
