@@ -1,0 +1,59 @@
+"""Simulated node hosts: each node's kernel log and driver files, written as the real driver
+would, named as the DCGM labels name the GPUs, and changed by injected faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from remediator.agent.gpus import pci_key, scan_driver
+from remediator.agent.kmsg import parse_record
+from remediator.clock import FakeClock
+from remediator.signals.xid import parse_kernel_line, parse_pci_uuid_line
+from remediator.sim.cloud.nodepool import NodePoolService
+from remediator.sim.faults.inject import FAULT, FaultInjector
+from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.node import driver
+from remediator.sim.node.hosts import SimHosts
+from remediator.sim.telemetry.exporters import Telemetry, gpu_uuid, pci_bus_id
+
+
+def records(hosts: SimHosts, node: str) -> list[str]:
+    found = []
+    for line in hosts.kmsg(node).read_text().splitlines():
+        record = parse_record(line)
+        assert record is not None, line
+        found.append(record.message)
+    return found
+
+
+def test_hosts_boot_and_faults_write_what_the_driver_would(tmp_path: Path) -> None:
+    clock = FakeClock()
+    cluster = SimCluster(clock=clock)
+    cluster.add_node("train-0", "train", 8)
+    hosts = SimHosts(tmp_path, cluster.store)
+    injector = FaultInjector(
+        cluster, Telemetry(cluster.store, clock), NodePoolService(cluster, clock), hosts.applied
+    )
+    gpus = scan_driver(tmp_path / "train-0" / driver.GPUS_DIR)
+    assert sorted(g.index for g in gpus.values()) == list(range(8))
+    attached = [parse_pci_uuid_line(m) for m in records(hosts, "train-0")]
+    assert (pci_key(pci_bus_id(3)), gpu_uuid("train-0", 3)) in attached
+    assert gpus[pci_key(pci_bus_id(3))].uuid == gpu_uuid("train-0", 3)
+
+    injector.apply(FAULT.validate_python({"type": "xid", "node": "train-0", "gpu": 4, "code": 79}))
+    injector.apply(FAULT.validate_python({"type": "xid", "node": "train-0", "gpu": 1, "code": 13}))
+    xids = [x for x in map(parse_kernel_line, records(hosts, "train-0")) if x is not None]
+    assert [(x.pci, x.code, x.pid is None) for x in xids] == [
+        (pci_key(pci_bus_id(4)), 79, True),  # the Xid line, no process
+        (pci_key(pci_bus_id(4)), 79, True),  # "GPU has fallen off the bus." without Xid
+        (pci_key(pci_bus_id(1)), 13, False),  # an application fault names its process
+    ]
+
+    injector.apply(FAULT.validate_python({"type": "gpu_missing", "node": "train-0", "gpu": 6}))
+    assert not driver.attached(tmp_path / "train-0", pci_bus_id(6))
+    injector.apply(FAULT.validate_python({"type": "clear", "node": "train-0"}))
+    assert driver.attached(tmp_path / "train-0", pci_bus_id(6))
+
+    cluster.add_node("train-1", "train", 4)  # a node joining later boots too
+    assert len(scan_driver(tmp_path / "train-1" / driver.GPUS_DIR)) == 4
+    assert (tmp_path / "train-1" / "proc/sys/kernel/random/boot_id").read_text().strip()
