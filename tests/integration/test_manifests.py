@@ -51,6 +51,7 @@ RUNBOOK_SLUGS = {
     "replacement-failed",
     "breaker-tripped",
     "source-down",
+    "agent-silent",
     "leader-missing",
     "policy-load-refused",
     "remediation-stuck",
@@ -71,6 +72,9 @@ CONTROLLER_METRICS = {
     "remediator_policy_load_errors_total",
     "remediator_policy_set_info",
     "remediator_illegal_transitions_total",
+    "remediator_agent_up",
+    "remediator_agent_heartbeat_age_seconds",
+    "remediator_agents_silent",
 }
 
 # (apiGroup, resource, verb): the whole cluster-wide grant, and nothing else.
@@ -770,6 +774,19 @@ ALERT_CASES: list[tuple[list[dict[str, str]], list[dict[str, Any]]]] = [
             _alert(
                 "RemediatorRemediationStuck", "40m", {"severity": "warning", "state": "verifying"}
             ),
+        ],
+    ),
+    (
+        [
+            # Both replicas say node-1's agent is silent; one replica lags on node-2.
+            _series("remediator_agent_up", "1 1 0x20", instance="a", node="node-1"),
+            _series("remediator_agent_up", "1 1 0x20", instance="b", node="node-1"),
+            _series("remediator_agent_up", "0x20", instance="a", node="node-2"),
+            _series("remediator_agent_up", "1x20", instance="b", node="node-2"),
+        ],
+        [
+            _alert("RemediatorAgentSilent", "4m"),
+            _alert("RemediatorAgentSilent", "8m", {"severity": "warning", "node": "node-1"}),
         ],
     ),
     (
