@@ -8,16 +8,18 @@ XID, a vanished GPU) can be ruled out.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
 
 NODE_PATTERN = r"^[^\x00-\x20\x7f]+$"
+# No control characters anywhere: PostgreSQL refuses NUL in text, and the console shows these.
+Printable = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Counter = Annotated[int, Field(ge=0, le=2**62)]
 
 
@@ -27,12 +29,18 @@ class HeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     node: str = Field(min_length=1, max_length=253, pattern=NODE_PATTERN)
-    agent: str = Field(min_length=1, max_length=256)
-    version: str = Field(min_length=1, max_length=64)
+    agent: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+    version: Printable
     started_at: AwareDatetime
-    stats: dict[Annotated[str, Field(max_length=64)], Counter] = Field(
-        default_factory=dict, max_length=64
-    )
+    stats: dict[Printable, Counter] = Field(default_factory=dict, max_length=64)
+
+    @field_validator("started_at")
+    @classmethod
+    def _in_utc(cls, value: datetime) -> datetime:
+        try:
+            return value.astimezone(UTC)
+        except OverflowError as exc:  # 0001-01-01T00:00+01:00 has no UTC time
+            raise ValueError("outside the range of UTC times") from exc
 
 
 class HeartbeatOut(BaseModel):

@@ -35,6 +35,8 @@ OPERATIONS = (
     "POST /api/v1/controller/reset-breaker",
     "POST /api/v1/signals",
     "POST /api/v1/alertmanager",
+    "POST /api/v1/agents/heartbeat",
+    "GET /api/v1/agents",
     "GET /healthz",
     "GET /readyz",
     "GET /metrics",
