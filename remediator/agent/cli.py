@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from remediator.agent.push import Backoff
 
@@ -94,9 +94,11 @@ def _token(args: argparse.Namespace) -> str | None:
     return os.environ.get("REMEDIATOR_AGENT_TOKEN") or None
 
 
-def _source(args: argparse.Namespace) -> str:
-    if args.source != "auto":
-        return str(args.source)
+def _source(args: argparse.Namespace) -> Literal["kmsg", "file", "journal"]:
+    if args.source == "journal":
+        return "journal"
+    if args.source in ("kmsg", "file"):
+        return "kmsg" if args.source == "kmsg" else "file"
     try:
         is_device = stat.S_ISCHR(args.kmsg.stat().st_mode)
     except OSError:
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             controller_url=args.controller_url,
             state_dir=args.state_dir,
             token=_token(args),
-            source=_source(args),  # type: ignore[arg-type]
+            source=_source(args),
             kmsg_path=args.kmsg,
             driver_dir=args.host_root / "proc/driver/nvidia/gpus",
             pci_dir=pci_dir if pci_dir.is_dir() else None,

@@ -4,12 +4,15 @@ sends (checked against the controller's own Signal model), and its retry arithme
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from remediator.agent.follow import Entry, Journal, KmsgFile
+import pytest
+
+from remediator.agent.follow import Entry, Journal, KmsgDevice, KmsgFile
 from remediator.agent.gpus import GpuInfo, missing_gpus, parse_information, pci_key, scan_driver
 from remediator.agent.http import Response
 from remediator.agent.kmsg import parse_record
@@ -187,3 +190,20 @@ def test_journal_entries_resume_by_cursor(tmp_path: Path) -> None:
     assert entries[0].logged_at == 1_700_000_000.0
     xid = parse_kernel_line(entries[2].message or "")
     assert xid is not None and xid.code == 48
+
+
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg is not readable here")
+def test_the_real_kmsg_device_reads_records_and_resumes_after_a_position() -> None:
+    """Read only: this machine's kernel log is not ours to write to."""
+    device = KmsgDevice(Path("/dev/kmsg"), None)
+    entries = device.read(0.2)
+    device.close()
+    assert len(entries) >= 2
+    seqs = [int(e.position) for e in entries if e.message is not None]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert all(e.logged_at is not None and e.logged_at <= time.time() for e in entries)
+    middle = entries[len(entries) // 2].position
+    resumed = KmsgDevice(Path("/dev/kmsg"), middle)
+    again = resumed.read(0.2)
+    resumed.close()
+    assert again and int(again[0].position) == int(middle) + 1
