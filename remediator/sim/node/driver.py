@@ -41,5 +41,9 @@ def detach(host_root: Path, pci_bus_id: str) -> None:
     shutil.rmtree(host_root / GPUS_DIR / proc_dir_name(pci_bus_id), ignore_errors=True)
 
 
+def detach_all(host_root: Path) -> None:
+    shutil.rmtree(host_root / GPUS_DIR, ignore_errors=True)
+
+
 def attached(host_root: Path, pci_bus_id: str) -> bool:
     return (host_root / GPUS_DIR / proc_dir_name(pci_bus_id) / "information").exists()

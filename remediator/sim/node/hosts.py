@@ -64,6 +64,10 @@ class SimHosts:
     def _on_node(self, event: WatchEvent) -> None:
         if event.type == "ADDED":
             self._boot(event.object)
+        elif event.type == "DELETED":
+            name = (event.object.get("metadata") or {}).get("name", "")
+            with self._lock:
+                self._logs.pop(name, None)  # a node re-created under this name boots afresh
 
     def _boot(self, node: dict[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name", "")
@@ -74,6 +78,10 @@ class SimHosts:
             host = self.host_root(name)
             (host / BOOT_ID).parent.mkdir(parents=True, exist_ok=True)
             (host / BOOT_ID).write_text(f"{uuid.uuid4()}\n")
+            # A new boot: a new ring buffer (a new file, so a reader of the old one sees it end)
+            # and the driver attaches the GPUs again.
+            (host / KMSG).unlink(missing_ok=True)
+            driver.detach_all(host)
             log = KernelLog(host / KMSG)
             self._logs[name] = log
             self._models[name] = (model, gpus)

@@ -56,4 +56,13 @@ def test_hosts_boot_and_faults_write_what_the_driver_would(tmp_path: Path) -> No
 
     cluster.add_node("train-1", "train", 4)  # a node joining later boots too
     assert len(scan_driver(tmp_path / "train-1" / driver.GPUS_DIR)) == 4
-    assert (tmp_path / "train-1" / "proc/sys/kernel/random/boot_id").read_text().strip()
+    boot_id = tmp_path / "train-0" / "proc/sys/kernel/random/boot_id"
+    first_boot = boot_id.read_text()
+
+    # Re-created under the same name (an in-place replacement): a new boot, a fresh log.
+    injector.apply(FAULT.validate_python({"type": "gpu_missing", "node": "train-0", "gpu": 2}))
+    cluster.store.delete("nodes", "", "train-0")
+    cluster.add_node("train-0", "train", 8)
+    assert boot_id.read_text() != first_boot
+    assert not [x for x in map(parse_kernel_line, records(hosts, "train-0")) if x is not None]
+    assert len(scan_driver(tmp_path / "train-0" / driver.GPUS_DIR)) == 8
