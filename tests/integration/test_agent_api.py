@@ -139,3 +139,14 @@ def test_a_silent_agent_is_unknown_on_console_api_and_metrics(console: Console) 
     assert up("remediator_agent_heartbeat_age_seconds", {"node": "gpu-node-01"}) == 75
     assert up("remediator_agents_silent") == 1
     assert "remediator_agent_up" in client.get("/metrics").text
+
+
+def test_the_overview_names_twenty_silent_agents_and_counts_the_rest(console: Console) -> None:
+    client = TestClient(console.app)
+    for i in range(22):
+        client.post("/api/v1/agents/heartbeat", json=_heartbeat(f"gpu-node-{i:03d}"), headers=PUSH)
+    console.clock.advance(120)
+    overview = client.get("/", headers=READER).text
+    assert overview.count('<span class="badge bad">silent</span>') == 20
+    assert "and 2 more silent" in overview
+    assert len(client.get("/api/v1/overview", headers=READER).json()["silent_agents"]) == 22
