@@ -3,8 +3,9 @@ exponential backoff (and the server's Retry-After) until the controller takes th
 
 A 202 removes the batch. A 422 names the bad items: only those are dropped (and counted) — the
 rest go again at once. 401/403, 5xx, a full or non-leading replica (503) and a transport error
-keep everything queued and back off; a controller that is down or failing over therefore loses
-nothing, it only delays.
+keep everything queued, drop the connection (so the retry may reach another replica: the one
+that leads) and back off; a controller that is down or failing over therefore loses nothing, it
+only delays.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class Pusher:
             return 0.0
         self._stats.add("push_errors")
         log.warning("push answered %d, %d signal(s) stay queued", response.status, len(ids))
+        # The Service balances connections, not requests: a kept-alive connection to a replica
+        # that does not lead (503) would get the same answer forever. Reconnect instead.
+        self._client.close()
         after = retry_after(response)
         return after if after is not None and after > 0 else -1.0
 

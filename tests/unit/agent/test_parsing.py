@@ -171,7 +171,7 @@ JOURNAL_LINES = [
 def test_journal_entries_resume_by_cursor(tmp_path: Path) -> None:
     """`journalctl -k -f -o json`'s fields, from a stand-in process (no journald runs here)."""
     script = tmp_path / "journalctl.py"
-    lines = [json.dumps(x) if isinstance(x, dict) else x for x in JOURNAL_LINES]
+    lines = [json.dumps(x) if isinstance(x, dict) else str(x) for x in JOURNAL_LINES]
     script.write_text(
         "import sys, time\n"
         "print(' '.join(sys.argv[1:]), file=open(sys.argv[0] + '.args', 'w'))\n"
