@@ -151,5 +151,9 @@ def run(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    agent.run(stop)
+    try:
+        agent.run(stop)
+    except OSError as exc:  # the kernel log cannot be opened or read: say so and exit
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
