@@ -59,9 +59,28 @@ def test_below_the_threshold_never_fires() -> None:
     assert fired(run([(t, 77.9) for t in range(0, 3600, 30)])) == []
 
 
-def test_hysteresis_band_keeps_a_running_breach() -> None:
-    readings = [(0, 80.0), (30, 76.0), (60, 76.0), (90, 77.0), (120, 76.0)]
-    assert fired(run(readings)) == [120]
+def test_hysteresis_band_keeps_a_running_breach_but_cannot_complete_it() -> None:
+    """Problem 5: one 79 °C reading then two minutes at 76 °C replaced a node "≥ 78 for 2m"."""
+    readings = [(0, 80.0), (30, 76.0), (60, 76.0), (90, 77.0), (120, 76.0), (150, 76.0)]
+    assert fired(run(readings)) == []
+    assert fired(run([*readings, (180, 78.0)])) == [180]
+
+
+def test_the_reason_names_how_long_readings_at_the_trigger_held() -> None:
+    state = EvalState()
+    decided = []
+    for when, value in [(0, 79.0), (60, 77.0), (90, 79.0), (120, 80.0)]:
+        result = evaluate(
+            [signal("n1", "thermal", when, gpu=0, value=value)],
+            History.build(state=state),
+            (HOT,),
+            at(when),
+            SETTINGS,
+        )
+        state = result.state
+        decided.extend(result.decisions)
+    (decision,) = decided
+    assert decision.reason == "gpu-hot: thermal value 80 on GPU 0 (≥ 78 for 2m)"
 
 
 def test_hysteresis_band_does_not_start_a_breach() -> None:
