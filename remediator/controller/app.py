@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
@@ -39,6 +40,7 @@ from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
 from remediator.settings import Settings
 from remediator.signals.model import Signal
+from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.base import Source, SourceResult
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
@@ -68,8 +70,8 @@ class WakingInbox(SignalInbox):
     A follower refuses (503, which Alertmanager and push clients retry, reaching the leader)
     instead of accepting signals nobody would decide on."""
 
-    def __init__(self, capacity: int = 100_000) -> None:
-        super().__init__(capacity)
+    def __init__(self, capacity: int = 100_000, alerts: FiringAlerts | None = None) -> None:
+        super().__init__(capacity, alerts=alerts)
         self.on_put: Callable[[], None] | None = None
         self.accepting: Callable[[], bool] = _always
 
@@ -133,10 +135,12 @@ class Controller:
         self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
-        self.inbox = WakingInbox()
+        hold = timedelta(seconds=settings.signals.alert_hold_seconds)
+        self.inbox = WakingInbox(alerts=FiringAlerts(hold))
         self.sources: list[Source] = (
             list(sources) if sources is not None else self._default_sources()
         )
+        self.sources.append(self.inbox.alerts)  # firing alerts, re-announced every poll
         self.metrics = ControllerMetrics(self.registry)
         self.service = RemediationService(
             self.repository,

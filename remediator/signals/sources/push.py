@@ -25,6 +25,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remediator.clock import Clock, SystemClock
 from remediator.signals.model import Signal
+from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager import (
     AlertMapping,
     PayloadError,
@@ -52,11 +53,16 @@ class InboxFull(InboxUnavailable):
 class SignalInbox:
     """Thread-safe, bounded queue between the web handlers and the controller cycle."""
 
-    def __init__(self, capacity: int = 100_000, name: str = "push") -> None:
+    def __init__(
+        self, capacity: int = 100_000, name: str = "push", alerts: FiringAlerts | None = None
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.name = name
         self.capacity = capacity
+        # The webhook's firing alerts, held between notifications; a source of its own, which
+        # the controller polls beside the others.
+        self.alerts = alerts or FiringAlerts()
         self._queue: deque[Signal] = deque()
         self._lock = threading.Lock()
         self._health = HealthTracker(name)
@@ -232,7 +238,8 @@ def make_signals_router(
         openapi_extra=_body_doc(Webhook.model_json_schema()),
     )
     async def alertmanager_webhook(request: Request) -> JSONResponse:
-        """Alertmanager webhook receiver (payload version 4)."""
+        """Alertmanager webhook receiver (payload version 4): firing alerts are decided on at
+        once and held until resolved; each alert that cannot be a signal is named in `ignored`."""
         payload, error = await _json_body(request)
         if error is not None:
             return error
@@ -241,9 +248,13 @@ def make_signals_router(
         except PayloadError as exc:
             detail = [{"field": "body", "reason": reason} for reason in exc.reasons]
             return JSONResponse({"detail": detail}, 422)
-        batch = map_webhook(webhook, alert_mapping, time_source.now())
-        refused = _store(batch.signals)
-        return refused or JSONResponse(
+        now = time_source.now()
+        batch = map_webhook(webhook, alert_mapping, now)
+        unavailable = _store(batch.signals)
+        if unavailable is not None:
+            return unavailable
+        inbox.alerts.record(batch, now)
+        return JSONResponse(
             {
                 "accepted": len(batch.signals),
                 "resolved": batch.resolved,
