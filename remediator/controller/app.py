@@ -266,6 +266,9 @@ class Controller:
             self._pushed.clear()
             result = self.inbox.poll(self.clock.now())
             self.metrics.source_up.labels(result.health.name).set(1)
+            known = self.inventory.pools if self.inventory is not None else {}
+            if any(s.node not in known for s in result.signals):
+                self.refresh_inventory()  # a node that joined since the last poll is known
             if result.signals:
                 self._decide(list(result.signals))
             if not self._pushed.is_set():
@@ -293,6 +296,7 @@ class Controller:
                     cluster=self.settings.cluster_name,
                 )
             )
+        self.metrics.dropped(result.dropped)
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)

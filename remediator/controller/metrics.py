@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen, entered_at
 from remediator.remediation.states import OPEN, State
+from remediator.signals.screen import Dropped, DropReason
 from remediator.store.records import ControllerStatus, RemediationRecord
 
 # Steps take from milliseconds (a cordon) to many minutes (a drain behind a PDB, a replacement).
@@ -82,6 +83,14 @@ class ControllerMetrics:
             "State changes the transition table refused.",
             registry=registry,
         )
+        self.signals_dropped = Counter(
+            "remediator_signals_dropped",
+            "Signals dropped before evaluation, by reason (unknown_node, gpu_out_of_range).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in DropReason:
+            self.signals_dropped.labels(reason.value)
         for step in STEP_NAMES.values():
             self.step_duration.labels(step)
         self._open_ids: set[int] = set()
@@ -97,6 +106,10 @@ class ControllerMetrics:
     def opened(self, records: Iterable[RemediationRecord]) -> None:
         for record in records:
             self.started.labels(record.policy, record.signal_kind).inc()
+
+    def dropped(self, dropped: Iterable[Dropped]) -> None:
+        for item in dropped:
+            self.signals_dropped.labels(item.reason.value).inc()
 
     def cancelled(self, record: RemediationRecord) -> None:
         self.finished.labels("cancelled", record.policy).inc()
