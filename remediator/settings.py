@@ -51,6 +51,10 @@ class SignalSettings(BaseModel):
     # A firing alert that Alertmanager has not re-sent for this long is dropped (its default
     # repeat_interval is 4 h; keep this above yours).
     alert_hold_seconds: float = Field(default=4.5 * 3600, gt=0)
+    # Alertmanager's URL: a replica that starts leading reads the alerts it fires to
+    # `alertmanager_receiver` there, instead of waiting for their next notification.
+    alertmanager_url: str | None = None
+    alertmanager_receiver: str = "remediator"
 
 
 class Settings(BaseSettings):

@@ -38,9 +38,10 @@ from remediator.providers.http import HttpNodePoolProvider
 from remediator.remediation.intake import Intake, Inventory
 from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
-from remediator.settings import Settings
+from remediator.settings import Settings, SignalSettings
 from remediator.signals.model import Signal
 from remediator.signals.sources.alert_state import FiringAlerts
+from remediator.signals.sources.alertmanager_api import AlertmanagerAPI
 from remediator.signals.sources.base import Source, SourceResult
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
@@ -82,6 +83,14 @@ class WakingInbox(SignalInbox):
         if self.on_put is not None:
             self.on_put()
         return taken
+
+
+def firing_alerts(settings: SignalSettings) -> FiringAlerts:
+    """The held Alertmanager alerts; with Alertmanager's URL, re-read when this replica leads."""
+    api = None
+    if settings.alertmanager_url:
+        api = AlertmanagerAPI(settings.alertmanager_url, settings.alertmanager_receiver)
+    return FiringAlerts(timedelta(seconds=settings.alert_hold_seconds), api=api)
 
 
 def _always() -> bool:
@@ -135,8 +144,7 @@ class Controller:
         self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
-        hold = timedelta(seconds=settings.signals.alert_hold_seconds)
-        self.inbox = WakingInbox(alerts=FiringAlerts(hold))
+        self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
         self.sources: list[Source] = (
             list(sources) if sources is not None else self._default_sources()
         )

@@ -152,3 +152,40 @@ def test_the_documented_configuration_passes_amtool(tmp_path: Path) -> None:
     path.write_text(json.dumps(documented_config()))
     done = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def deaf_controller(
+    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path, alertmanager: AlertmanagerHandle
+) -> Iterator[Controller]:
+    """A controller that never gets the webhook (it listens elsewhere), as a replica that
+    starts leading after the notification went to its predecessor."""
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    policies = write_policies(tmp_path / "policies")
+    (policies / "thermal.yaml").write_text(THERMAL_POLICY)
+    settings = settings_for(
+        sim,
+        f"sqlite:///{tmp_path / 'remediator.db'}",
+        policies,
+        signals={"alertmanager_url": alertmanager.url},
+    )
+    built = Controller(settings, sources=[])
+    yield built
+    built.stop()
+
+
+def test_a_new_leader_reads_the_alerts_alertmanager_fires_instead_of_waiting_4h(
+    deaf_controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle
+) -> None:
+    run, target = new_run(), node_names(sim)[2]
+    started = datetime.now(UTC) - timedelta(minutes=3)
+    hot = {"alertname": "GPUHighTemperature", "Hostname": target, "gpu": "1", "run": run}
+    alertmanager.post([alert(hot, {"value": "81"}, started)])
+    wait_for(lambda: bool(alertmanager.groups(run)), what="Alertmanager to take the alert")
+
+    deaf_controller.start(serve_web=False)
+    wait_for(lambda: bool(remediations(deaf_controller, target)), 30, "a decision")
+    (record,) = remediations(deaf_controller, target)
+    assert record.policy == "gpu-overheat"
+    assert "thermal value 81 on GPU 1 (≥ 78 for 3m)" in record.reason
+    assert deaf_controller.inbox.poll(datetime.now(UTC)).health.detail["accepted_total"] == "0"

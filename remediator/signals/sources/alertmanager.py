@@ -17,6 +17,7 @@ without a value is a breach at the policy's trigger level: the rule already judg
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -269,10 +270,16 @@ def map_alert(
 def map_webhook(
     webhook: Webhook, mapping: AlertMapping, now: datetime, source: str = "alertmanager"
 ) -> AlertBatch:
+    return map_alerts(webhook.alerts, mapping, now, source)
+
+
+def map_alerts(
+    alerts: Iterable[Alert], mapping: AlertMapping, now: datetime, source: str = "alertmanager"
+) -> AlertBatch:
     firing: list[tuple[str, Signal]] = []
     ignored: list[str] = []
     resolved: list[str] = []
-    for alert in webhook.alerts:
+    for alert in alerts:
         outcome = map_alert(alert, mapping, now, source)
         if outcome is None:
             resolved.append(alert_key(alert))

@@ -62,7 +62,7 @@ class SignalInbox:
         self.capacity = capacity
         # The webhook's firing alerts, held between notifications; a source of its own, which
         # the controller polls beside the others.
-        self.alerts = alerts or FiringAlerts()
+        self.alerts = alerts if alerts is not None else FiringAlerts()
         self._queue: deque[Signal] = deque()
         self._lock = threading.Lock()
         self._health = HealthTracker(name)

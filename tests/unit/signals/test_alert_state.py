@@ -13,6 +13,8 @@ from remediator.signals.sources.alertmanager import (
     map_webhook,
     parse_webhook,
 )
+from remediator.signals.sources.alertmanager_api import AlertmanagerAPI
+from tests.fixtures.prometheus import free_port
 from tests.unit.signals.alertmanager_payloads import FIRING_XID, resolved
 
 NOW = datetime(2026, 1, 1, 10, 16, tzinfo=UTC)
@@ -55,3 +57,16 @@ def test_an_alert_not_re_sent_within_the_hold_is_dropped() -> None:
     result = alerts.poll(NOW + timedelta(hours=8, minutes=31))
     assert result.signals == ()
     assert result.health.detail["expired_total"] == "2"
+
+
+def test_without_its_alertmanager_a_new_leader_says_so_and_tries_again() -> None:
+    """The resync is the only way a new leader learns of alerts notified before it led: when
+    Alertmanager cannot be read the source is down with the reason, and the next poll retries."""
+    port = free_port()  # nothing listens there
+    alerts = FiringAlerts(api=AlertmanagerAPI(f"http://127.0.0.1:{port}", timeout_seconds=2))
+    result = alerts.poll(NOW)
+    assert not result.health.up
+    assert result.health.error is not None
+    assert result.health.error.startswith("cannot read the alerts Alertmanager fires:")
+    assert not alerts.poll(NOW + timedelta(seconds=15)).health.up  # retried, still down
+    alerts.close()

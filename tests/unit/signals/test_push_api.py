@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from remediator.clock import FakeClock
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.push import InboxFull, SignalInbox, make_signals_router
 from tests.unit.signals.alertmanager_payloads import FIRING_XID, resolved
 
@@ -274,3 +275,9 @@ def test_openapi_documents_both_bodies_without_dangling_refs(client: TestClient)
     signals = document["paths"]["/api/v1/signals"]["post"]["requestBody"]
     item = signals["content"]["application/json"]["schema"]["items"]
     assert "xid" in item["properties"]["kind"]["enum"]
+
+
+def test_the_inbox_keeps_the_alert_registry_it_is_given_even_when_empty() -> None:
+    """An empty registry is falsy (it has a length): `alerts or default` lost the settings."""
+    given = FiringAlerts(hold=timedelta(hours=9))
+    assert SignalInbox(alerts=given).alerts is given
