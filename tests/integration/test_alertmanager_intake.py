@@ -70,6 +70,13 @@ def controller(
     built.stop()
 
 
+@pytest.fixture
+def run(alertmanager: AlertmanagerHandle) -> Iterator[str]:
+    """This test's `run` label: its alerts form groups of their own and end with the test."""
+    with new_run(alertmanager) as name:
+        yield name
+
+
 def node_names(sim: SimHandle) -> list[str]:
     out = sim.kubectl("get", "nodes", "-o", "json")
     return sorted(item["metadata"]["name"] for item in json.loads(out)["items"])
@@ -80,9 +87,9 @@ def remediations(controller: Controller, node: str) -> list[RemediationRecord]:
 
 
 def test_fifty_alerts_for_unknown_nodes_do_not_trip_the_breaker_and_a_real_xid_79_proceeds(
-    controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle
+    controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle, run: str
 ) -> None:
-    run, started = new_run(), datetime.now(UTC)
+    started = datetime.now(UTC)
     stale_hosts = [
         alert(
             {"alertname": "GPUXidError", "Hostname": f"old-host-{i}", "gpu": "0", "xid": "79"}
@@ -122,13 +129,13 @@ def test_fifty_alerts_for_unknown_nodes_do_not_trip_the_breaker_and_a_real_xid_7
 
 
 def test_a_thermal_alert_acts_with_stock_timings_on_one_notification(
-    controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle
+    controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle, run: str
 ) -> None:
     """The rule (`for: 1m25s`) has just started firing. Alertmanager notifies once, after
     group_wait: the breach has then held about 1m55s, short of the policy's 2 minutes, and the
     next notification would come 4 h later. The controller holds the alert and acts when the
     breach has held 2 minutes."""
-    run, target = new_run(), node_names(sim)[1]
+    target = node_names(sim)[1]
     started = datetime.now(UTC)
     hot = {"alertname": "GPUHighTemperature", "Hostname": target, "gpu": "2", "run": run}
     annotations = {"value": "85", "for": "1m25s", "summary": "GPU 2 at 85 °C"}
@@ -175,9 +182,9 @@ def deaf_controller(
 
 
 def test_a_new_leader_reads_the_alerts_alertmanager_fires_instead_of_waiting_4h(
-    deaf_controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle
+    deaf_controller: Controller, alertmanager: AlertmanagerHandle, sim: SimHandle, run: str
 ) -> None:
-    run, target = new_run(), node_names(sim)[2]
+    target = node_names(sim)[2]
     started = datetime.now(UTC) - timedelta(minutes=3)
     hot = {"alertname": "GPUHighTemperature", "Hostname": target, "gpu": "1", "run": run}
     alertmanager.post([alert(hot, {"value": "81"}, started)])
