@@ -40,6 +40,7 @@ from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
 from remediator.settings import Settings, SignalSettings
 from remediator.signals.model import Signal
+from remediator.signals.screen import RecentDrops, summary
 from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager_api import AlertmanagerAPI
 from remediator.signals.sources.base import Source, SourceResult
@@ -164,6 +165,7 @@ class Controller:
             may_act=self.is_leader,
         )
         self.intake = Intake(self.repository, actor=self.actor)
+        self._drops = RecentDrops()
         self.inventory: Inventory | None = None
         self._leading = threading.Event()
         self._pushed = threading.Event()
@@ -304,7 +306,10 @@ class Controller:
                     cluster=self.settings.cluster_name,
                 )
             )
-        self.metrics.dropped(result.dropped)
+        news = self._drops.news(result.dropped, self.clock.now())
+        if news:
+            log.warning("signals dropped before evaluation: %s", summary(news))
+        self.metrics.dropped(news)
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)

@@ -85,7 +85,8 @@ class ControllerMetrics:
         )
         self.signals_dropped = Counter(
             "remediator_signals_dropped",
-            "Signals dropped before evaluation, by reason (unknown_node, gpu_out_of_range).",
+            "Signals dropped before evaluation, by reason (unknown_node, gpu_out_of_range); "
+            "one repeated within 5 minutes (a held alert, a re-scraped series) counts once.",
             ["reason"],
             registry=registry,
         )

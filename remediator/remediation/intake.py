@@ -30,7 +30,7 @@ from remediator.remediation.planner import ladder_from_policy
 from remediator.remediation.states import State
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
-from remediator.signals.screen import Dropped, screen, summary
+from remediator.signals.screen import Dropped, screen
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -164,8 +164,6 @@ class Intake:
         now: datetime,
     ) -> IntakeResult:
         screened = screen(signals, inventory.gpu_counts())
-        if screened.dropped:
-            log.warning("signals dropped before evaluation: %s", summary(screened.dropped))
         signals = screened.kept
         fresh = self._folder.fold(signals, now)
         result = IntakeResult()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from remediator.kube.objects import Node
 from remediator.signals.model import Signal, SignalKind
-from remediator.signals.screen import DropReason, screen, summary
+from remediator.signals.screen import DropReason, RecentDrops, screen, summary
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -50,3 +50,13 @@ def test_a_node_reads_its_gpu_count_from_its_capacity() -> None:
     assert Node.from_json({"metadata": {"name": "cpu-a"}}).gpus is None
     odd = {"metadata": {"name": "gpu-a"}, "status": {"capacity": {"nvidia.com/gpu": "1k"}}}
     assert Node.from_json(odd).gpus is None
+
+
+def test_a_repeated_drop_is_news_once_per_window() -> None:
+    """A held alert for an unknown node is re-announced at every poll: counted once a window."""
+    recent = RecentDrops(window=timedelta(minutes=5))
+    first = screen([xid("old-host-1"), xid("old-host-2")], {}).dropped
+    assert len(recent.news(first, NOW)) == 2
+    again = screen([xid("old-host-1"), xid("old-host-1", gpu=1)], {}).dropped
+    assert [d.signal.gpu for d in recent.news(again, NOW + timedelta(seconds=15))] == [1]
+    assert len(recent.news(first, NOW + timedelta(minutes=5, seconds=1))) == 2
