@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from remediator.signals import bounds
 from remediator.signals.kinds import SignalKind
 
-__all__ = ["Signal", "SignalKind"]
+__all__ = ["STORED", "Signal", "SignalKind"]
+
+# Validation context for signals read back from the database: history is shown as it was
+# recorded, not judged again by today's input bounds (rows from before a bound existed).
+STORED = {"stored": True}
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
 
 
 class Signal(BaseModel):
@@ -38,14 +54,16 @@ class Signal(BaseModel):
 
     @field_validator("node")
     @classmethod
-    def _node_name(cls, node: str) -> str:
-        problem = bounds.node_name_problem(node)
+    def _node_name(cls, node: str, info: ValidationInfo) -> str:
+        problem = None if _stored(info) else bounds.node_name_problem(node)
         if problem is not None:
             raise ValueError(problem)
         return node
 
     @model_validator(mode="after")
-    def _bounded(self) -> Signal:
+    def _bounded(self, info: ValidationInfo) -> Signal:
+        if _stored(info):
+            return self
         problem = bounds.code_problem(self.kind, self.code) or bounds.value_problem(
             self.kind, self.value
         )
