@@ -45,6 +45,20 @@ class NotifySettings(BaseModel):
     timeout_seconds: float = Field(default=5.0, gt=0)
 
 
+class SignalSettings(BaseModel):
+    """Bounds on what the push API and the Alertmanager webhook take (docs/signals.md)."""
+
+    # A pushed reading older than this is refused with the reason: history is not news.
+    push_max_age_seconds: float = Field(default=300.0, gt=0)
+    # A firing alert that Alertmanager has not re-sent for this long is dropped (its default
+    # repeat_interval is 4 h; keep this above yours).
+    alert_hold_seconds: float = Field(default=4.5 * 3600, gt=0)
+    # Alertmanager's URL: a replica that starts leading reads the alerts it fires to
+    # `alertmanager_receiver` there, instead of waiting for their next notification.
+    alertmanager_url: str | None = None
+    alertmanager_receiver: str = "remediator"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="REMEDIATOR_", env_nested_delimiter="__", extra="forbid"
@@ -60,6 +74,7 @@ class Settings(BaseSettings):
     web: WebSettings = Field(default_factory=WebSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    signals: SignalSettings = Field(default_factory=SignalSettings)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a machine for remediator: the Python virtualenv always, and with --system the Debian
-# packages the test suite runs against (Prometheus, Chromium, PostgreSQL server binaries).
+# packages the test suite runs against (Prometheus, Alertmanager, Chromium, PostgreSQL server
+# binaries).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ want_system=0
 if [ "$want_system" = 1 ]; then
     missing=()
     command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+    command -v prometheus-alertmanager >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
         || missing+=(postgresql)

@@ -2,6 +2,7 @@
 
 pytest_plugins: list[str] = [
     "tests.fixtures.prometheus",
+    "tests.fixtures.alertmanager",
     "tests.fixtures.postgres",
     "tests.fixtures.sim",
     "tests.fixtures.web",

@@ -38,8 +38,11 @@ from remediator.providers.http import HttpNodePoolProvider
 from remediator.remediation.intake import Intake, Inventory
 from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
-from remediator.settings import Settings
+from remediator.settings import Settings, SignalSettings
 from remediator.signals.model import Signal
+from remediator.signals.screen import RecentDrops, summary
+from remediator.signals.sources.alert_state import FiringAlerts
+from remediator.signals.sources.alertmanager_api import AlertmanagerAPI
 from remediator.signals.sources.base import Source, SourceResult
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
@@ -69,8 +72,8 @@ class WakingInbox(SignalInbox):
     A follower refuses (503, which Alertmanager and push clients retry, reaching the leader)
     instead of accepting signals nobody would decide on."""
 
-    def __init__(self, capacity: int = 100_000) -> None:
-        super().__init__(capacity)
+    def __init__(self, capacity: int = 100_000, alerts: FiringAlerts | None = None) -> None:
+        super().__init__(capacity, alerts=alerts)
         self.on_put: Callable[[], None] | None = None
         self.accepting: Callable[[], bool] = _always
 
@@ -81,6 +84,14 @@ class WakingInbox(SignalInbox):
         if self.on_put is not None:
             self.on_put()
         return taken
+
+
+def firing_alerts(settings: SignalSettings) -> FiringAlerts:
+    """The held Alertmanager alerts; with Alertmanager's URL, re-read when this replica leads."""
+    api = None
+    if settings.alertmanager_url:
+        api = AlertmanagerAPI(settings.alertmanager_url, settings.alertmanager_receiver)
+    return FiringAlerts(timedelta(seconds=settings.alert_hold_seconds), api=api)
 
 
 def _always() -> bool:
@@ -134,10 +145,11 @@ class Controller:
         self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
-        self.inbox = WakingInbox()
+        self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
         self.sources: list[Source] = (
             list(sources) if sources is not None else self._default_sources()
         )
+        self.sources.append(self.inbox.alerts)  # firing alerts, re-announced every poll
         self.metrics = ControllerMetrics(self.registry)
         self.service = RemediationService(
             self.repository,
@@ -153,6 +165,7 @@ class Controller:
             may_act=self.is_leader,
         )
         self.intake = Intake(self.repository, actor=self.actor)
+        self._drops = RecentDrops()
         self.inventory: Inventory | None = None
         self._leading = threading.Event()
         self._pushed = threading.Event()
@@ -263,6 +276,9 @@ class Controller:
             self._pushed.clear()
             result = self.inbox.poll(self.clock.now())
             self.metrics.source_up.labels(result.health.name).set(1)
+            known = self.inventory.pools if self.inventory is not None else {}
+            if any(s.node not in known for s in result.signals):
+                self.refresh_inventory()  # a node that joined since the last poll is known
             if result.signals:
                 self._decide(list(result.signals))
             if not self._pushed.is_set():
@@ -290,6 +306,10 @@ class Controller:
                     cluster=self.settings.cluster_name,
                 )
             )
+        news = self._drops.news(result.dropped, self.clock.now())
+        if news:
+            log.warning("signals dropped before evaluation: %s", summary(news))
+        self.metrics.dropped(news)
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)

@@ -12,6 +12,7 @@ from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen, entered_at
 from remediator.remediation.states import OPEN, State
 from remediator.store.records import AgentStatus, ControllerStatus, RemediationRecord
+from remediator.signals.screen import Dropped, DropReason
 
 # Steps take from milliseconds (a cordon) to many minutes (a drain behind a PDB, a replacement).
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
@@ -99,6 +100,15 @@ class ControllerMetrics:
             "Node agents that stopped sending heartbeats.",
             registry=registry,
         )
+        self.signals_dropped = Counter(
+            "remediator_signals_dropped",
+            "Signals dropped before evaluation, by reason (unknown_node, gpu_out_of_range); "
+            "one repeated within 5 minutes (a held alert, a re-scraped series) counts once.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in DropReason:
+            self.signals_dropped.labels(reason.value)
         for step in STEP_NAMES.values():
             self.step_duration.labels(step)
         self._open_ids: set[int] = set()
@@ -114,6 +124,10 @@ class ControllerMetrics:
     def opened(self, records: Iterable[RemediationRecord]) -> None:
         for record in records:
             self.started.labels(record.policy, record.signal_kind).inc()
+
+    def dropped(self, dropped: Iterable[Dropped]) -> None:
+        for item in dropped:
+            self.signals_dropped.labels(item.reason.value).inc()
 
     def cancelled(self, record: RemediationRecord) -> None:
         self.finished.labels("cancelled", record.policy).inc()

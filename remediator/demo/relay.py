@@ -18,6 +18,7 @@ from datetime import datetime
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
 
 from remediator.clock import Clock, SystemClock
 from remediator.signals.model import Signal, SignalKind
@@ -85,8 +86,8 @@ def to_signals(
         node = _node(labels)
         if node is None:
             return
-        signals.append(
-            Signal(
+        try:
+            signal = Signal(
                 node=node,
                 kind=kind,
                 source=source,
@@ -97,7 +98,9 @@ def to_signals(
                 value=value,
                 labels=labels,
             )
-        )
+        except ValidationError:  # out of bounds (signals.bounds): as the Prometheus source does
+            return
+        signals.append(signal)
 
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def parse_time(value: object) -> datetime | None:
@@ -89,6 +90,7 @@ class Node:
     taints: tuple[Taint, ...] = ()
     conditions: tuple[NodeCondition, ...] = ()
     created_at: datetime | None = None
+    gpus: int | None = None  # capacity `nvidia.com/gpu`; None when the node does not say
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Node:
@@ -114,6 +116,7 @@ class Node:
                 for c in status.get("conditions") or ()
             ),
             created_at=parse_time(meta.get("creationTimestamp")),
+            gpus=_quantity((status.get("capacity") or {}).get(GPU_RESOURCE)),
         )
 
     def condition(self, type_: str) -> NodeCondition | None:
@@ -126,6 +129,14 @@ class Node:
 
     def has_taint(self, taint: Taint) -> bool:
         return any(t.same_slot(taint) for t in self.taints)
+
+
+def _quantity(raw: Any) -> int | None:
+    """A whole-number resource quantity ("8"); None when absent or not a plain count."""
+    try:
+        return int(str(raw)) if raw is not None else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from operator import attrgetter
 from typing import Literal
 
 from remediator.policy.durations import format_duration
-from remediator.policy.schema import GlobalSettings, Policy, Step
+from remediator.policy.schema import GlobalSettings, Policy, Step, Threshold
 from remediator.signals.dedup import COUNTER_KINDS
 from remediator.signals.model import Signal, SignalKind
 
@@ -30,10 +30,17 @@ class PastRemediation:
 
 @dataclass(frozen=True, slots=True)
 class Streak:
-    """A threshold breach running since `since`, last confirmed by a reading at `last`."""
+    """A threshold breach running since `since`: `breached` is its last reading at or beyond the
+    trigger, `last` its last reading of any kind (a band reading keeps it alive, see `advance`)."""
 
     since: datetime
+    breached: datetime
     last: datetime
+
+    @property
+    def held(self) -> timedelta:
+        """How long the breach has held, as far as readings at or beyond the trigger show."""
+        return self.breached - self.since
 
 
 @dataclass(frozen=True)
@@ -154,17 +161,17 @@ def evaluate(
                 previous = streaks.get(skey)
                 if previous is not None and at - previous.last > threshold.gap:
                     previous = None
-                if threshold.breached(signal.value):
-                    streak = Streak(previous.since if previous else at, at)
-                elif previous is not None and not threshold.cleared(signal.value):
-                    streak = Streak(previous.since, at)
+                breach = _breach(threshold, signal)
+                streak = advance(previous, signal, breach, threshold)
                 if streak is None:
                     streaks.pop(skey, None)
                     continue
                 streaks[skey] = streak
-                if match.burst is not None and threshold.breached(signal.value):
+                if match.burst is not None and breach:
                     _count(events, key, signal)
-                if streak.last - streak.since < threshold.for_:
+                # Only a reading at or beyond the trigger completes a streak: a band reading
+                # keeps it running but cannot say the breach still holds.
+                if not breach or streak.held < threshold.for_:
                     continue
             elif match.burst is not None:
                 _count(events, key, signal)
@@ -185,6 +192,32 @@ def evaluate(
     winners = [min(found, key=lambda d: (-d.priority, d.policy)) for found in per_node.values()]
     winners.sort(key=lambda d: (-d.priority, d.node))
     return Evaluation(tuple(winners), EvalState(streaks, events))
+
+
+def _breach(threshold: Threshold, signal: Signal) -> bool:
+    """At or beyond the trigger. A firing alert without a value (`since` set, no `value`) is
+    its rule's own word that the condition holds: a breach at the trigger level."""
+    if signal.value is None and signal.since is not None:
+        return True
+    return threshold.breached(signal.value)
+
+
+def advance(
+    previous: Streak | None, signal: Signal, breach: bool, threshold: Threshold
+) -> Streak | None:
+    """Hysteresis: a streak starts only on a breach; a reading in the band between the trigger
+    and `clear` keeps a running streak alive (`last`) without extending what it proves
+    (`breached`); at or beyond `clear` it ends. A state signal (a firing alert) reports when
+    its breach began, so the streak runs from there rather than from its first notification."""
+    at = signal.observed_at
+    if breach:
+        since = at if previous is None else previous.since
+        if signal.since is not None and signal.since < since:
+            since = signal.since
+        return Streak(since, at, at)
+    if previous is None or threshold.cleared(signal.value):
+        return None
+    return Streak(previous.since, previous.breached, at)
 
 
 def _count(events: dict[EventKey, tuple[BurstEvent, ...]], key: EventKey, signal: Signal) -> None:
@@ -257,9 +290,7 @@ def _signal_reason(policy: Policy, hit: _Hit) -> str:
             what += f" (≤ {threshold.below:g}"
         else:
             what += " (present"
-        held = format_duration(
-            timedelta(seconds=int((hit.streak.last - hit.streak.since).total_seconds()))
-        )
+        held = format_duration(timedelta(seconds=int(hit.streak.held.total_seconds())))
         what += f" for {held})"
     return what
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from remediator.kube.objects import Node
@@ -30,6 +30,7 @@ from remediator.remediation.planner import ladder_from_policy
 from remediator.remediation.states import State
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.screen import Dropped, screen
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -54,6 +55,7 @@ class Inventory:
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     not_ready: frozenset[str] = frozenset()
     cordoned: frozenset[str] = frozenset()
+    gpus: Mapping[str, int | None] = field(default_factory=dict)  # node → GPU count, if known
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
@@ -63,7 +65,12 @@ class Inventory:
             labels={n.name: dict(n.labels) for n in nodes},
             not_ready=frozenset(n.name for n in nodes if not n.ready),
             cordoned=frozenset(n.name for n in nodes if n.unschedulable),
+            gpus={n.name: n.gpus for n in nodes},
         )
+
+    def gpu_counts(self) -> dict[str, int | None]:
+        """Every node the cluster has → its GPU count (None when unknown)."""
+        return {node: self.gpus.get(node) for node in self.pools}
 
     def nodes_per_pool(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -77,6 +84,7 @@ class IntakeResult:
     created: tuple[RemediationRecord, ...] = ()
     held: tuple[tuple[Decision, str], ...] = ()
     breaker_tripped: str | None = None  # the reason, when it tripped in this cycle
+    dropped: tuple[Dropped, ...] = ()  # signals the cluster cannot have (signals.screen)
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
@@ -155,6 +163,8 @@ class Intake:
         policies: PolicySet | None,
         now: datetime,
     ) -> IntakeResult:
+        screened = screen(signals, inventory.gpu_counts())
+        signals = screened.kept
         fresh = self._folder.fold(signals, now)
         result = IntakeResult()
         if policies is not None and fresh:
@@ -162,7 +172,7 @@ class Intake:
         linked = {id(s) for decision in self._opened for s in decision.signals}
         self._opened = []
         self._store(signals, linked, now)
-        return result
+        return replace(result, dropped=screened.dropped)
 
     def _decide(
         self,

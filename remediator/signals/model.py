@@ -3,43 +3,75 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from remediator.signals import bounds
+from remediator.signals.kinds import SignalKind
+
+__all__ = ["STORED", "Signal", "SignalKind"]
+
+# Validation context for signals read back from the database: history is shown as it was
+# recorded, not judged again by today's input bounds (rows from before a bound existed).
+STORED = {"stored": True}
 
 
-class SignalKind(StrEnum):
-    XID = "xid"
-    THERMAL = "thermal"
-    NVLINK = "nvlink"
-    INFINIBAND = "infiniband"
-    ECC = "ecc"
-    ROW_REMAP = "row_remap"
-    GPU_MISSING = "gpu_missing"
-    NODE_CONDITION = "node_condition"
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
 
 
 class Signal(BaseModel):
     """One observation about one node (and GPU, when known).
 
     `code` carries the discrete part (the XID number, the condition type's status as 1/0, …),
-    `value` the measured part (°C, errors in the window, …). Frozen so that it can be shared
-    between the sources, the evaluator and the store without defensive copies.
+    `value` the measured part (°C, errors in the window, …). `since` is set by sources that
+    report a lasting state rather than a reading (a firing Alertmanager alert): the time the
+    state began, from which a threshold's `for` is counted. Frozen so that it can be shared
+    between the sources, the evaluator and the store without defensive copies; bounded (see
+    `bounds`) so that nothing out of range can be built, stored or evaluated.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # No whitespace or control characters: a NUL from a pushed signal would otherwise reach
-    # PostgreSQL (which refuses it) long after the push was accepted.
-    node: str = Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x20\x7f]+$")
+    node: str = Field(min_length=1, max_length=bounds.MAX_NODE_NAME)
     kind: SignalKind
     source: str = Field(min_length=1, max_length=64)
     observed_at: AwareDatetime
-    gpu: int | None = Field(default=None, ge=0, le=1023)
-    gpu_uuid: str | None = None
+    gpu: int | None = Field(default=None, ge=0, le=bounds.MAX_GPU_INDEX)
+    gpu_uuid: str | None = Field(default=None, max_length=128)
     code: int | None = None
     value: float | None = None
+    since: AwareDatetime | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("node")
+    @classmethod
+    def _node_name(cls, node: str, info: ValidationInfo) -> str:
+        problem = None if _stored(info) else bounds.node_name_problem(node)
+        if problem is not None:
+            raise ValueError(problem)
+        return node
+
+    @model_validator(mode="after")
+    def _bounded(self, info: ValidationInfo) -> Signal:
+        if _stored(info):
+            return self
+        problem = bounds.code_problem(self.kind, self.code) or bounds.value_problem(
+            self.kind, self.value
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        if self.since is not None and self.since > self.observed_at:
+            raise ValueError("since must not be after observed_at")
+        return self
 
     def __hash__(self) -> int:
         return hash((*self.dedup_key, self.source, self.observed_at, self.value))

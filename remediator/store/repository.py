@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediator.clock import Clock, SystemClock
 from remediator.errors import ConflictError, NotFoundError
 from remediator.remediation.states import OPEN, State, check_transition
-from remediator.signals.model import Signal, SignalKind
+from remediator.signals.model import STORED, Signal, SignalKind
 from remediator.store import cursor as cursors
 from remediator.store.db import session_scope
 from remediator.store.models import (
@@ -813,7 +813,7 @@ def _remediation(row: Remediation, events: tuple[EventRecord, ...] = ()) -> Reme
         reason=row.reason,
         signal_kind=row.signal_kind,
         xid_code=row.xid_code,
-        signals=tuple(Signal.model_validate(s) for s in row.signals),
+        signals=tuple(Signal.model_validate(s, context=STORED) for s in row.signals),
         ladder=tuple(row.ladder),
         step_index=row.step_index,
         idempotency_key=row.idempotency_key,
@@ -845,17 +845,18 @@ def _event_record(row: RemediationEvent) -> EventRecord:
 
 
 def _signal_entry(row: ObservedSignal) -> SignalEntry:
-    signal = Signal(
-        node=row.node,
-        kind=SignalKind(row.kind),
-        source=row.source,
-        observed_at=row.observed_at,
-        gpu=row.gpu,
-        gpu_uuid=row.gpu_uuid,
-        code=row.code,
-        value=row.value,
-        labels=row.labels,
-    )
+    fields = {
+        "node": row.node,
+        "kind": SignalKind(row.kind),
+        "source": row.source,
+        "observed_at": row.observed_at,
+        "gpu": row.gpu,
+        "gpu_uuid": row.gpu_uuid,
+        "code": row.code,
+        "value": row.value,
+        "labels": row.labels,
+    }
+    signal = Signal.model_validate(fields, context=STORED)
     return SignalEntry(row.id, signal, row.remediation_id)
 
 

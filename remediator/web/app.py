@@ -8,6 +8,7 @@ the login page rather than shown a bare 401.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -122,7 +123,12 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_api_router())
     app.include_router(make_agents_router())
     app.include_router(
-        make_signals_router(deps.inbox, dependencies=[Depends(require_pusher)], clock=deps.clock)
+        make_signals_router(
+            deps.inbox,
+            dependencies=[Depends(require_pusher)],
+            clock=deps.clock,
+            max_age=timedelta(seconds=deps.settings.signals.push_max_age_seconds),
+        )
     )
     app.include_router(pages.make_pages_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -52,6 +52,7 @@ RUNBOOK_SLUGS = {
     "breaker-tripped",
     "source-down",
     "agent-silent",
+    "signals-dropped",
     "leader-missing",
     "policy-load-refused",
     "remediation-stuck",
@@ -75,6 +76,7 @@ CONTROLLER_METRICS = {
     "remediator_agent_up",
     "remediator_agent_heartbeat_age_seconds",
     "remediator_agents_silent",
+    "remediator_signals_dropped_total",
 }
 
 # (apiGroup, resource, verb): the whole cluster-wide grant, and nothing else.
@@ -705,6 +707,27 @@ ALERT_CASES: list[tuple[list[dict[str, str]], list[dict[str, Any]]]] = [
         [
             _alert("RemediatorSourceDown", "3m"),
             _alert("RemediatorSourceDown", "8m", {"severity": "warning", "source": "prometheus"}),
+        ],
+    ),
+    (
+        [
+            _series(
+                # New drops every minute from 5m to 20m (a lasting bad source), none after.
+                "remediator_signals_dropped_total",
+                "0x5 50+10x15 200x25",
+                instance="a",
+                reason="unknown_node",
+            ),
+            _series(
+                "remediator_signals_dropped_total", "0x45", instance="a", reason="gpu_out_of_range"
+            ),
+        ],
+        [
+            _alert("RemediatorSignalsDropped", "10m"),
+            _alert(
+                "RemediatorSignalsDropped", "25m", {"severity": "info", "reason": "unknown_node"}
+            ),
+            _alert("RemediatorSignalsDropped", "44m"),  # no new drop for 15 minutes
         ],
     ),
     (

@@ -411,7 +411,7 @@ def test_form_refusal_renders_the_reason(client: TestClient, console: Console) -
 
 
 def test_push_signals_and_alertmanager(client: TestClient, console: Console) -> None:
-    at = (START + timedelta(minutes=1)).isoformat()
+    at = console.clock.now().isoformat()  # a reading older than 5 minutes would be refused
     signal = {"node": "gpu-node-09", "kind": "xid", "source": "ops", "observed_at": at, "code": 79}
     assert client.post("/api/v1/signals", json=[signal], headers=READONLY).status_code == 403
     accepted = client.post("/api/v1/signals", json=[signal], headers=OPERATOR)

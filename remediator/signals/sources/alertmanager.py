@@ -1,16 +1,25 @@
 """Alertmanager webhook (payload version "4") → signals.
 
 Which signal an alert is comes from its labels, through a configurable mapping: an explicit
-kind label on the alerting rule wins, else the alert name. Resolved alerts carry no fault, so
-they yield no signals (a signal means "seen now"; absence is how a condition ends). Alerts the
-mapping does not know are ignored and reported back, since one Alertmanager group may mix them
-with ours. A payload that is not version 4 or is malformed is rejected as a whole, with reasons.
+kind label on the alerting rule wins, else the alert name. Alerts the mapping does not know, or
+whose labels are out of bounds, are ignored and reported back one by one (one Alertmanager group
+may mix them with ours); a payload that is not version 4 or is malformed is rejected as a whole.
+
+An alert is a state, not a reading: it holds from `startsAt` while it fires and ends when it is
+resolved. So its signal carries `since` — `startsAt`, less the rule's own `for` when the alert
+says it (a `for` annotation: Prometheus sets `startsAt` when the rule starts firing, after `for`)
+— and threshold policies count their `for` from there. Alertmanager notifies once per group and
+re-sends only every `repeat_interval` (4 h by default), so `FiringAlerts` (alert_state.py) keeps
+each firing alert and re-announces it every cycle until the resolved notification comes. An alert
+without a value is a breach at the policy's trigger level: the rule already judged the value.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
@@ -19,6 +28,7 @@ from remediator.signals.model import Signal, SignalKind
 from remediator.signals.xid import parse_kernel_line
 
 SUPPORTED_VERSION = "4"
+MAX_RULE_FOR = timedelta(days=7)
 
 
 class PayloadError(ValueError):
@@ -83,15 +93,51 @@ class AlertMapping(BaseModel):
     uuid_labels: tuple[str, ...] = ("UUID", "uuid")
     code_labels: tuple[str, ...] = ("xid", "err_code", "code")
     value_fields: tuple[str, ...] = ("value",)  # looked up in labels, then annotations
+    # The rule's own `for` (a Prometheus duration such as "2m"), looked up in annotations then
+    # labels: the breach began that long before `startsAt`.
+    for_fields: tuple[str, ...] = ("for", "remediator_for")
     # Kernel-log lines (node-problem-detector style) where an XID code can be read.
     message_fields: tuple[str, ...] = ("message", "description", "summary")
 
 
 @dataclass(frozen=True, slots=True)
 class AlertBatch:
-    signals: tuple[Signal, ...]
-    resolved: int
+    firing: tuple[tuple[str, Signal], ...]  # (alert key, its signal)
+    resolved_keys: tuple[str, ...]
     ignored: tuple[str, ...]  # why each firing alert yielded no signal
+
+    @property
+    def signals(self) -> tuple[Signal, ...]:
+        return tuple(signal for _, signal in self.firing)
+
+    @property
+    def resolved(self) -> int:
+        return len(self.resolved_keys)
+
+
+def alert_key(alert: Alert) -> str:
+    """Alertmanager's fingerprint when it sends one, else the label set (what it hashes)."""
+    if alert.fingerprint:
+        return alert.fingerprint
+    return ",".join(f"{k}={v}" for k, v in sorted(alert.labels.items()))
+
+
+_PROM_DURATION = re.compile(
+    r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?"
+)
+_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def prometheus_duration(text: str) -> timedelta | None:
+    """A Prometheus duration ("2m", "1h30m", "90s"); None when `text` is not one."""
+    found = _PROM_DURATION.fullmatch(text.strip())
+    if found is None or not any(found.groups()):
+        return None
+    seconds = sum(int(n) * unit for n, unit in zip(found.groups(), _UNITS, strict=True) if n)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        return None
 
 
 def parse_webhook(payload: Any) -> Webhook:
@@ -182,6 +228,23 @@ def map_alert(
             return f"{tag}: xid alert without an XID code (labels {', '.join(mapping.code_labels)})"
     if kind is SignalKind.NODE_CONDITION and code is None:
         code = 1
+    value_text = _first((labels, annotations), mapping.value_fields)
+    value = _float(value_text)
+    if value_text is not None and value is None:
+        return f"{tag}: value {value_text[:40]!r} is not a number"
+    since = alert.startsAt
+    for_text = _first((annotations, labels), mapping.for_fields)
+    if for_text is not None:
+        rule_for = prometheus_duration(for_text)
+        if rule_for is None or rule_for > MAX_RULE_FOR:
+            return (
+                f"{tag}: {for_text[:40]!r} is not a Prometheus duration of at most "
+                f"{MAX_RULE_FOR.days} days (the rule's for)"
+            )
+        try:
+            since -= rule_for
+        except OverflowError:
+            return f"{tag}: startsAt less the rule's for ({for_text}) is out of range"
     try:
         return Signal(
             node=node,
@@ -191,7 +254,8 @@ def map_alert(
             gpu=gpu,
             gpu_uuid=_first((labels,), mapping.uuid_labels),
             code=code,
-            value=_float(_first((labels, annotations), mapping.value_fields)),
+            value=value,
+            since=min(since, now),  # a sender's clock ahead of ours must not make it future
             labels={
                 **labels,
                 **extra,
@@ -206,15 +270,21 @@ def map_alert(
 def map_webhook(
     webhook: Webhook, mapping: AlertMapping, now: datetime, source: str = "alertmanager"
 ) -> AlertBatch:
-    signals: list[Signal] = []
+    return map_alerts(webhook.alerts, mapping, now, source)
+
+
+def map_alerts(
+    alerts: Iterable[Alert], mapping: AlertMapping, now: datetime, source: str = "alertmanager"
+) -> AlertBatch:
+    firing: list[tuple[str, Signal]] = []
     ignored: list[str] = []
-    resolved = 0
-    for alert in webhook.alerts:
+    resolved: list[str] = []
+    for alert in alerts:
         outcome = map_alert(alert, mapping, now, source)
         if outcome is None:
-            resolved += 1
+            resolved.append(alert_key(alert))
         elif isinstance(outcome, str):
             ignored.append(outcome)
         else:
-            signals.append(outcome)
-    return AlertBatch(tuple(signals), resolved, tuple(ignored))
+            firing.append((alert_key(alert), outcome))
+    return AlertBatch(tuple(firing), tuple(resolved), tuple(ignored))

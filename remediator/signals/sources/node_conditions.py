@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from remediator.errors import RemediatorError, TransientError
 from remediator.kube.objects import Node, format_time
@@ -53,9 +53,15 @@ def counts(condition_type: str, config: NodeConditionConfig) -> bool:
 
 
 def node_signals(
-    nodes: Iterable[Node], config: NodeConditionConfig, source: str, now: datetime
+    nodes: Iterable[Node],
+    config: NodeConditionConfig,
+    source: str,
+    now: datetime,
+    refused: list[str] | None = None,
 ) -> list[Signal]:
-    """Pure: nodes → one signal per abnormal, counted condition."""
+    """Pure: nodes → one signal per abnormal, counted condition. A condition that cannot be a
+    signal (out of bounds: see signals.bounds) is skipped and its reason appended to `refused`;
+    the other nodes' conditions go on."""
     signals: list[Signal] = []
     for node in nodes:
         if not node.name:
@@ -75,8 +81,8 @@ def node_signals(
             kernel = parse_kernel_line(condition.message)
             if kernel is not None:
                 labels |= {"xid": str(kernel.code), "pci": kernel.pci}
-            signals.append(
-                Signal(
+            try:
+                signal = Signal(
                     node=node.name,
                     kind=SignalKind.NODE_CONDITION,
                     source=source,
@@ -84,7 +90,12 @@ def node_signals(
                     code=1,
                     labels=labels,
                 )
-            )
+            except ValidationError as exc:
+                if refused is not None:
+                    why = "; ".join(err["msg"] for err in exc.errors())
+                    refused.append(f"node {node.name[:80]!r} condition {ctype[:80]}: {why}")
+                continue
+            signals.append(signal)
     return signals
 
 
@@ -110,5 +121,9 @@ class NodeConditionSource:
             return self._health.down(now, f"Kubernetes API refused LIST nodes: {exc}")
         if self.config.label_selector is None:
             self.all_nodes = nodes
-        signals = node_signals(nodes, self.config, self.name, now)
-        return self._health.ok(now, tuple(signals), {"nodes": str(len(nodes))})
+        refused: list[str] = []
+        signals = node_signals(nodes, self.config, self.name, now, refused)
+        detail = {"nodes": str(len(nodes))}
+        if refused:
+            detail |= {"refused": str(len(refused)), "refused_example": refused[0]}
+        return self._health.ok(now, tuple(signals), detail)

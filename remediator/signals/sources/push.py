@@ -1,10 +1,13 @@
 """Push API: signals that other systems send us, and the Alertmanager webhook.
 
 Both endpoints write into a `SignalInbox`, which the controller drains once per cycle (the
-inbox is itself a Source, so it sits in the same list as the polled ones). A batch is taken
-whole or not at all: a 422 names every bad item and stores nothing, so a client can fix and
-resend the batch without creating duplicates. A full inbox answers 503, which Alertmanager
-retries, rather than dropping signals silently.
+inbox is itself a Source, so it sits in the same list as the polled ones). Each item is judged
+on its own: a bad one (out of bounds, see `signals.bounds`, or a reading older than `max_age`) is
+refused with its index and reason and the rest of the batch goes on, so one broken reading
+cannot hold back an XID 79 pushed beside it; the answer (202) lists what was refused, which a
+client must not resend (it would be refused again). Only a batch with nothing acceptable is a
+422. A full inbox answers 503 for the whole batch, which Alertmanager retries, rather than
+dropping signals silently.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remediator.clock import Clock, SystemClock
 from remediator.signals.model import Signal
+from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager import (
     AlertMapping,
     PayloadError,
@@ -33,6 +37,9 @@ from remediator.signals.sources.base import HealthTracker, SourceResult
 
 MAX_BATCH = 5_000
 MAX_FUTURE_SKEW = timedelta(minutes=5)
+# A pushed reading older than this is history, not news: a replayed queue or a wrong clock
+# must not open a remediation at once (settings: signals.push_max_age_seconds).
+DEFAULT_MAX_AGE = timedelta(minutes=5)
 
 
 class InboxUnavailable(Exception):
@@ -46,11 +53,16 @@ class InboxFull(InboxUnavailable):
 class SignalInbox:
     """Thread-safe, bounded queue between the web handlers and the controller cycle."""
 
-    def __init__(self, capacity: int = 100_000, name: str = "push") -> None:
+    def __init__(
+        self, capacity: int = 100_000, name: str = "push", alerts: FiringAlerts | None = None
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.name = name
         self.capacity = capacity
+        # The webhook's firing alerts, held between notifications; a source of its own, which
+        # the controller polls beside the others.
+        self.alerts = alerts if alerts is not None else FiringAlerts()
         self._queue: deque[Signal] = deque()
         self._lock = threading.Lock()
         self._health = HealthTracker(name)
@@ -87,8 +99,11 @@ class SignalInbox:
         return self._health.ok(now, signals, detail)
 
 
-def validate_batch(payload: Any, now: datetime) -> tuple[list[Signal], list[dict[str, Any]]]:
-    """Pure: decoded JSON → (signals, problems). Any problem means the batch is refused."""
+def validate_batch(
+    payload: Any, now: datetime, max_age: timedelta = DEFAULT_MAX_AGE
+) -> tuple[list[Signal], list[dict[str, Any]]]:
+    """Pure: decoded JSON → (the acceptable signals, one problem per refusal). A problem with
+    `index` None concerns the body and refuses the whole batch."""
     if not isinstance(payload, list):
         return [], [{"index": None, "field": "body", "reason": "must be a JSON list of signals"}]
     if len(payload) > MAX_BATCH:
@@ -116,6 +131,17 @@ def validate_batch(payload: Any, now: datetime) -> tuple[list[Signal], list[dict
                     "field": "observed_at",
                     "reason": f"{signal.observed_at.isoformat()} is in the future "
                     f"(server time {now.isoformat()})",
+                }
+            )
+            continue
+        if signal.observed_at < now - max_age:
+            problems.append(
+                {
+                    "index": index,
+                    "field": "observed_at",
+                    "reason": f"{signal.observed_at.isoformat()} is older than "
+                    f"{max_age.total_seconds():g} s (server time {now.isoformat()}): "
+                    "a reading that old is not evidence of the node's state now",
                 }
             )
             continue
@@ -148,7 +174,7 @@ class _Problems(BaseModel):
 
 
 REFUSED: dict[int | str, dict[str, Any]] = {
-    422: {"model": _Problems, "description": "refused: every problem named, nothing stored"},
+    422: {"model": _Problems, "description": "refused: every problem named, nothing taken"},
     503: {
         "description": "inbox full, or this replica does not lead: nothing stored, retry "
         "after `Retry-After` seconds"
@@ -170,6 +196,7 @@ def make_signals_router(
     *,
     mapping: AlertMapping | None = None,
     clock: Clock | None = None,
+    max_age: timedelta = DEFAULT_MAX_AGE,
 ) -> APIRouter:
     """The push endpoints; the web app mounts them under its auth `dependencies`."""
     router = APIRouter(dependencies=list(dependencies), tags=["signals"])
@@ -190,15 +217,20 @@ def make_signals_router(
         openapi_extra=_body_doc(TypeAdapter(list[Signal]).json_schema()),
     )
     async def push_signals(request: Request) -> JSONResponse:
-        """Accept a JSON list of signals, all or none."""
+        """Accept a JSON list of signals; each bad item is refused with its reason."""
         payload, error = await _json_body(request)
         if error is not None:
             return error
-        signals, problems = validate_batch(payload, time_source.now())
-        if problems:
+        signals, problems = validate_batch(payload, time_source.now(), max_age)
+        if problems and not signals:
             return JSONResponse({"detail": problems, "accepted": 0}, 422)
-        refused = _store(signals)
-        return refused or JSONResponse({"accepted": len(signals)}, 202)
+        unavailable = _store(signals)
+        if unavailable is not None:
+            return unavailable
+        body: dict[str, Any] = {"accepted": len(signals)}
+        if problems:
+            body["refused"] = problems
+        return JSONResponse(body, 202)
 
     @router.post(
         "/api/v1/alertmanager",
@@ -206,7 +238,8 @@ def make_signals_router(
         openapi_extra=_body_doc(Webhook.model_json_schema()),
     )
     async def alertmanager_webhook(request: Request) -> JSONResponse:
-        """Alertmanager webhook receiver (payload version 4)."""
+        """Alertmanager webhook receiver (payload version 4): firing alerts are decided on at
+        once and held until resolved; each alert that cannot be a signal is named in `ignored`."""
         payload, error = await _json_body(request)
         if error is not None:
             return error
@@ -215,9 +248,13 @@ def make_signals_router(
         except PayloadError as exc:
             detail = [{"field": "body", "reason": reason} for reason in exc.reasons]
             return JSONResponse({"detail": detail}, 422)
-        batch = map_webhook(webhook, alert_mapping, time_source.now())
-        refused = _store(batch.signals)
-        return refused or JSONResponse(
+        now = time_source.now()
+        batch = map_webhook(webhook, alert_mapping, now)
+        unavailable = _store(batch.signals)
+        if unavailable is not None:
+            return unavailable
+        inbox.alerts.record(batch, now)
+        return JSONResponse(
             {
                 "accepted": len(batch.signals),
                 "resolved": batch.resolved,

@@ -95,6 +95,16 @@ def test_series_without_a_node_are_skipped() -> None:
     assert to_signals(text, {}, NOW).signals == ()
 
 
+def test_series_out_of_bounds_are_skipped_not_fatal() -> None:
+    text = exposition(
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge",
+        gpu_line("DCGM_FI_DEV_GPU_TEMP", "n1", 0, float("nan")),
+        gpu_line("DCGM_FI_DEV_GPU_TEMP", "N_1", 1, 50),
+        gpu_line("DCGM_FI_DEV_GPU_TEMP", "n1", 2, 50),
+    )
+    assert [s.gpu for s in to_signals(text, {}, NOW).signals] == [2]
+
+
 def make_signal(i: int) -> Signal:
     return Signal(node=f"n{i}", kind=SignalKind.THERMAL, source="t", observed_at=NOW, value=40)
 

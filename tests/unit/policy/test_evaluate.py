@@ -59,9 +59,28 @@ def test_below_the_threshold_never_fires() -> None:
     assert fired(run([(t, 77.9) for t in range(0, 3600, 30)])) == []
 
 
-def test_hysteresis_band_keeps_a_running_breach() -> None:
-    readings = [(0, 80.0), (30, 76.0), (60, 76.0), (90, 77.0), (120, 76.0)]
-    assert fired(run(readings)) == [120]
+def test_hysteresis_band_keeps_a_running_breach_but_cannot_complete_it() -> None:
+    """Problem 5: one 79 °C reading then two minutes at 76 °C replaced a node "≥ 78 for 2m"."""
+    readings = [(0, 80.0), (30, 76.0), (60, 76.0), (90, 77.0), (120, 76.0), (150, 76.0)]
+    assert fired(run(readings)) == []
+    assert fired(run([*readings, (180, 78.0)])) == [180]
+
+
+def test_the_reason_names_how_long_readings_at_the_trigger_held() -> None:
+    state = EvalState()
+    decided = []
+    for when, value in [(0, 79.0), (60, 77.0), (90, 79.0), (120, 80.0)]:
+        result = evaluate(
+            [signal("n1", "thermal", when, gpu=0, value=value)],
+            History.build(state=state),
+            (HOT,),
+            at(when),
+            SETTINGS,
+        )
+        state = result.state
+        decided.extend(result.decisions)
+    (decision,) = decided
+    assert decision.reason == "gpu-hot: thermal value 80 on GPU 0 (≥ 78 for 2m)"
 
 
 def test_hysteresis_band_does_not_start_a_breach() -> None:
@@ -350,3 +369,43 @@ def test_signals_are_taken_in_time_order() -> None:
     ]
     result = evaluate(late_first, History(), [HOT], at(120), SETTINGS)
     assert [d.policy for d in result.decisions] == ["gpu-hot"]
+
+
+def alert(when: float, since: float, value: float | None = None) -> Signal:
+    """A firing alert as the webhook and FiringAlerts announce it: a state since `since`."""
+    return signal("n1", "thermal", when, gpu=0, value=value).model_copy(update={"since": at(since)})
+
+
+def decide(*batches: Sequence[Signal]) -> list[list[str]]:
+    state = EvalState()
+    out = []
+    for batch in batches:
+        now = max(s.observed_at for s in batch)
+        result = evaluate(batch, History.build(state=state), (HOT,), now, SETTINGS)
+        state = result.state
+        out.append([d.policy for d in result.decisions])
+    return out
+
+
+def test_an_alert_firing_for_the_policys_for_acts_on_its_first_notification() -> None:
+    """Problem 3: one notification (Alertmanager re-sends only every 4 h) must be enough."""
+    assert decide([alert(150, since=0, value=83)]) == [["gpu-hot"]]
+
+
+def test_an_alert_acts_once_it_has_held_for_the_policys_for() -> None:
+    held = decide([alert(30, since=0, value=83)], [alert(90, 0, 83)], [alert(120, 0, 83)])
+    assert held == [[], [], ["gpu-hot"]]
+
+
+def test_an_alert_without_a_value_is_a_breach_at_the_trigger() -> None:
+    assert decide([alert(30, since=0)], [alert(120, since=0)]) == [[], ["gpu-hot"]]
+
+
+def test_an_alert_with_a_value_in_the_band_does_not_act() -> None:
+    assert decide([alert(150, since=0, value=76)]) == [[]]
+
+
+def test_a_value_less_reading_is_still_no_breach() -> None:
+    """Only a state (an alert) speaks for its rule; a bare reading without a value does not."""
+    bare = [signal("n1", "thermal", t, gpu=0) for t in (0, 60, 120, 180)]
+    assert decide(*([s] for s in bare)) == [[], [], [], []]

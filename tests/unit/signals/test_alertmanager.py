@@ -146,3 +146,56 @@ def test_payload_from_an_older_alertmanager_without_fingerprint_is_accepted() ->
         del alert["fingerprint"]
     del payload["truncatedAlerts"]
     assert len(map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals) == 2
+
+
+def test_a_firing_alert_is_a_state_since_its_start() -> None:
+    """Problem 3: an alert is a breach that began at startsAt, not one reading at arrival."""
+    batch = map_webhook(parse_webhook(FIRING_XID), AlertMapping(), NOW)
+    xid, thermal = batch.signals
+    assert xid.since == datetime(2026, 1, 1, 10, 15, 26, 739266, tzinfo=UTC)
+    assert thermal.since == datetime(2026, 1, 1, 10, 14, tzinfo=UTC)
+    assert [key for key, _ in batch.firing] == ["1a30ba71cca2921f", "bc97ff14869b13e3"]
+
+
+def test_the_rules_for_is_part_of_the_breach() -> None:
+    payload = one_alert(
+        {"alertname": "GPUHighTemperature", "node": "gpu-1", "gpu": "0"},
+        {"value": "83", "for": "1m30s"},
+    )
+    (signal,) = map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals
+    assert signal.since == datetime(2026, 1, 1, 10, 13, 30, tzinfo=UTC)
+    assert signal.value == 83.0
+
+
+def test_a_start_ahead_of_our_clock_is_taken_as_now() -> None:
+    payload = one_alert({"alertname": "GPUHighTemperature", "node": "gpu-1"})
+    payload["alerts"][0]["startsAt"] = "2026-01-01T10:30:00Z"
+    (signal,) = map_webhook(parse_webhook(payload), AlertMapping(), NOW).signals
+    assert signal.since == NOW
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "words"),
+    [
+        ({"xid": "100000000000000000000"}, {}, "outside 1..65535"),
+        ({"gpu": "4096"}, {}, "less than or equal to 1023"),
+        ({"node": "GPU_Node_1"}, {}, "not a Kubernetes node name"),
+        ({"alertname": "GPUHighTemperature", "xid": ""}, {"value": "NaN"}, "not a finite"),
+        ({"alertname": "GPUHighTemperature", "xid": ""}, {"value": "+Inf"}, "not a finite"),
+        ({"alertname": "GPUHighTemperature", "xid": ""}, {"value": "hot"}, "not a number"),
+        ({}, {"for": "soon"}, "not a Prometheus duration"),
+        ({}, {"for": "99999999999y"}, "not a Prometheus duration"),
+    ],
+)
+def test_out_of_bounds_alerts_are_ignored_with_the_reason_and_the_rest_go_on(
+    labels: dict[str, str], annotations: dict[str, str], words: str
+) -> None:
+    """Problem 6 through the webhook: each bad alert is refused alone, with its reason."""
+    payload = one_alert(
+        {"alertname": "GPUXidError", "node": "gpu-1", "xid": "79", **labels}, annotations
+    )
+    payload["alerts"].append(copy.deepcopy(FIRING_XID["alerts"][0]))
+    batch = map_webhook(parse_webhook(payload), AlertMapping(), NOW)
+    assert [s.node for s in batch.signals] == ["gpu-node-7"]
+    (reason,) = batch.ignored
+    assert words in reason, reason

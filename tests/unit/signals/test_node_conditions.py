@@ -94,3 +94,17 @@ def test_odd_objects_are_skipped() -> None:
         node("z", {"status": "True"}),
     ]
     assert node_signals(nodes, NodeConditionConfig(), "n", NOW) == []
+
+
+def test_a_node_name_out_of_bounds_is_refused_with_the_reason_and_the_rest_go_on() -> None:
+    """Problem 6 at the node-condition source: one bad object must not break the poll."""
+    nodes = [
+        node("Bad_Name", cond("Ready", "False", "KubeletNotReady")),
+        node("gpu-a", cond("Ready", "False", "KubeletNotReady")),
+    ]
+    refused: list[str] = []
+    signals = node_signals(nodes, NodeConditionConfig(), "n", NOW, refused)
+    assert [s.node for s in signals] == ["gpu-a"]
+    (reason,) = refused
+    assert reason.startswith("node 'Bad_Name' condition Ready:")
+    assert "not a Kubernetes node name" in reason

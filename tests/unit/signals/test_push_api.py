@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from remediator.clock import FakeClock
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.push import InboxFull, SignalInbox, make_signals_router
 from tests.unit.signals.alertmanager_payloads import FIRING_XID, resolved
 
@@ -51,19 +52,89 @@ def test_accepts_a_batch(client: TestClient, inbox: SignalInbox) -> None:
     assert inbox.drain() == ()
 
 
-def test_bad_items_are_named_and_nothing_is_stored(client: TestClient, inbox: SignalInbox) -> None:
+def test_bad_items_are_named_and_the_rest_of_the_batch_goes_on(
+    client: TestClient, inbox: SignalInbox
+) -> None:
     batch = [item(), item(kind="bogus"), item(gpu=-1, node=""), item(extra="x")]
     response = client.post("/api/v1/signals", json=batch)
-    assert response.status_code == 422
-    problems = response.json()["detail"]
-    assert {(p["index"], p["field"]) for p in problems} == {
+    assert response.status_code == 202
+    body = response.json()
+    assert body["accepted"] == 1
+    assert {(p["index"], p["field"]) for p in body["refused"]} == {
         (1, "kind"),
         (2, "gpu"),
         (2, "node"),
         (3, "extra"),
     }
-    assert all(p["reason"] for p in problems)
+    assert all(p["reason"] for p in body["refused"])
+    assert [s.code for s in inbox.drain()] == [79]
+
+
+def test_a_batch_with_nothing_acceptable_is_refused(client: TestClient, inbox: SignalInbox) -> None:
+    response = client.post("/api/v1/signals", json=[item(kind="bogus"), item(code=-3)])
+    assert response.status_code == 422
+    assert [p["index"] for p in response.json()["detail"]] == [0, 1]
     assert len(inbox) == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ({"code": 10**20}, "outside 1..65535"),
+        ({"code": 2**31}, "outside 1..65535"),
+        ({"kind": "nvlink", "code": 2**40}, "outside 0..2147483647"),
+        ({"kind": "thermal", "code": None, "value": float("nan")}, "not a finite number"),
+        ({"kind": "thermal", "code": None, "value": float("inf")}, "not a finite number"),
+        ({"kind": "ecc", "code": None, "value": -float("inf")}, "not a finite number"),
+        ({"kind": "thermal", "code": None, "value": 255}, "outside -50..200"),
+        ({"kind": "nvlink", "code": None, "value": 1e300}, "outside"),
+        ({"gpu": 4096}, "less than or equal to 1023"),
+        ({"node": "GPU-Node-1"}, "not a Kubernetes node name"),
+        ({"node": "gpu_node_1"}, "not a Kubernetes node name"),
+        ({"node": "-gpu"}, "not a Kubernetes node name"),
+        ({"node": "a" * 254}, "at most 253"),
+    ],
+)
+def test_out_of_range_items_are_refused_with_the_reason(
+    client: TestClient, inbox: SignalInbox, bad: dict[str, Any], words: str
+) -> None:
+    """Problem 6: an XID code of 10^20 reached the database layer (OverflowError) and broke the
+    intake job; NaN, inf and names that are not node names were accepted."""
+    body = json.dumps([item(node="gpu-node-2"), item(**bad)])  # allow_nan: NaN, Infinity
+    response = client.post(
+        "/api/v1/signals", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 202, response.text
+    refused = response.json()["refused"]
+    assert [p["index"] for p in refused] == [1]
+    assert words in refused[0]["reason"]
+    assert [s.node for s in inbox.drain()] == ["gpu-node-2"]
+
+
+def test_readings_older_than_the_bound_are_refused_with_the_reason(
+    client: TestClient, inbox: SignalInbox
+) -> None:
+    """Problem 4 (push): readings with observed_at three hours old opened a remediation."""
+    old = (NOW - timedelta(hours=3)).isoformat()
+    recent = (NOW - timedelta(minutes=4)).isoformat()
+    response = client.post(
+        "/api/v1/signals", json=[item(observed_at=old), item(observed_at=recent)]
+    )
+    assert response.status_code == 202
+    (refused,) = response.json()["refused"]
+    assert (refused["index"], refused["field"]) == (0, "observed_at")
+    assert "older than 300 s" in refused["reason"]
+    assert [s.observed_at for s in inbox.drain()] == [NOW - timedelta(minutes=4)]
+
+
+def test_the_age_bound_is_the_routers_setting(inbox: SignalInbox) -> None:
+    app = FastAPI()
+    router = make_signals_router(inbox, clock=FakeClock(NOW), max_age=timedelta(minutes=1))
+    app.include_router(router)
+    response = TestClient(app).post("/api/v1/signals", json=[item()])  # 30 s old
+    assert response.status_code == 202 and "refused" not in response.json()
+    stale = item(observed_at=(NOW - timedelta(seconds=61)).isoformat())
+    assert TestClient(app).post("/api/v1/signals", json=[stale]).status_code == 422
 
 
 @pytest.mark.parametrize("node", ["gpu\x00node", "gpu node", "gpu-node\n"])
@@ -71,9 +142,9 @@ def test_node_names_with_control_characters_or_spaces_are_refused(
     client: TestClient, inbox: SignalInbox, node: str
 ) -> None:
     response = client.post("/api/v1/signals", json=[item(), item(node=node)])
-    assert response.status_code == 422
-    assert [(p["index"], p["field"]) for p in response.json()["detail"]] == [(1, "node")]
-    assert len(inbox) == 0
+    assert response.status_code == 202
+    assert [(p["index"], p["field"]) for p in response.json()["refused"]] == [(1, "node")]
+    assert len(inbox) == 1
 
 
 def test_naive_timestamp_and_future_are_refused(client: TestClient, inbox: SignalInbox) -> None:
@@ -136,7 +207,7 @@ def test_router_takes_the_apps_auth_dependencies(inbox: SignalInbox) -> None:
             raise HTTPException(401, "bad token")
 
     app = FastAPI()
-    app.include_router(make_signals_router(inbox, [Depends(require_token)]))
+    app.include_router(make_signals_router(inbox, [Depends(require_token)], clock=FakeClock(NOW)))
     client = TestClient(app)
     assert client.post("/api/v1/signals", json=[item()]).status_code == 401
     assert client.post("/api/v1/alertmanager", json=FIRING_XID).status_code == 401
@@ -204,3 +275,9 @@ def test_openapi_documents_both_bodies_without_dangling_refs(client: TestClient)
     signals = document["paths"]["/api/v1/signals"]["post"]["requestBody"]
     item = signals["content"]["application/json"]["schema"]["items"]
     assert "xid" in item["properties"]["kind"]["enum"]
+
+
+def test_the_inbox_keeps_the_alert_registry_it_is_given_even_when_empty() -> None:
+    """An empty registry is falsy (it has a length): `alerts or default` lost the settings."""
+    given = FiringAlerts(hold=timedelta(hours=9))
+    assert SignalInbox(alerts=given).alerts is given

@@ -1,0 +1,16 @@
+"""What a signal is about; its own module so that the bounds and the model can both use it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SignalKind(StrEnum):
+    XID = "xid"
+    THERMAL = "thermal"
+    NVLINK = "nvlink"
+    INFINIBAND = "infiniband"
+    ECC = "ecc"
+    ROW_REMAP = "row_remap"
+    GPU_MISSING = "gpu_missing"
+    NODE_CONDITION = "node_condition"
