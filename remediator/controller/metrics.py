@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen, entered_at
 from remediator.remediation.states import OPEN, State
-from remediator.store.records import AgentStatus, ControllerStatus, RemediationRecord
 from remediator.signals.screen import Dropped, DropReason
+from remediator.store.records import AgentStatus, ControllerStatus, RemediationRecord
 
 # Steps take from milliseconds (a cordon) to many minutes (a drain behind a PDB, a replacement).
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
