@@ -37,12 +37,12 @@ def console(sqlite_head_template: Path, tmp_path: Path) -> Iterator[Console]:
         yield built
 
 
-def _signal(node: str = "gpu-node-01") -> dict[str, Any]:
+def _signal(console: Console, node: str = "gpu-node-01") -> dict[str, Any]:
     return {
         "node": node,
         "kind": "xid",
         "source": "agent",
-        "observed_at": START.isoformat(),
+        "observed_at": console.clock.now().isoformat(),
         "gpu": 1,
         "code": 79,
     }
@@ -60,7 +60,7 @@ def _heartbeat(node: str = "gpu-node-01") -> dict[str, Any]:
 
 def test_push_only_token_posts_signals_and_heartbeats(console: Console) -> None:
     client = TestClient(console.app)
-    answer = client.post("/api/v1/signals", json=[_signal()], headers=PUSH)
+    answer = client.post("/api/v1/signals", json=[_signal(console)], headers=PUSH)
     assert answer.status_code == 202, answer.text
     assert [s.node for s in console.deps.inbox.drain()] == ["gpu-node-01"]
     assert client.post("/api/v1/agents/heartbeat", json=_heartbeat(), headers=PUSH).json() == {
@@ -91,11 +91,15 @@ def test_push_only_token_cannot_act_or_read(console: Console) -> None:
 
 def test_readers_cannot_push_and_operators_still_can(console: Console) -> None:
     client = TestClient(console.app)
-    assert client.post("/api/v1/signals", json=[_signal()], headers=READER).status_code == 403
-    assert client.post("/api/v1/signals", json=[_signal()], headers=OPERATOR).status_code == 202
+    assert (
+        client.post("/api/v1/signals", json=[_signal(console)], headers=READER).status_code == 403
+    )
+    assert (
+        client.post("/api/v1/signals", json=[_signal(console)], headers=OPERATOR).status_code == 202
+    )
     heartbeat = client.post("/api/v1/agents/heartbeat", json=_heartbeat(), headers=READER)
     assert heartbeat.status_code == 403
-    assert client.post("/api/v1/signals", json=[_signal()]).status_code == 401
+    assert client.post("/api/v1/signals", json=[_signal(console)]).status_code == 401
 
 
 def test_heartbeat_is_validated(console: Console) -> None:
