@@ -13,7 +13,7 @@ from remediator.policy.budget import BreakerState
 from remediator.policy.evaluate import Decision
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify
-from remediator.remediation.intake import Inventory, breaker_from, cluster_state, new_remediation
+from remediator.remediation.intake import Inventory, breaker_of, cluster_state, new_remediation
 from remediator.remediation.states import State
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import ControllerStatus, RemediationRecord
@@ -69,16 +69,31 @@ def test_a_node_cordoned_by_someone_else_counts_against_the_budgets() -> None:
     assert state.open_remediations == 1
 
 
-def test_the_stored_breaker_wins_and_a_human_reset_clears_memory() -> None:
+def test_the_breaker_is_the_stored_one_trip_and_fault_window_alike() -> None:
     window = (("n1", NOW),)
-    remembered = BreakerState(faults=window)
-    stored_trip = ControllerStatus("c", breaker_tripped=True, breaker_reason="storm")
-    from_store = breaker_from(stored_trip, remembered)
-    assert from_store.tripped and from_store.reason == "storm" and from_store.faults == window
-    tripped = BreakerState(True, NOW, "21 nodes", window)
-    assert breaker_from(stored_trip, tripped) is tripped
-    assert breaker_from(ControllerStatus("c"), tripped) == BreakerState()
-    assert breaker_from(ControllerStatus("c"), remembered) is remembered
+    stored_trip = ControllerStatus(
+        "c", breaker_tripped=True, breaker_reason="storm", breaker_faults=window
+    )
+    assert breaker_of(stored_trip) == BreakerState(True, None, "storm", window)
+    assert breaker_of(ControllerStatus("c", breaker_faults=window)) == BreakerState(faults=window)
+
+
+def test_queued_remediations_take_no_budget_and_opt_out_holds_no_concurrency() -> None:
+    """A queued node's own cordon (while_queued) must not block it or its neighbours; an opt-out
+    hold keeps its node out of service but runs no work."""
+    queued_node = replace(node("q", "train"), unschedulable=True)
+    inventory = Inventory.from_nodes(
+        [node("a", "train"), queued_node, node("h", "train"), node("z", "train")], POOL
+    )
+    fencing = [
+        record("q", "train", State.QUEUED),
+        record("h", "train", State.HELD_BY_OPT_OUT),
+        record("a", "train", State.DRAINING),
+    ]
+    state = cluster_state(inventory, fencing)
+    assert state.unhealthy == {"train": frozenset({"a", "h"})}
+    assert state.open_remediations == 1
+    assert state.known == frozenset({"a", "q", "h", "z"})
 
 
 def test_a_decision_becomes_a_remediation_with_its_ladder_and_policy_version() -> None:
