@@ -47,6 +47,7 @@ from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
+from remediator.signals.sources.node_conditions import is_abnormal
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -72,6 +73,8 @@ class Inventory:
     not_ready: frozenset[str] = frozenset()
     cordoned: frozenset[str] = frozenset()
     gpus: Mapping[str, int | None] = field(default_factory=dict)  # node → GPU count, if known
+    # node → condition type → status, so a queued remediation whose condition cleared can close
+    conditions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
@@ -82,6 +85,7 @@ class Inventory:
             not_ready=frozenset(n.name for n in nodes if not n.ready),
             cordoned=frozenset(n.name for n in nodes if n.unschedulable),
             gpus={n.name: n.gpus for n in nodes},
+            conditions={n.name: {c.type: c.status for c in n.conditions} for n in nodes},
         )
 
     def gpu_counts(self) -> dict[str, int | None]:
@@ -363,7 +367,7 @@ class Intake:
         for record in fencing:
             reason = None
             if record.state is State.QUEUED:
-                reason = _cleared(record, fresh, inventory, by_name.get(record.policy))
+                reason = cleared_reason(record, fresh, inventory, by_name.get(record.policy))
             if reason is None:
                 kept.append(record)
                 continue
@@ -479,7 +483,7 @@ class Intake:
         return record
 
 
-def _cleared(
+def cleared_reason(
     record: RemediationRecord,
     fresh: Sequence[Signal],
     inventory: Inventory,
@@ -487,6 +491,12 @@ def _cleared(
 ) -> str | None:
     if inventory.pools and record.node not in inventory.pools:
         return f"node {record.node} has left the cluster"
+    reported = inventory.conditions.get(record.node)
+    types = {s.labels.get("type") for s in record.signals if s.kind is SignalKind.NODE_CONDITION}
+    if reported is not None and types and None not in types:
+        gone = [t for t in sorted(t for t in types if t) if not is_abnormal(t, reported.get(t, ""))]
+        if len(gone) == len(types):
+            return f"node condition {', '.join(gone)} cleared"
     threshold = policy.match.threshold if policy is not None else None
     if threshold is None or policy is None:
         return None

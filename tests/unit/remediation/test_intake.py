@@ -13,7 +13,13 @@ from remediator.policy.budget import BreakerState
 from remediator.policy.evaluate import Decision
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify
-from remediator.remediation.intake import Inventory, breaker_of, cluster_state, new_remediation
+from remediator.remediation.intake import (
+    Inventory,
+    breaker_of,
+    cleared_reason,
+    cluster_state,
+    new_remediation,
+)
 from remediator.remediation.states import State
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import ControllerStatus, RemediationRecord
@@ -136,3 +142,24 @@ def test_a_decision_becomes_a_remediation_with_its_ladder_and_policy_version() -
     assert (new.policy_commit, new.policy_hash) == ("abc123", "f" * 64)
     assert new.approval_required and new.dry_run and new.pool == "train"
     assert new.signals == (signal,)
+
+
+def test_a_queued_remediation_closes_when_its_cause_is_gone() -> None:
+    condition = Signal(
+        node="a",
+        kind=SignalKind.NODE_CONDITION,
+        source="node-conditions",
+        observed_at=NOW,
+        labels={"type": "GpuFallenOffBus"},
+    )
+    queued = replace(record("a", "train", State.QUEUED), signals=(condition,))
+    sick = Node(
+        "a", "a", "1", {POOL: "train"}, conditions=(NodeCondition("GpuFallenOffBus", "True"),)
+    )
+    well = replace(sick, conditions=(NodeCondition("GpuFallenOffBus", "False"),))
+    assert cleared_reason(queued, (), Inventory.from_nodes([sick], POOL), None) is None
+    assert cleared_reason(queued, (), Inventory.from_nodes([well], POOL), None) == (
+        "node condition GpuFallenOffBus cleared"
+    )
+    gone = Inventory.from_nodes([node("b", "train")], POOL)
+    assert cleared_reason(queued, (), gone, None) == "node a has left the cluster"
