@@ -31,6 +31,7 @@ from remediator.errors import RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
+from remediator.policy.budget import HoldCause
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
@@ -304,9 +305,11 @@ class Controller:
 
     def _after_intake(self, result: IntakeResult) -> None:
         """Page on a trip, tell owners once about each newly queued remediation, and start
-        the admitted ones at once."""
+        the admitted ones at once. The breaker's queue gets its one page, not a note per node
+        of the storm."""
         for record in result.queued:
-            self._notify_queued(record)
+            if record.queue_cause != HoldCause.BREAKER.value:
+                self._notify_queued(record)
         if result.breaker_tripped and self.notifier is not None:
             self.notifier.send(
                 Notification(
