@@ -40,6 +40,7 @@ from remediator.errors import (
 )
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
+from remediator.policy.budget import HoldCause
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
@@ -238,7 +239,7 @@ class RemediationService:
         quarantine lifted, while the breaker or a pause holds it (the signals are suspect)."""
         self._due[record.id] = self._clock.monotonic() + planner.HUMAN_POLL_SECONDS
         wanted = (
-            record.queue_cause == "budget"
+            record.queue_cause == HoldCause.BUDGET.value
             and (record.while_queued or "cordon") == "cordon"
             and not record.dry_run
         )
