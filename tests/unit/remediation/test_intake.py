@@ -12,7 +12,7 @@ from remediator.kube.objects import Node, NodeCondition
 from remediator.policy.budget import BreakerState
 from remediator.policy.evaluate import Decision
 from remediator.policy.loader import PolicySet
-from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify
+from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify, Policy
 from remediator.remediation.intake import (
     Inventory,
     breaker_of,
@@ -163,3 +163,28 @@ def test_a_queued_remediation_closes_when_its_cause_is_gone() -> None:
     )
     gone = Inventory.from_nodes([node("b", "train")], POOL)
     assert cleared_reason(queued, (), gone, None) == "node a has left the cluster"
+
+
+def test_a_queued_threshold_remediation_closes_when_a_fresh_reading_clears() -> None:
+    policy = Policy.model_validate(
+        {
+            "name": "hot",
+            "description": "too hot",
+            "why": "heat kills GPUs",
+            "match": {"kind": "thermal", "threshold": {"above": 78, "clear": 75, "for": "2m"}},
+            "actions": [{"action": "cordon"}],
+        }
+    )
+
+    def reading(value: float, gpu: int = 0) -> Signal:
+        return Signal(
+            node="a", kind=SignalKind.THERMAL, source="p", observed_at=NOW, gpu=gpu, value=value
+        )
+
+    queued = replace(record("a", "train", State.QUEUED), signals=(reading(80),), policy="hot")
+    inventory = Inventory.from_nodes([node("a", "train")], POOL)
+    assert cleared_reason(queued, [reading(77)], inventory, policy) is None  # in the band
+    assert cleared_reason(queued, [reading(60, gpu=1)], inventory, policy) is None  # other GPU
+    assert (
+        cleared_reason(queued, [reading(74)], inventory, policy) == "thermal reading cleared (74)"
+    )
