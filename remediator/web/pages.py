@@ -90,6 +90,7 @@ def render(
         "cluster": deps.settings.cluster_name,
         "controller": controller,
         "breaker_queued": breaker_queued,
+        "banner_limit": BANNER_NODES,
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),
     }
     return TEMPLATES.TemplateResponse(request, template, base | context, status_code=status)

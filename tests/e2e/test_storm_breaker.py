@@ -125,6 +125,13 @@ def test_a_storm_trips_the_breaker_durably_and_a_reset_drains_the_queue(
         assert {r.node for r in records(repository) if r.state is State.QUEUED} == queued
         capacity = pools.get(f"/v1/pools/{POOL}/capacity").json()["spare_capacity"]
         assert capacity == spare - 3  # zero replacements beyond the budget's nodes
+        # The console's breaker banner names the queued nodes.
+        with httpx.Client(base_url=third.web_url, follow_redirects=True, timeout=10.0) as web:
+            login = {"token": "operator-token", "name": "carol", "next": "/"}
+            page = web.post("/login", data=login).text
+        banner = page.split('class="banner bad"', 1)[1].split("</div></div>", 1)[0]
+        assert "Queued until a human resets it" in banner
+        assert all(node in banner for node in queued)
 
         # A human resets it: the queue drains under the budgets, the breaker stays reset.
         reset = httpx.post(
