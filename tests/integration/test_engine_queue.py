@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from remediator.remediation import commands
 from remediator.remediation.states import State
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import (
@@ -90,3 +91,39 @@ def test_a_held_decision_is_queued_visible_and_admitted_without_a_new_signal(
     assert done.reason.startswith("xid-79") and done.xid_code == 79  # its own cause
     assert sum("Remediation queued" in t for t in webhook.texts()) == 1
     assert len(engine.remediations()) == 2
+
+
+def test_a_reset_can_drop_the_breakers_queue_and_the_same_signals_stay_dropped(
+    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+) -> None:
+    sim = sim_factory(nodes=10, provision_delay=0.3)
+    policies = write_policies(tmp_path / "policies", max_new_faults=3)
+    engine = start_engine(sim, migrated_database_url, policies)
+    try:
+        storm = TRAIN[:3]
+        engine.push(*(xid(node) for node in storm))
+        for node in storm:
+            assert engine.wait_state(node, State.QUEUED).queue_cause == "breaker"
+        assert engine.repository.controller_status().breaker_tripped
+
+        commands.reset_breaker(
+            engine.repository, actor="carol", reason="a bad exporter rollout", drop_queued=True
+        )
+        for node in storm:
+            dropped = engine.wait_state(node, State.CANCELLED)
+            assert dropped.suppressed_until is not None
+            assert [e.action for e in dropped.events][-1] == "dropped"
+        status = engine.repository.controller_status()
+        assert not status.breaker_tripped and status.breaker_faults == ()
+
+        # The same bad signals again (folded, in cooldown and covered by the drop's cancel):
+        # nothing is queued or opened for them, and they do not trip the breaker again.
+        engine.push(*(xid(node, gpu=0) for node in storm))
+        wait_for(
+            lambda: all(len(engine.repository.signals_for_node(n)) >= 2 for n in storm),
+            what="the repeated signals to be decided",
+        )
+        assert len(engine.remediations()) == len(storm)
+        assert not engine.repository.controller_status().breaker_tripped
+    finally:
+        engine.close()
