@@ -132,6 +132,13 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
     )
 
 
+def never_started(record: RemediationRecord) -> bool:
+    """Closed while still queued (its signals cleared, or dropped or cancelled by a human): it
+    did nothing, so it starts no cooldown and is no repeat. A human's cancel is kept by its own
+    `suppressed_until` instead."""
+    return record.state is State.CANCELLED and record.queue_cause is not None
+
+
 def breaker_of(status: ControllerStatus) -> BreakerState:
     """The breaker as stored: its trip and its fault window."""
     return BreakerState(
@@ -428,7 +435,9 @@ class Intake:
         recent = self._all(RemediationFilter(created_from=now - horizon))
         return History.build(
             remediations=(
-                PastRemediation(r.node, r.policy, r.created_at, r.state.value) for r in recent
+                PastRemediation(r.node, r.policy, r.created_at, r.state.value)
+                for r in recent
+                if not never_started(r)
             ),
             open={r.node: r.policy for r in fencing},
             pools=inventory.pools,

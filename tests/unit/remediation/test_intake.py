@@ -18,6 +18,7 @@ from remediator.remediation.intake import (
     breaker_of,
     cleared_reason,
     cluster_state,
+    never_started,
     new_remediation,
 )
 from remediator.remediation.states import State
@@ -188,3 +189,10 @@ def test_a_queued_threshold_remediation_closes_when_a_fresh_reading_clears() -> 
     assert (
         cleared_reason(queued, [reading(74)], inventory, policy) == "thermal reading cleared (74)"
     )
+
+
+def test_a_remediation_closed_while_queued_never_started() -> None:
+    closed = replace(record("a", "train", State.CANCELLED), queue_cause="budget")
+    assert never_started(closed)
+    assert not never_started(replace(closed, queue_cause=None))  # admitted, then cancelled
+    assert not never_started(replace(closed, state=State.SUCCEEDED, queue_cause=None))
