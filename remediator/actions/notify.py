@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 class NotificationKind(StrEnum):
     STARTED = "started"
     HELD = "held"
+    QUEUED = "queued"
     FAILED = "failed"
     SUCCEEDED = "succeeded"
     BREAKER_TRIPPED = "breaker_tripped"
@@ -29,6 +30,7 @@ class NotificationKind(StrEnum):
 _HEADLINE = {
     NotificationKind.STARTED: ":wrench: Remediation started",
     NotificationKind.HELD: ":raised_hand: Remediation held, waiting for a human",
+    NotificationKind.QUEUED: ":hourglass: Remediation queued: waiting for budget",
     NotificationKind.FAILED: ":x: Remediation failed",
     NotificationKind.SUCCEEDED: ":white_check_mark: Remediation succeeded",
     NotificationKind.BREAKER_TRIPPED: (

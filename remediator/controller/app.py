@@ -31,11 +31,12 @@ from remediator.errors import RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
+from remediator.policy.budget import HoldCause
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
 from remediator.providers.http import HttpNodePoolProvider
-from remediator.remediation.intake import Intake, Inventory
+from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
 from remediator.settings import Settings, SignalSettings
@@ -48,7 +49,7 @@ from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
 from remediator.signals.sources.push import InboxUnavailable, SignalInbox
 from remediator.store.db import make_engine, make_session_factory
-from remediator.store.records import RemediationFilter
+from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
 from remediator.web.app import create_app
 from remediator.web.deps import WebDeps
@@ -59,6 +60,8 @@ HOUSEKEEPING_SECONDS = 2.0
 RECONCILE_SECONDS = 10.0
 HEARTBEAT_SECONDS = 10.0
 PUSH_SECONDS = 1.0
+# How old the node inventory may be when queued remediations are offered to the budgets again.
+INVENTORY_MAX_AGE_SECONDS = 1.0
 # A selector no node carries: the cheapest request that proves the API server answers.
 PROBE_SELECTOR = "remediator.io/readiness-probe=none"
 
@@ -167,6 +170,7 @@ class Controller:
         self.intake = Intake(self.repository, actor=self.actor)
         self._drops = RecentDrops()
         self.inventory: Inventory | None = None
+        self._inventory_at = 0.0
         self._leading = threading.Event()
         self._pushed = threading.Event()
         self._lead_lock = threading.Lock()
@@ -289,6 +293,7 @@ class Controller:
         listed = self.kube.list_nodes() if nodes is None else nodes
         inventory = Inventory.from_nodes(listed, self.settings.pool_label)
         self.inventory = inventory
+        self._inventory_at = self.clock.monotonic()
         return inventory
 
     def _decide(self, signals: Sequence[Signal]) -> None:
@@ -296,6 +301,15 @@ class Controller:
             return
         inventory = self.inventory or self.refresh_inventory()
         result = self.intake.process(signals, inventory, self.policies.active, self.clock.now())
+        self._after_intake(result)
+
+    def _after_intake(self, result: IntakeResult) -> None:
+        """Page on a trip, tell owners once about each newly queued remediation, and start
+        the admitted ones at once. The breaker's queue gets its one page, not a note per node
+        of the storm."""
+        for record in result.queued:
+            if record.queue_cause != HoldCause.BREAKER.value:
+                self._notify_queued(record)
         if result.breaker_tripped and self.notifier is not None:
             self.notifier.send(
                 Notification(
@@ -313,6 +327,35 @@ class Controller:
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)
+        for record in result.queued:
+            self.service.advance(record.id)
+
+    def _notify_queued(self, record: RemediationRecord) -> None:
+        if self.notifier is None:
+            return
+        self.notifier.send(
+            Notification(
+                kind=NotificationKind.QUEUED,
+                remediation_id=str(record.id),
+                node=record.node,
+                summary=record.hold_reason or record.reason,
+                policy=record.policy,
+                cluster=self.settings.cluster_name,
+                fields={"State": record.state.value, "Cause": record.reason},
+            )
+        )
+
+    def admit_queued(self) -> None:
+        """Offer queued remediations to the budgets again: one is admitted the moment its hold
+        lifts, with no new signal. The inventory is listed afresh first, so a node replaced a
+        moment ago no longer counts as out of service."""
+        if not self.is_leader() or not self.intake.has_queued():
+            return
+        stale = self.clock.monotonic() - self._inventory_at > INVENTORY_MAX_AGE_SECONDS
+        inventory = self.refresh_inventory() if stale or self.inventory is None else self.inventory
+        self._after_intake(
+            self.intake.admit_queued(inventory, self.policies.active, self.clock.now())
+        )
 
     def _record_health(self, result: SourceResult) -> None:
         health = result.health
@@ -324,6 +367,7 @@ class Controller:
     def advance(self) -> None:
         """Tick the open remediations, unless a human paused automation: then no step starts
         (a drain round already sent completes; the next one waits for the resume)."""
+        self.admit_queued()
         if self.repository.controller_status().paused:
             return
         self.service.advance_due()

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from remediator.policy.budget import HoldCause
 from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen, entered_at
 from remediator.remediation.states import OPEN, State
@@ -57,6 +58,14 @@ class ControllerMetrics:
         self.breaker_tripped = Gauge(
             "remediator_breaker_tripped", "1 while the storm breaker is tripped.", registry=registry
         )
+        self.queued = Gauge(
+            "remediator_remediations_queued",
+            "Remediations decided but queued, by what holds them (budget, breaker, pause).",
+            ["cause"],
+            registry=registry,
+        )
+        for cause in HoldCause:
+            self.queued.labels(cause.value)
         self.paused = Gauge("remediator_paused", "1 while automation is paused.", registry=registry)
         self.source_up = Gauge(
             "remediator_source_up",
@@ -165,7 +174,11 @@ class ControllerMetrics:
         refresh (the caller looks them up to count cancellations, a failed one's included)."""
         counts = dict.fromkeys(GAUGED, 0)
         oldest: dict[State, datetime] = {}
+        queued = {cause.value: 0 for cause in HoldCause}
         for record in fencing:
+            if record.state is State.QUEUED:
+                cause = record.queue_cause or HoldCause.BUDGET.value
+                queued[cause] = queued.get(cause, 0) + 1
             counts[record.state] = counts.get(record.state, 0) + 1
             since = entered_at(record, record.state)
             if record.state not in oldest or since < oldest[record.state]:
@@ -176,6 +189,8 @@ class ControllerMetrics:
             self.oldest_open.labels(state.value).set(
                 (now - first).total_seconds() if first else 0.0
             )
+        for cause, count in queued.items():
+            self.queued.labels(cause).set(count)
         self.breaker_tripped.set(1 if status.breaker_tripped else 0)
         self.paused.set(1 if status.paused else 0)
         current = {r.id for r in fencing}

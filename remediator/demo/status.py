@@ -20,6 +20,7 @@ ORDER = (
     State.DRAINING,
     State.REPLACING,
     State.VERIFYING,
+    State.QUEUED,
     State.AWAITING_APPROVAL,
     State.HELD_BY_OPT_OUT,
     State.HELD,

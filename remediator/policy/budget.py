@@ -8,19 +8,48 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
 from remediator.policy.durations import format_duration
-from remediator.policy.evaluate import Decision
 from remediator.policy.schema import GlobalSettings, Limit
+
+
+class Candidate(Protocol):
+    """What the budgets read of a decision (a fresh one, or a queued remediation's)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def pool(self) -> str | None: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def disruptive(self) -> bool: ...
+
+
+C = TypeVar("C", bound=Candidate)
+
+
+class HoldCause(StrEnum):
+    """Why a decision waits; a budget's hold may cordon the node, the others never act."""
+
+    BUDGET = "budget"
+    BREAKER = "breaker"
+    PAUSE = "pause"
 
 
 @dataclass(frozen=True)
 class ClusterState:
-    """`unhealthy` holds, per pool, the nodes unhealthy or under remediation right now."""
+    """`unhealthy` holds, per pool, the nodes unhealthy or under remediation right now; `known`
+    the nodes the cluster has (None: not known, every node counts)."""
 
     nodes_per_pool: Mapping[str, int]
     unhealthy: Mapping[str, frozenset[str]] = field(default_factory=dict)
     open_remediations: int = 0
+    known: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -34,51 +63,57 @@ class BreakerState:
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
-    decision: Decision
+class Held(Generic[C]):
+    decision: C
     reason: str
+    cause: HoldCause = HoldCause.BUDGET
 
 
 @dataclass(frozen=True)
-class Admission:
-    admitted: tuple[Decision, ...]
-    held: tuple[Held, ...]
+class Admission(Generic[C]):
+    admitted: tuple[C, ...]
+    held: tuple[Held[C], ...]
     breaker: BreakerState
 
 
 def limit_for(limit: Limit, total: int) -> int | None:
-    """The stricter of count and percent. A percent never rounds a non-empty pool down to zero:
-    10% of a 5-node pool still lets one node be remediated."""
+    """The stricter of count and percent. A percent is floored at `min` (at least 1), so it
+    never rounds a non-empty pool down to zero and a small cluster still gets `min` nodes."""
     bounds = []
     if limit.count is not None:
         bounds.append(limit.count)
     if limit.percent is not None:
-        bounds.append(max(1, math.floor(total * limit.percent / 100)) if total else 0)
+        floor = max(1, limit.min or 0)
+        bounds.append(max(floor, math.floor(total * limit.percent / 100)) if total else 0)
     return min(bounds) if bounds else None
 
 
 def admit(
-    decisions: Iterable[Decision],
+    decisions: Iterable[C],
     cluster: ClusterState,
     settings: GlobalSettings,
     breaker: BreakerState,
     now: datetime,
-) -> Admission:
+    *,
+    counted: frozenset[str] = frozenset(),
+) -> Admission[C]:
     """Admit in priority order, then node name. Notify-only decisions take nothing out of service,
     so they neither use budget nor count as faults; the breaker stops them too, since a storm
-    means the signals themselves are suspect."""
+    means the signals themselves are suspect. Nodes in `counted` (queued remediations, counted
+    when they were first decided) are never counted as new faults again."""
     ordered = sorted(decisions, key=lambda d: (-d.priority, d.node, d.policy))
-    breaker = _advance_breaker(ordered, settings, breaker, now)
+    fleet = sum(cluster.nodes_per_pool.values())
+    breaker = _advance_breaker(ordered, settings, breaker, now, fleet, cluster.known, counted)
     if breaker.tripped:
         reason = f"storm breaker tripped: {breaker.reason}"
-        return Admission((), tuple(Held(d, reason) for d in ordered), breaker)
+        return Admission((), tuple(Held(d, reason, HoldCause.BREAKER) for d in ordered), breaker)
 
     unhealthy = {pool: set(nodes) for pool, nodes in cluster.unhealthy.items()}
     total_nodes = sum(cluster.nodes_per_pool.values())
     cluster_cap = limit_for(settings.max_unhealthy.cluster, total_nodes)
     running = cluster.open_remediations
-    admitted: list[Decision] = []
-    held: list[Held] = []
+    admitted: list[C] = []
+    held: list[Held[C]] = []
     for decision in ordered:
         if not decision.disruptive:
             admitted.append(decision)
@@ -103,8 +138,19 @@ def admit(
     return Admission(tuple(admitted), tuple(held), breaker)
 
 
+def breaker_limit(settings: GlobalSettings, fleet: int) -> int:
+    """How many distinct nodes newly faulted within the window trip the breaker."""
+    return max(1, limit_for(settings.storm_breaker.max_new_faults, fleet) or 1)
+
+
 def _advance_breaker(
-    ordered: list[Decision], settings: GlobalSettings, breaker: BreakerState, now: datetime
+    ordered: list[C],
+    settings: GlobalSettings,
+    breaker: BreakerState,
+    now: datetime,
+    fleet: int,
+    known: frozenset[str] | None,
+    counted: frozenset[str],
 ) -> BreakerState:
     config = settings.storm_breaker
     if breaker.tripped or not config.enabled:
@@ -112,13 +158,18 @@ def _advance_breaker(
     since = now - config.window
     faults = {node: at for node, at in breaker.faults if at > since}
     for decision in ordered:
-        if decision.disruptive and decision.node not in faults:
-            faults[decision.node] = now
+        node = decision.node
+        if not decision.disruptive or node in faults or node in counted:
+            continue
+        if known is not None and node not in known:
+            continue  # a node the cluster does not have is nobody's fault
+        faults[node] = now
     kept = tuple(sorted(faults.items(), key=lambda item: (item[1], item[0])))
-    if len(kept) > config.max_new_faults:
+    limit = breaker_limit(settings, fleet)
+    if len(kept) >= limit:
         reason = (
-            f"{len(kept)} nodes newly faulted within {format_duration(config.window)} "
-            f"(limit {config.max_new_faults}); a human must reset it"
+            f"{len(kept)} of {fleet} nodes newly faulted within "
+            f"{format_duration(config.window)} (limit {limit}); a human must reset it"
         )
         return BreakerState(tripped=True, tripped_at=now, reason=reason, faults=kept)
     return BreakerState(faults=kept)

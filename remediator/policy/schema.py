@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from remediator.policy.durations import Duration
 from remediator.signals.model import SignalKind
@@ -161,6 +161,10 @@ class Policy(_Strict):
     approval: Literal["auto", "required"] = "auto"
     cooldown: Duration | None = None
     dry_run: bool = False
+    # What a node gets while a budget or max_concurrent queues its remediation: `cordon` keeps
+    # new work off a sick node (no pod is evicted); never applied while the breaker or a pause
+    # holds it, since then the signals themselves are suspect.
+    while_queued: Literal["cordon", "nothing"] = "cordon"
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
@@ -185,23 +189,49 @@ class PolicyFile(_Strict):
 
 
 class Limit(_Strict):
-    """Both bounds apply when both are given; the stricter wins."""
+    """Both bounds apply when both are given; the stricter wins. `min` is the percent bound's
+    floor, so that a percent means something on a small cluster too (10% of 16 nodes is 1.6)."""
 
     count: int | None = Field(default=None, ge=0)
     percent: float | None = Field(default=None, ge=0, le=100)
+    min: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _floor_needs_percent(self) -> Limit:
+        if self.min is not None and self.percent is None:
+            raise ValueError("min is the floor of percent: give percent too")
+        return self
 
 
 class MaxUnhealthy(_Strict):
-    per_pool: Limit = Limit(percent=10)
-    cluster: Limit = Limit(percent=10)
+    per_pool: Limit = Limit(percent=10, min=2)
+    cluster: Limit = Limit(percent=10, min=2)
+
+
+def _count_limit(value: Any) -> Any:
+    """`max_new_faults: 20` is shorthand for `{count: 20}`."""
+    return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class StormBreaker(_Strict):
-    """More than `max_new_faults` nodes newly faulted within `window` pauses everything."""
+    """`max_new_faults` distinct known nodes newly faulted within `window` trip it: every
+    decision is queued until a human resets it. The stricter of count and percent (of the
+    fleet) wins, so the breaker means the same on 16 and on 16,000 nodes."""
 
     enabled: bool = True
-    max_new_faults: int = Field(default=20, ge=1)
+    max_new_faults: Annotated[Limit, BeforeValidator(_count_limit)] = Limit(
+        count=20, percent=10, min=3
+    )
     window: Duration = timedelta(minutes=5)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> StormBreaker:
+        limit = self.max_new_faults
+        if limit.count is None and limit.percent is None:
+            raise ValueError("max_new_faults needs a count or a percent")
+        if limit.count == 0:
+            raise ValueError("max_new_faults.count must be at least 1")
+        return self
 
 
 class GlobalSettings(_Strict):

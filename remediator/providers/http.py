@@ -1,8 +1,11 @@
 """The generic HTTP node-pool provider (contract: docs/nodepool-api.yaml).
 
-Retries 5xx, 429 and connection failures with exponential backoff and full jitter, honouring
-Retry-After, within a bounded total time; a POST is safe to retry because it carries the
-Idempotency-Key. Everything else becomes one of remediator.errors at this edge.
+Retries 5xx, 429 and connection failures with exponential backoff and full jitter, within a
+bounded total time; a POST is safe to retry because it carries the Idempotency-Key. A Retry-After
+is honoured however long: a short one is waited here, a longer one (beyond the backoff cap or the
+time left) ends the call at once with a TransientError whose delay is the Retry-After, so the
+engine schedules the next attempt then instead of a thread sleeping. Everything else becomes one
+of remediator.errors at this edge.
 """
 
 from __future__ import annotations
@@ -208,6 +211,13 @@ class HttpNodePoolProvider:
                 else backoff_delay(attempt, self._base, self._cap, self._rand)
             )
             elapsed = self._monotonic() - started
+            if retry_after is not None and (
+                retry_after > self._cap or elapsed + retry_after > self._max_total
+            ):
+                raise TransientError(
+                    f"node-pool API: {what}: {problem} (asked to retry after {retry_after:g}s)",
+                    delay=retry_after,
+                )
             if attempt >= self._max_retries or elapsed + delay > self._max_total:
                 raise TransientError(
                     f"node-pool API: {what}: {problem} (gave up after {attempt + 1} attempts)",

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from remediator.errors import ConflictError, IllegalTransition, NotFoundError, RemediatorError
 from remediator.remediation import planner
 from remediator.remediation.states import CANCELLABLE, TRANSITIONS, State
-from remediator.store.records import ControllerStatus, RemediationRecord
+from remediator.remediation.suppression import DEFAULT_CANCEL_COOLDOWN
+from remediator.store.records import ControllerStatus, RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
 
 
@@ -103,10 +105,16 @@ def run(
     *,
     actor: str,
     reason: str | None = None,
+    cooldown: timedelta | None = None,
 ) -> RemediationRecord:
-    """Apply one remediation command; NotFoundError when there is no such remediation."""
+    """Apply one remediation command; NotFoundError when there is no such remediation.
+
+    A cancel sticks: no policy re-remediates the node for the same fault (see
+    remediation/suppression.py) within `cooldown` (default an hour; zero lets them at once)."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
+    if cooldown is not None and command != "cancel":
+        raise CommandRefused(f"only cancel takes a cooldown, not {command}")
     decide, action = COMMANDS[command]
     record = repository.get(remediation_id)
     if record is None:
@@ -115,6 +123,11 @@ def run(
     detail: dict[str, Any] = {"command": command}
     if reason:
         detail["reason"] = reason
+    if command == "cancel":
+        held_off = DEFAULT_CANCEL_COOLDOWN if cooldown is None else cooldown
+        until = repository.now() + held_off
+        move.fields["suppressed_until"] = until
+        detail["cooldown_seconds"] = int(held_off.total_seconds())
     try:
         return repository.transition(
             remediation_id,
@@ -144,10 +157,34 @@ def resume(repository: Repository, *, actor: str, reason: str) -> ControllerStat
     return repository.resume(by=actor, reason=reason)
 
 
-def reset_breaker(repository: Repository, *, actor: str, reason: str) -> ControllerStatus:
+def reset_breaker(
+    repository: Repository, *, actor: str, reason: str, drop_queued: bool = False
+) -> ControllerStatus:
+    """Reset the storm breaker. The remediations it queued are then admitted in priority order
+    under the budgets (never counted as new faults again); with `drop_queued` a human who judges
+    the storm's signals bad cancels them instead, each with the default cancel cooldown, so the
+    same signals do not queue them again."""
     status = repository.controller_status()
     if not status.breaker_tripped:
         raise CommandRefused("the storm breaker is not tripped")
+    if drop_queued:
+        queued = repository.list(RemediationFilter(states=frozenset({State.QUEUED})), limit=500)
+        for record in queued.rows:
+            if record.queue_cause != "breaker":
+                continue
+            try:
+                repository.transition(
+                    record.id,
+                    State.QUEUED,
+                    State.CANCELLED,
+                    action="dropped",
+                    actor=actor,
+                    detail={"command": "reset-breaker", "reason": reason},
+                    expected_version=record.version,
+                    suppressed_until=repository.now() + DEFAULT_CANCEL_COOLDOWN,
+                )
+            except (ConflictError, IllegalTransition):
+                continue  # moved meanwhile: cancelled by someone else, or admitted
     return repository.reset_breaker(by=actor, reason=reason)
 
 

@@ -2,10 +2,16 @@
 against the durable history, pass the decisions through the budgets and the storm breaker, and
 open a remediation (state `detected`) for each one admitted.
 
-The evaluation's streak and burst state and the breaker's fault window live here, on the leader,
-between cycles; the breaker's trip itself is written to the store, so it survives restarts and
-only a human resets it (from the console). A decision the budget holds opens nothing: the signal
-that caused it is re-announced after the fold window and decided afresh then.
+A decision a budget, `max_concurrent`, a pause or the breaker holds back is not lost: it opens a
+remediation in state `queued` with the hold's reason, its signals and its policy, and every cycle
+(`admit_queued`, and with every batch of signals) the queued ones are offered to the budgets again
+in priority order, so one is admitted the moment the budget frees, with no new signal and under
+its own cause. A queued node's signals re-announced by a pull source fold into it (the node has
+an open remediation, so no policy decides on it again).
+
+The evaluation's streak and burst state live here, on the leader, between cycles. The breaker's
+trip and its fault window are in the store, so a restart or a failover mid-storm keeps both, and
+only a human resets it (from the console).
 """
 
 from __future__ import annotations
@@ -16,8 +22,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from remediator.errors import ConflictError, IllegalTransition
 from remediator.kube.objects import Node
-from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
+from remediator.policy.budget import (
+    Admission,
+    BreakerState,
+    ClusterState,
+    Held,
+    HoldCause,
+    admit,
+)
 from remediator.policy.evaluate import (
     Decision,
     EvalState,
@@ -26,11 +40,14 @@ from remediator.policy.evaluate import (
     evaluate,
 )
 from remediator.policy.loader import PolicySet
+from remediator.policy.schema import Policy
 from remediator.remediation.planner import ladder_from_policy
 from remediator.remediation.states import State
+from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
+from remediator.signals.sources.node_conditions import is_abnormal
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -56,6 +73,8 @@ class Inventory:
     not_ready: frozenset[str] = frozenset()
     cordoned: frozenset[str] = frozenset()
     gpus: Mapping[str, int | None] = field(default_factory=dict)  # node → GPU count, if known
+    # node → condition type → status, so a queued remediation whose condition cleared can close
+    conditions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
@@ -66,6 +85,7 @@ class Inventory:
             not_ready=frozenset(n.name for n in nodes if not n.ready),
             cordoned=frozenset(n.name for n in nodes if n.unschedulable),
             gpus={n.name: n.gpus for n in nodes},
+            conditions={n.name: {c.type: c.status for c in n.conditions} for n in nodes},
         )
 
     def gpu_counts(self) -> dict[str, int | None]:
@@ -81,38 +101,56 @@ class Inventory:
 
 @dataclass(frozen=True)
 class IntakeResult:
-    created: tuple[RemediationRecord, ...] = ()
-    held: tuple[tuple[Decision, str], ...] = ()
+    created: tuple[RemediationRecord, ...] = ()  # now in `detected`: new, or admitted from queue
+    queued: tuple[RemediationRecord, ...] = ()  # newly queued in this cycle
+    closed: tuple[RemediationRecord, ...] = ()  # queued ones whose signals cleared
     breaker_tripped: str | None = None  # the reason, when it tripped in this cycle
     dropped: tuple[Dropped, ...] = ()  # signals the cluster cannot have (signals.screen)
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
-    """Unhealthy = not Ready, cordoned, or fenced by a remediation that touches the cluster."""
+    """Unhealthy = not Ready, cordoned, or fenced by a remediation that touches the cluster.
+
+    A queued remediation takes no budget: its node's cordon (`while_queued: cordon`) keeps new
+    work off but evicts nothing, and counting it would let two queued nodes block each other
+    for ever. An opt-out hold counts toward `max_unhealthy` (its node is quarantined, out of
+    service for new work) but not toward `max_concurrent`, which bounds work in flight: the hold
+    evicts and replaces nothing while it waits for the labelled pods to finish."""
+    queued = {r.node for r in fencing if r.state is State.QUEUED}
     unhealthy: dict[str, set[str]] = {}
-    for node in inventory.not_ready | inventory.cordoned:
+    for node in inventory.not_ready | (inventory.cordoned - queued):
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
-    acting = [r for r in fencing if not r.dry_run]
+    acting = [r for r in fencing if not r.dry_run and r.state is not State.QUEUED]
     for record in acting:
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
     return ClusterState(
         nodes_per_pool=inventory.nodes_per_pool(),
         unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
-        open_remediations=len(acting),
+        open_remediations=sum(1 for r in acting if r.state is not State.HELD_BY_OPT_OUT),
+        known=frozenset(inventory.pools) or None,
     )
 
 
-def breaker_from(status: ControllerStatus, memory: BreakerState) -> BreakerState:
-    """The stored trip wins; a human's reset (stored) clears the remembered window too."""
-    if status.breaker_tripped:
-        if memory.tripped:
-            return memory
-        return BreakerState(True, status.breaker_tripped_at, status.breaker_reason, memory.faults)
-    return BreakerState() if memory.tripped else memory
+def never_started(record: RemediationRecord) -> bool:
+    """Closed while still queued (its signals cleared, or dropped or cancelled by a human): it
+    did nothing, so it starts no cooldown and is no repeat. A human's cancel is kept by its own
+    `suppressed_until` instead."""
+    return record.state is State.CANCELLED and record.queue_cause is not None
+
+
+def breaker_of(status: ControllerStatus) -> BreakerState:
+    """The breaker as stored: its trip and its fault window."""
+    return BreakerState(
+        status.breaker_tripped,
+        status.breaker_tripped_at,
+        status.breaker_reason,
+        tuple(status.breaker_faults),
+    )
 
 
 def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
+    policy = next((p for p in policies.policies if p.name == decision.policy), None)
     return NewRemediation(
         node=decision.node,
         policy=decision.policy,
@@ -125,6 +163,7 @@ def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
         policy_hash=policies.content_hash,
         dry_run=decision.dry_run,
         approval_required=decision.approval == "required",
+        while_queued=policy.while_queued if policy is not None else "cordon",
     )
 
 
@@ -143,7 +182,6 @@ class Intake:
         self._last_stored: dict[tuple[str, int | None, SignalKind, int | None], datetime] = {}
         self._opened: list[Decision] = []
         self._eval_state = EvalState()
-        self._breaker = BreakerState()
         self._lock = threading.Lock()
 
     def process(
@@ -174,6 +212,25 @@ class Intake:
         self._store(signals, linked, now)
         return replace(result, dropped=screened.dropped)
 
+    def has_queued(self) -> bool:
+        queued = RemediationFilter(states=frozenset({State.QUEUED}))
+        return bool(self._repo.list(queued, limit=1).rows)
+
+    def admit_queued(
+        self, inventory: Inventory, policies: PolicySet | None, now: datetime
+    ) -> IntakeResult:
+        """Offer the queued remediations to the budgets again (no new signal needed); close the
+        ones whose node has left the cluster."""
+        if policies is None:
+            return IntakeResult()
+        with self._lock:
+            fencing: Sequence[RemediationRecord] = self._fencing()
+            if not any(r.state is State.QUEUED for r in fencing):
+                return IntakeResult()
+            fencing, closed = self._close_cleared(fencing, (), inventory, policies)
+            result = self._admit((), fencing, inventory, policies, now)
+            return replace(result, closed=closed)
+
     def _decide(
         self,
         fresh: Sequence[Signal],
@@ -181,38 +238,163 @@ class Intake:
         policies: PolicySet,
         now: datetime,
     ) -> IntakeResult:
-        fencing = self._fencing()
+        fencing: Sequence[RemediationRecord] = self._fencing()
         history = self._history(fencing, inventory, policies, now)
         evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
         self._eval_state = evaluation.state
-        if not evaluation.decisions:
+        decisions = self._not_suppressed(evaluation.decisions, now)
+        fencing, closed = self._close_cleared(fencing, fresh, inventory, policies)
+        result = self._admit(decisions, fencing, inventory, policies, now)
+        return replace(result, closed=closed)
+
+    def _not_suppressed(self, decisions: Sequence[Decision], now: datetime) -> list[Decision]:
+        """Drop decisions a human's cancel still covers (same node, same fault, in cooldown)."""
+        if not decisions:
+            return []
+        cancels = self._repo.list_suppressing(now)
+        kept: list[Decision] = []
+        for decision in decisions:
+            cancel = suppressed_by(decision.node, decision.signals, cancels, now)
+            if cancel is None:
+                kept.append(decision)
+                continue
+            log.info(
+                "not opened: remediation %s was cancelled by a human until %s",
+                cancel.id,
+                cancel.suppressed_until.isoformat() if cancel.suppressed_until else "",
+                extra={"node": decision.node, "policy": decision.policy},
+            )
+        return kept
+
+    def _admit(
+        self,
+        decisions: Sequence[Decision],
+        fencing: Sequence[RemediationRecord],
+        inventory: Inventory,
+        policies: PolicySet,
+        now: datetime,
+    ) -> IntakeResult:
+        queued = [r for r in fencing if r.state is State.QUEUED]
+        if not decisions and not queued:
             return IntakeResult()
+        candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         status = self._repo.controller_status()
+        tripped: str | None = None
+        admission: Admission[Decision | RemediationRecord]
         if status.paused:
             reason = f"automation paused by {status.paused_by}: {status.pause_reason}"
-            return IntakeResult(held=tuple((d, reason) for d in evaluation.decisions))
-        breaker = breaker_from(status, self._breaker)
-        admission = admit(
-            evaluation.decisions,
-            cluster_state(inventory, fencing),
-            policies.settings,
-            breaker,
-            now,
-        )
-        self._breaker = admission.breaker
-        tripped = self._record_trip(status, admission)
-        created = tuple(
-            record
-            for decision in admission.admitted
-            if (record := self._open(decision, policies)) is not None
-        )
-        for held in admission.held:
-            log.warning(
-                "decision held: %s",
-                held.reason,
-                extra={"node": held.decision.node, "policy": held.decision.policy},
+            paused = tuple(Held(c, reason, HoldCause.PAUSE) for c in candidates)
+            admission = Admission((), paused, breaker_of(status))
+        else:
+            admission = admit(
+                candidates,
+                cluster_state(inventory, fencing),
+                policies.settings,
+                breaker_of(status),
+                now,
+                counted=frozenset(r.node for r in queued),
             )
-        return IntakeResult(created, tuple((h.decision, h.reason) for h in admission.held), tripped)
+            tripped = self._record_breaker(status, admission.breaker)
+        created: list[RemediationRecord] = []
+        for candidate in admission.admitted:
+            if isinstance(candidate, RemediationRecord):
+                record = self._dequeue(candidate)
+            else:
+                record = self._open(candidate, policies)
+            if record is not None:
+                created.append(record)
+        newly_queued: list[RemediationRecord] = []
+        for held in admission.held:
+            candidate = held.decision
+            if isinstance(candidate, RemediationRecord):
+                self._requeue(candidate, held)
+            elif (record := self._open(candidate, policies, held)) is not None:
+                newly_queued.append(record)
+        return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
+
+    def _record_breaker(self, status: ControllerStatus, breaker: BreakerState) -> str | None:
+        """Persist the fault window when it changed, and the trip when it happened now."""
+        if breaker.tripped and not status.breaker_tripped:
+            reason = breaker.reason or "storm breaker tripped"
+            self._repo.record_breaker_faults(breaker.faults)
+            self._repo.trip_breaker(reason=reason)
+            log.error("storm breaker tripped: %s", reason)
+            return reason
+        if not breaker.tripped and breaker.faults != tuple(status.breaker_faults):
+            self._repo.record_breaker_faults(breaker.faults)
+        return None
+
+    def _dequeue(self, record: RemediationRecord) -> RemediationRecord | None:
+        """The hold lifted: on to `detected`, with the cause it was queued for."""
+        try:
+            after = self._repo.transition(
+                record.id,
+                State.QUEUED,
+                State.DETECTED,
+                action="admitted",
+                actor=self._actor,
+                detail={"was": record.hold_reason or ""},
+                expected_version=record.version,
+                queue_cause=None,
+                hold_reason=None,
+            )
+        except (ConflictError, IllegalTransition) as exc:
+            log.info("queued remediation moved meanwhile: %s", exc, extra={"node": record.node})
+            return None
+        log.info(
+            "queued remediation admitted",
+            extra={"remediation_id": record.id, "node": record.node, "policy": record.policy},
+        )
+        return after
+
+    def _requeue(self, record: RemediationRecord, held: Held[Decision | RemediationRecord]) -> None:
+        """Still held: keep the reason and the cause current (a budget's hold may have become
+        the breaker's, which lifts the cordon)."""
+        if record.queue_cause == held.cause.value and record.hold_reason == held.reason:
+            return
+        try:
+            self._repo.update_fields(
+                record.id, record.version, queue_cause=held.cause.value, hold_reason=held.reason
+            )
+        except ConflictError:
+            return
+
+    def _close_cleared(
+        self,
+        fencing: Sequence[RemediationRecord],
+        fresh: Sequence[Signal],
+        inventory: Inventory,
+        policies: PolicySet,
+    ) -> tuple[list[RemediationRecord], tuple[RemediationRecord, ...]]:
+        """Close queued remediations whose cause is gone: the node left the cluster, or a fresh
+        reading of its threshold policy is at or past the clear level."""
+        by_name = {p.name: p for p in policies.policies}
+        kept: list[RemediationRecord] = []
+        closed: list[RemediationRecord] = []
+        for record in fencing:
+            reason = None
+            if record.state is State.QUEUED:
+                reason = cleared_reason(record, fresh, inventory, by_name.get(record.policy))
+            if reason is None:
+                kept.append(record)
+                continue
+            try:
+                closed.append(
+                    self._repo.transition(
+                        record.id,
+                        State.QUEUED,
+                        State.CANCELLED,
+                        action="signals_cleared",
+                        actor=self._actor,
+                        detail={"reason": reason},
+                        expected_version=record.version,
+                        hold_reason=reason,
+                    )
+                )
+                log.info("queued remediation closed: %s", reason, extra={"node": record.node})
+            except (ConflictError, IllegalTransition):
+                continue
+        return kept, tuple(closed)
 
     def _store(self, signals: Sequence[Signal], linked: set[int], now: datetime) -> None:
         """Keep the node pages' record without a row per reading per cycle: each (node, GPU,
@@ -253,7 +435,9 @@ class Intake:
         recent = self._all(RemediationFilter(created_from=now - horizon))
         return History.build(
             remediations=(
-                PastRemediation(r.node, r.policy, r.created_at, r.state.value) for r in recent
+                PastRemediation(r.node, r.policy, r.created_at, r.state.value)
+                for r in recent
+                if not never_started(r)
             ),
             open={r.node: r.policy for r in fencing},
             pools=inventory.pools,
@@ -271,21 +455,23 @@ class Intake:
                 return rows
             cursor = page.next_cursor
 
-    def _record_trip(self, status: ControllerStatus, admission: Admission) -> str | None:
-        breaker = admission.breaker
-        if not breaker.tripped or status.breaker_tripped:
-            return None
-        reason = breaker.reason or "storm breaker tripped"
-        self._repo.trip_breaker(reason=reason)
-        log.error("storm breaker tripped: %s", reason)
-        return reason
-
-    def _open(self, decision: Decision, policies: PolicySet) -> RemediationRecord | None:
+    def _open(
+        self,
+        decision: Decision,
+        policies: PolicySet,
+        held: Held[Decision | RemediationRecord] | None = None,
+    ) -> RemediationRecord | None:
+        detail: dict[str, object] = {"reason": decision.reason, "signals": len(decision.signals)}
+        if held is not None:
+            detail["held"] = held.reason
         try:
             record = self._repo.create(
                 new_remediation(decision, policies),
                 actor=self._actor,
-                detail={"reason": decision.reason, "signals": len(decision.signals)},
+                action="queued" if held is not None else "detected",
+                detail=detail,
+                queued=held.cause.value if held is not None else None,
+                hold_reason=held.reason if held is not None else None,
             )
         except OpenRemediationExists as exc:
             log.info("not opened: %s", exc, extra={"node": decision.node})
@@ -293,8 +479,9 @@ class Intake:
         self._repo.insert_signals(list(decision.signals), remediation_id=record.id)
         self._opened.append(decision)
         log.info(
-            "remediation opened: %s",
+            "remediation queued: %s (%s)" if held else "remediation opened: %s%s",
             decision.reason,
+            held.reason if held else "",
             extra={
                 "remediation_id": record.id,
                 "node": record.node,
@@ -303,3 +490,32 @@ class Intake:
             },
         )
         return record
+
+
+def cleared_reason(
+    record: RemediationRecord,
+    fresh: Sequence[Signal],
+    inventory: Inventory,
+    policy: Policy | None,
+) -> str | None:
+    if inventory.pools and record.node not in inventory.pools:
+        return f"node {record.node} has left the cluster"
+    reported = inventory.conditions.get(record.node)
+    types = {s.labels.get("type") for s in record.signals if s.kind is SignalKind.NODE_CONDITION}
+    if reported is not None and types and None not in types:
+        gone = [t for t in sorted(t for t in types if t) if not is_abnormal(t, reported.get(t, ""))]
+        if len(gone) == len(types):
+            return f"node condition {', '.join(gone)} cleared"
+    threshold = policy.match.threshold if policy is not None else None
+    if threshold is None or policy is None:
+        return None
+    gpus = {s.gpu for s in record.signals}
+    for signal in fresh:
+        if signal.node != record.node or signal.kind is not policy.match.kind:
+            continue
+        if gpus and signal.gpu not in gpus:
+            continue
+        if threshold.cleared(signal.value) and not threshold.breached(signal.value):
+            shown = "no value" if signal.value is None else f"{signal.value:g}"
+            return f"{signal.kind.value} reading cleared ({shown})"
+    return None

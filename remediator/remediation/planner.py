@@ -182,6 +182,8 @@ def plan(s: Situation) -> Plan:
         return _transient(s)
     if s.state is State.DETECTED:
         return _detected(s)
+    if s.state is State.QUEUED:
+        return Stay(HUMAN_POLL_SECONDS, "queued: the intake admits it when its hold lifts")
     if s.state in (State.AWAITING_APPROVAL, State.HELD, State.FAILED):
         return Stay(HUMAN_POLL_SECONDS, f"{s.state.value}: waiting for a human")
     if s.state in (State.SUCCEEDED, State.CANCELLED):
@@ -277,7 +279,9 @@ def _transient(s: Situation) -> Plan:
     if attempts >= MAX_TRANSIENT_ATTEMPTS and s.state in STEP_NAMES:
         reason = f"gave up after {attempts} attempts: {error}"
         return _hold(s, reason, {})
-    delay = min(MAX_BACKOFF_SECONDS, max(s.error_delay, 0.5 * 2 ** min(attempts, 6)))
+    # Our own backoff is capped; a delay the other side asked for (Retry-After) is honoured
+    # however long.
+    delay = max(s.error_delay, min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(attempts, 6)))
     fields = {"attempts": attempts, "error": error}
     return Stay(delay, error, fields, "retrying", {"error": error, "attempt": attempts})
 

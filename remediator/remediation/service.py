@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from remediator.actions.checkpoint import plan_checkpoint, request_checkpoints
@@ -40,6 +40,7 @@ from remediator.errors import (
 )
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
+from remediator.policy.budget import HoldCause
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
@@ -107,6 +108,15 @@ def opt_out_overridden(record: RemediationRecord) -> bool:
     )
 
 
+def last_queued_action(record: RemediationRecord) -> str | None:
+    """The last cordon or release done for a queued remediation ("queued_cordon", or
+    "queued_release"); None when neither happened."""
+    for event in reversed(record.events):
+        if event.action in ("queued_cordon", "queued_release"):
+            return event.action
+    return None
+
+
 def replacement_key(record: RemediationRecord) -> str:
     """One key per replacement attempt: the same after a crash, a new one after a failed
     operation was retried by a human (the provider would answer the failed one again)."""
@@ -164,9 +174,12 @@ class RemediationService:
         """Tick every open remediation whose wait is over; returns how many were ticked."""
         ticked = 0
         now = self._clock.monotonic()
+        wall = self._clock.now()
         for record in self._repo.list_open():
             if record.state in HUMAN_STATES or self._due.get(record.id, 0.0) > now:
                 continue
+            if record.next_attempt_at is not None and record.next_attempt_at > wall:
+                continue  # a retry scheduled for later (a provider's Retry-After), kept durably
             if not self._may_act():
                 break
             try:
@@ -193,6 +206,9 @@ class RemediationService:
                     return record
                 if record.state in HUMAN_STATES or not self._may_act():
                     return record
+                if record.state is State.QUEUED:
+                    self._while_queued(record)
+                    return record
                 decided = planner.plan(self._observe(record))
                 if isinstance(decided, Stay):
                     self._stay(record, decided)
@@ -214,6 +230,45 @@ class RemediationService:
         with self._locks_guard:
             self._locks.pop(remediation_id, None)
         self._capacity_checked = {k for k in self._capacity_checked if k[0] != remediation_id}
+
+    # -- queued ------------------------------------------------------------------------------
+
+    def _while_queued(self, record: RemediationRecord) -> None:
+        """What a queued node gets meanwhile: the quarantine (cordon + taint, nothing evicted)
+        when a budget holds it and its policy says `while_queued: cordon`; nothing, and our
+        quarantine lifted, while the breaker or a pause holds it (the signals are suspect)."""
+        self._due[record.id] = self._clock.monotonic() + planner.HUMAN_POLL_SECONDS
+        wanted = (
+            record.queue_cause == HoldCause.BUDGET.value
+            and (record.while_queued or "cordon") == "cordon"
+            and not record.dry_run
+        )
+        done = last_queued_action(record)
+        if (done == "queued_cordon") == wanted:
+            return  # as wanted already, as far as its own timeline knows
+        try:
+            if wanted:
+                why = Why(str(record.id), record.policy, signal_text(record))
+                outcome = quarantine(self._kube, record.node, why)
+                action = "queued_cordon"
+            else:
+                outcome = release(self._kube, record.node, str(record.id))
+                action = "queued_release"
+        except RemediatorError as exc:
+            log.warning(
+                "queued %s: %s",
+                record.node,
+                exc,
+                extra={"remediation_id": record.id, "node": record.node},
+            )
+            return
+        if isinstance(outcome, Done):
+            self._repo.append_event(
+                record.id,
+                action=action,
+                actor=self.actor,
+                detail={"result": outcome.detail, **outcome.facts},
+            )
 
     # -- observing ---------------------------------------------------------------------------
 
@@ -346,7 +401,10 @@ class RemediationService:
                 self._repo.append_event(
                     record.id, action=stay.note, actor=self.actor, detail=dict(stay.detail)
                 )
-            changed = {k: v for k, v in stay.fields.items() if getattr(record, k) != v}
+            fields = dict(stay.fields)
+            if stay.note == "retrying":
+                fields["next_attempt_at"] = self._clock.now() + timedelta(seconds=stay.retry_after)
+            changed = {k: v for k, v in fields.items() if getattr(record, k) != v}
             if changed:
                 self._repo.update_fields(record.id, record.version, **changed)
         except ConflictError:

@@ -8,6 +8,9 @@ from remediator.errors import IllegalTransition
 
 
 class State(StrEnum):
+    # Decided, but a budget, max_concurrent, a pause or the storm breaker holds it back: durable
+    # and visible before any step runs; admitted into DETECTED when the hold lifts.
+    QUEUED = "queued"
     DETECTED = "detected"
     AWAITING_APPROVAL = "awaiting_approval"
     QUARANTINED = "quarantined"
@@ -27,6 +30,7 @@ _WORK = frozenset(
 )
 
 TRANSITIONS: dict[State, frozenset[State]] = {
+    State.QUEUED: frozenset({State.DETECTED}),
     State.DETECTED: frozenset(
         {State.AWAITING_APPROVAL, State.QUARANTINED, State.SUCCEEDED, State.FAILED}
     ),

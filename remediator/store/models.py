@@ -116,6 +116,11 @@ class Remediation(Base):
     error: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Queued: why it waits ("budget", "breaker", "pause") and what the node gets meanwhile.
+    queue_cause: Mapped[str | None] = mapped_column(String(16))
+    while_queued: Mapped[str | None] = mapped_column(String(16))
+    # A human's cancel: no policy re-remediates this node for the same fault before then.
+    suppressed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     version: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -131,6 +136,7 @@ class Remediation(Base):
         Index("ix_remediations_cluster_xid", "cluster", "xid_code", "created_at"),
         # Time to repair reads the newest succeeded remediations by finish time.
         Index("ix_remediations_cluster_state_finished", "cluster", "state", "finished_at"),
+        Index("ix_remediations_cluster_suppressed", "cluster", "suppressed_until"),
         # Substring search on node names without scanning the table (PostgreSQL's pg_trgm).
         Index(
             "ix_remediations_node_trgm",
@@ -243,6 +249,9 @@ class ControllerState(Base):
     breaker_reset_by: Mapped[str | None] = mapped_column(String(256))
     breaker_reset_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     breaker_reset_reason: Mapped[str | None] = mapped_column(Text)
+    # The breaker's fault window, [[node, first seen (ISO)], ...]: durable, so a restart or a
+    # failover mid-storm keeps the count.
+    breaker_faults: Mapped[list[list[str]] | None] = mapped_column(Json)
     leader_identity: Mapped[str | None] = mapped_column(String(256))
     leader_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -30,6 +30,7 @@ class NewRemediation:
     idempotency_key: str | None = None
     signal_kind: str | None = None
     xid_code: int | None = None
+    while_queued: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,18 @@ class RemediationRecord:
     updated_at: datetime
     finished_at: datetime | None
     events: tuple[EventRecord, ...] = ()
+    queue_cause: str | None = None
+    while_queued: str | None = None
+    suppressed_until: datetime | None = None
+
+    @property
+    def disruptive(self) -> bool:
+        """Whether its ladder takes the node out of service (what the budgets count)."""
+        return any(step.get("action") != "notify" for step in self.ladder)
+
+    @property
+    def priority(self) -> int:
+        return self.policy_priority
 
     @property
     def is_open(self) -> bool:
@@ -148,6 +161,7 @@ class ControllerStatus:
     breaker_reset_by: str | None = None
     breaker_reset_at: datetime | None = None
     breaker_reset_reason: str | None = None
+    breaker_faults: tuple[tuple[str, datetime], ...] = ()
     leader_identity: str | None = None
     leader_seen_at: datetime | None = None
     updated_at: datetime | None = None

@@ -64,6 +64,8 @@ MUTABLE_FIELDS = frozenset(
         "error",
         "attempts",
         "next_attempt_at",
+        "queue_cause",
+        "suppressed_until",
     }
 )
 FINISHED = frozenset({State.SUCCEEDED, State.CANCELLED, State.FAILED})
@@ -90,6 +92,10 @@ class Repository:
         self.cluster = cluster
         self._clock: Clock = clock or SystemClock()
 
+    def now(self) -> datetime:
+        """The store's clock, for commands that write a time (a cancel's cooldown)."""
+        return self._clock.now()
+
     # -- remediations: writes ----------------------------------------------------------------
 
     def create(
@@ -99,11 +105,15 @@ class Repository:
         actor: str,
         action: str = "detected",
         detail: Mapping[str, Any] | None = None,
+        queued: str | None = None,
+        hold_reason: str | None = None,
     ) -> RemediationRecord:
-        """Persist a remediation in DETECTED with its first event, atomically; refuse a second
-        open remediation for the node with OpenRemediationExists."""
+        """Persist a remediation in DETECTED (or QUEUED, when `queued` names the hold's cause)
+        with its first event, atomically; refuse a second open remediation for the node with
+        OpenRemediationExists."""
         signal_kind, xid_code = _classify(new)
         now = self._clock.now()
+        state = State.QUEUED if queued else State.DETECTED
         row = Remediation(
             cluster=self.cluster,
             node=new.node,
@@ -112,7 +122,7 @@ class Repository:
             policy_priority=new.policy_priority,
             policy_commit=new.policy_commit,
             policy_hash=new.policy_hash,
-            state=State.DETECTED.value,
+            state=state.value,
             dry_run=new.dry_run,
             approval_required=new.approval_required,
             reason=new.reason,
@@ -123,6 +133,9 @@ class Repository:
             step_index=0,
             idempotency_key=new.idempotency_key or uuid.uuid4().hex,
             attempts=0,
+            queue_cause=queued,
+            while_queued=new.while_queued,
+            hold_reason=hold_reason,
             version=1,
             created_at=now,
             updated_at=now,
@@ -134,7 +147,7 @@ class Repository:
                     raise OpenRemediationExists(new.node, existing)
                 session.add(row)
                 session.flush()
-                event = self._event(row.id, now, None, State.DETECTED, action, detail, actor)
+                event = self._event(row.id, now, None, state, action, detail, actor)
                 session.add(event)
                 session.flush()
                 return _remediation(row, (_event_record(event),))
@@ -264,6 +277,16 @@ class Repository:
                 position = cursors.Cursor("closed", None, None)
                 if len(rows) == limit:
                     return Page(rows, self._next_if_any(session, filters, position))
+
+    def list_suppressing(self, now: datetime) -> tuple[RemediationRecord, ...]:
+        """Remediations a human cancelled whose "do not re-remediate" still holds at `now`."""
+        query = (
+            select(Remediation)
+            .where(Remediation.cluster == self.cluster, Remediation.suppressed_until > now)
+            .order_by(Remediation.created_at, Remediation.id)
+        )
+        with session_scope(self.session_factory) as session:
+            return tuple(_remediation(r) for r in session.scalars(query))
 
     def node_history(self, node: str, limit: int = 100) -> NodeHistory:
         remediations = (
@@ -404,9 +427,16 @@ class Repository:
             breaker_tripped=True, breaker_reason=reason, breaker_tripped_at=now
         )
 
+    def record_breaker_faults(self, faults: Sequence[tuple[str, datetime]]) -> None:
+        """The breaker's fault window, so a restart or a failover mid-storm keeps the count."""
+        self._set_controller(breaker_faults=[[node, at.isoformat()] for node, at in faults])
+
     def reset_breaker(self, *, by: str, reason: str) -> ControllerStatus:
+        """A human's reset also empties the fault window: the faults that tripped it (their
+        remediations queued) are never counted again."""
         now = self._clock.now()
         return self._set_controller(
+            breaker_faults=[],
             breaker_tripped=False,
             breaker_reset_by=by,
             breaker_reset_at=now,
@@ -828,6 +858,9 @@ def _remediation(row: Remediation, events: tuple[EventRecord, ...] = ()) -> Reme
         updated_at=row.updated_at,
         finished_at=row.finished_at,
         events=events,
+        queue_cause=row.queue_cause,
+        while_queued=row.while_queued,
+        suppressed_until=row.suppressed_until,
     )
 
 
@@ -886,6 +919,9 @@ def _controller(row: ControllerState) -> ControllerStatus:
         breaker_reset_by=row.breaker_reset_by,
         breaker_reset_at=row.breaker_reset_at,
         breaker_reset_reason=row.breaker_reset_reason,
+        breaker_faults=tuple(
+            (str(node), datetime.fromisoformat(str(at))) for node, at in row.breaker_faults or ()
+        ),
         leader_identity=row.leader_identity,
         leader_seen_at=row.leader_seen_at,
         updated_at=row.updated_at,

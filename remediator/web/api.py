@@ -184,7 +184,8 @@ def _remediation_command(name: str) -> Callable[..., RemediationOut]:
         body: Annotated[CommandIn | None, Body()] = None,
     ) -> RemediationOut:
         reason = body.reason if body else None
-        record = run_command(deps, metrics, name, remediation_id, principal.actor, reason)
+        cooldown = body.cooldown if body else None
+        record = run_command(deps, metrics, name, remediation_id, principal.actor, reason, cooldown)
         return console.remediation_out(record, deps.clock.now())
 
     run.__doc__ = commands.COMMANDS[name][0].__doc__
@@ -195,7 +196,9 @@ def _controller_command(name: str) -> Callable[..., ControllerOut]:
     def run(
         deps: Deps, metrics: Metrics, principal: Operator, body: ControllerCommandIn
     ) -> ControllerOut:
-        status = run_controller_command(deps, metrics, name, principal.actor, body.reason)
+        status = run_controller_command(
+            deps, metrics, name, principal.actor, body.reason, body.drop_queued
+        )
         return ControllerOut.model_validate(status)
 
     run.__doc__ = commands.CONTROLLER_COMMANDS[name].__doc__

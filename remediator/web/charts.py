@@ -16,6 +16,7 @@ from remediator.web.views import format_duration
 # Okabe-Ito: tells kinds apart for the colour-blind too, and stays legible on white.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#555555", "#000000")
 STEP_ORDER = (
+    State.QUEUED,
     State.DETECTED,
     State.AWAITING_APPROVAL,
     State.QUARANTINED,

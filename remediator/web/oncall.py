@@ -3,6 +3,8 @@ mapping of refusals to HTTP answers (404 unknown, 409 not allowed now)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from prometheus_client import CollectorRegistry, Counter
 
 from remediator.errors import NotFoundError
@@ -29,9 +31,12 @@ def run_command(
     remediation_id: int,
     actor: str,
     reason: str | None,
+    cooldown: timedelta | None = None,
 ) -> RemediationRecord:
     try:
-        record = commands.run(deps.repository, command, remediation_id, actor=actor, reason=reason)
+        record = commands.run(
+            deps.repository, command, remediation_id, actor=actor, reason=reason, cooldown=cooldown
+        )
     except NotFoundError as exc:
         metrics.commands.labels(command, "not_found").inc()
         raise WebError(404, str(exc)) from exc
@@ -43,10 +48,20 @@ def run_command(
 
 
 def run_controller_command(
-    deps: WebDeps, metrics: ConsoleMetrics, command: str, actor: str, reason: str
+    deps: WebDeps,
+    metrics: ConsoleMetrics,
+    command: str,
+    actor: str,
+    reason: str,
+    drop_queued: bool = False,
 ) -> ControllerStatus:
+    options = {"drop_queued": True} if drop_queued else {}
+    if options and command != "reset-breaker":
+        raise WebError(422, "only reset-breaker can drop the queued remediations")
     try:
-        status = commands.CONTROLLER_COMMANDS[command](deps.repository, actor=actor, reason=reason)
+        status = commands.CONTROLLER_COMMANDS[command](
+            deps.repository, actor=actor, reason=reason, **options
+        )
     except commands.CommandRefused as exc:
         metrics.commands.labels(command, "refused").inc()
         raise WebError(409, str(exc)) from exc

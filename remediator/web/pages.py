@@ -16,10 +16,11 @@ from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from remediator.policy.durations import parse_duration
 from remediator.remediation import commands
 from remediator.remediation.states import OPEN, WAITING_FOR_HUMAN, State
 from remediator.signals.model import SignalKind
-from remediator.store.records import RemediationFilter
+from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.web import charts, console, csrf, views
 from remediator.web.access import (
     Deps,
@@ -64,6 +65,10 @@ DONE_MESSAGES = {
 }
 
 
+# How many queued nodes the breaker banner names (the list page has them all).
+BANNER_NODES = 50
+
+
 def render(
     request: Request,
     template: str,
@@ -73,12 +78,19 @@ def render(
 ) -> HTMLResponse:
     deps = web_deps(request)
     token = login_token(request)
+    controller = deps.repository.controller_status() if principal else None
+    breaker_queued: tuple[RemediationRecord, ...] = ()
+    if controller is not None and controller.breaker_tripped:
+        queued = RemediationFilter(states=frozenset({State.QUEUED}))
+        breaker_queued = deps.repository.list(queued, limit=BANNER_NODES).rows
     base = {
         "principal": principal,
         "csrf_token": csrf.token_for(token) if token and principal else "",
         "now": deps.clock.now(),
         "cluster": deps.settings.cluster_name,
-        "controller": deps.repository.controller_status() if principal else None,
+        "controller": controller,
+        "breaker_queued": breaker_queued,
+        "banner_limit": BANNER_NODES,
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),
     }
     return TEMPLATES.TemplateResponse(request, template, base | context, status_code=status)
@@ -190,10 +202,23 @@ def make_pages_router() -> APIRouter:
         remediation_id: RemediationId,
         command: str,
         reason: Reason = "",
+        cooldown: Annotated[str, Form(max_length=32)] = "",
     ) -> Response:
         if command not in commands.COMMANDS:
             raise WebError(404, f"no such command {command!r}")
-        run_command(deps, metrics, command, remediation_id, principal.actor, reason.strip() or None)
+        try:
+            held_off = parse_duration(cooldown.strip()) if cooldown.strip() else None
+        except ValueError as exc:
+            raise WebError(422, f"cooldown: {exc}") from exc
+        run_command(
+            deps,
+            metrics,
+            command,
+            remediation_id,
+            principal.actor,
+            reason.strip() or None,
+            held_off,
+        )
         return RedirectResponse(f"/remediations/{remediation_id}?done={command}", 303)
 
     @router.post("/controller/{command}")
@@ -203,12 +228,13 @@ def make_pages_router() -> APIRouter:
         principal: Operator,
         command: str,
         reason: Reason = "",
+        drop_queued: Annotated[bool, Form()] = False,
     ) -> Response:
         if command not in commands.CONTROLLER_COMMANDS:
             raise WebError(404, f"no such command {command!r}")
         if not reason.strip():
             raise WebError(422, "say why: the reason is shown to everyone who sees the pause")
-        run_controller_command(deps, metrics, command, principal.actor, reason.strip())
+        run_controller_command(deps, metrics, command, principal.actor, reason.strip(), drop_queued)
         return RedirectResponse(f"/?done={command}", 303)
 
     @router.get("/nodes/{name}", response_class=HTMLResponse)

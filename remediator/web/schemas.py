@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from remediator.policy.durations import Duration
 from remediator.remediation.states import State
 from remediator.signals.model import Signal
 from remediator.web.agent_views import AgentOut
@@ -55,6 +56,12 @@ class RemediationOut(BaseModel):
     replacement_operation_id: str | None
     new_node: str | None
     hold_reason: str | None
+    queue_cause: str | None = Field(
+        default=None, description="while queued: what holds it (budget, breaker or pause)"
+    )
+    suppressed_until: datetime | None = Field(
+        default=None, description="after a human's cancel: no re-remediation of this fault before"
+    )
     error: str | None
     attempts: int
     next_attempt_at: datetime | None
@@ -184,12 +191,22 @@ class CommandIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str | None = Field(default=None, max_length=500, pattern=PRINTABLE)
+    cooldown: Duration | None = Field(
+        default=None,
+        description="cancel only: how long no policy may remediate the node for the same fault "
+        "(default 1h; 0s lets them at once)",
+    )
 
 
 class ControllerCommandIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
+    drop_queued: bool = Field(
+        default=False,
+        description="reset-breaker only: cancel the remediations the breaker queued instead of "
+        "admitting them",
+    )
 
 
 class HealthOut(BaseModel):

@@ -25,6 +25,7 @@ from remediator.store.records import EventRecord, RemediationRecord
 DEFAULT_REPEAT = (5, timedelta(days=7))
 
 STATE_TONE: Mapping[State, str] = {
+    State.QUEUED: "wait",
     State.DETECTED: "work",
     State.QUARANTINED: "work",
     State.CHECKPOINTING: "work",

@@ -1,6 +1,6 @@
 """A mass event: faults on half the fleet at once. The budgets let at most one node per pool go,
-the rest are held; a second wave trips the storm breaker, which is stored (so it survives a
-restart) and stops every new remediation; no other node is touched."""
+the rest are queued; a second wave trips the storm breaker, which is stored (so it survives a
+restart) and queues every decision, the earlier ones included; no other node is touched."""
 
 from __future__ import annotations
 
@@ -61,37 +61,52 @@ def test_half_the_fleet_faulted_remediates_at_most_the_budget(
 ) -> None:
     first_wave = [*TRAIN[:4], INFER[0]]  # 5 of 10 nodes at once
     engine.push(*(xid(node) for node in first_wave))
-    wait_for(lambda: len(engine.remediations()) >= 2, what="the admitted remediations")
+    wait_for(lambda: len(engine.remediations()) >= 5, what="the decisions")
 
-    opened = {r.node: r for r in engine.remediations()}
-    assert set(opened) == {TRAIN[0], INFER[0]}, opened  # one per pool, by node name
-    status = engine.repository.controller_status()
-    assert not status.breaker_tripped
+    started = {r.node for r in engine.remediations() if r.state is not State.QUEUED}
+    assert started == {TRAIN[0], INFER[0]}  # one per pool, by node name
+    queued = {r.node: r for r in engine.remediations() if r.state is State.QUEUED}
+    assert set(queued) == set(TRAIN[1:4])
+    assert {r.queue_cause for r in queued.values()} == {"budget"}
+    assert not engine.repository.controller_status().breaker_tripped
 
-    second_wave = TRAIN[4:6]
+    second_wave = TRAIN[4:6]  # 7 distinct nodes newly faulted: the limit (6) is reached
     engine.push(*(xid(node) for node in second_wave))
     wait_for(
         lambda: engine.repository.controller_status().breaker_tripped, what="the storm breaker"
     )
     status = engine.repository.controller_status()
-    assert status.breaker_reason and "7 nodes newly faulted" in status.breaker_reason
+    assert status.breaker_reason and "7 of 10 nodes newly faulted" in status.breaker_reason
     assert "a human must reset it" in status.breaker_reason
     # ... and pages a human, once.
     wait_for(lambda: any("Storm breaker tripped" in t for t in webhook.texts()), what="the page")
 
-    # Nothing else opened, nothing else touched: the running two go on to the end.
-    for node in opened:
+    # Every held decision is queued under the breaker now, and none of those nodes is touched:
+    # the cordon a budget's hold gave is lifted, since the signals themselves are suspect.
+    held = [*TRAIN[1:6]]
+    wait_for(
+        lambda: all(
+            (r := engine.of_node(n)) is not None and r.queue_cause == "breaker" for n in held
+        ),
+        what="the breaker's queue",
+    )
+    wait_for(lambda: not [n for n in held if fenced(engine, n)], what="the queued nodes released")
+
+    # The running two go on to the end; nothing else starts.
+    for node in started:
         engine.wait_state(node, State.SUCCEEDED, timeout=90)
-    assert {r.node for r in engine.remediations()} == set(opened)
-    untouched = [n for n in TRAIN + INFER if n not in opened]
+    assert {r.node for r in engine.remediations() if r.state is not State.QUEUED} == started
+    untouched = [n for n in TRAIN + INFER if n not in started]
     assert not [n for n in untouched if fenced(engine, n)]
-    assert not [r for r in engine.remediations() if r.state in OPEN]
+    assert not [r for r in engine.remediations() if r.state in OPEN - {State.QUEUED}]
 
     engine.controller.refresh_metrics()
-    assert engine.controller.registry.get_sample_value("remediator_breaker_tripped") == 1
+    registry = engine.controller.registry
+    assert registry.get_sample_value("remediator_breaker_tripped") == 1
+    assert registry.get_sample_value("remediator_remediations_queued", {"cause": "breaker"}) == 5
 
-    # Still tripped for new faults until a human resets it.
+    # Still tripped for new faults until a human resets it: the new one is queued too.
     engine.push(xid(TRAIN[7]))
     engine.controller.take_pushed()
-    assert engine.of_node(TRAIN[7]) is None
+    assert engine.wait_state(TRAIN[7], State.QUEUED).queue_cause == "breaker"
     assert sum("Storm breaker tripped" in t for t in webhook.texts()) == 1

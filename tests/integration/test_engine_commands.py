@@ -137,7 +137,9 @@ def test_pause_stops_new_remediations_and_new_steps(engine: Engine) -> None:
     engine.push(xid(new_node, code=74))
     engine.controller.take_pushed()
     engine.controller.advance()
-    assert engine.of_node(new_node) is None
+    queued = engine.of_node(new_node)  # decided, but queued under the pause: nothing touched
+    assert queued is not None and queued.state is State.QUEUED and queued.queue_cause == "pause"
+    assert marks(engine, new_node) == (False, False, False)
     still = engine.of_node(waiting_node)
     assert still is not None and still.state is State.QUARANTINED
     assert marks(engine, waiting_node) == (False, False, False)
@@ -148,6 +150,7 @@ def test_pause_stops_new_remediations_and_new_steps(engine: Engine) -> None:
     held = engine.wait_state(waiting_node, State.HELD)
     assert marks(engine, waiting_node) == (True, True, True)
     assert held.policy == "approve-first"
+    assert engine.wait_state(new_node, State.HELD).policy == "fence-only"  # admitted on resume
 
 
 def test_a_bad_policy_edit_keeps_the_last_good_set(engine: Engine) -> None:

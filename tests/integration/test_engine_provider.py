@@ -106,3 +106,32 @@ def test_provider_faults_are_retried_or_held_never_doubled(engine: Engine) -> No
 
     # Ten nodes before, ten after: every replacement replaced exactly one node.
     wait_for(lambda: len(engine.controller.kube.list_nodes()) == 10, what="ten nodes")
+
+
+def test_a_60s_retry_after_schedules_the_next_attempt_a_minute_out(engine: Engine) -> None:
+    """Issue 9, problem 12: a 60 s Retry-After was retried after 32 s. The provider's answer is
+    honoured by scheduling the next attempt (durably, `next_attempt_at`), not by sleeping."""
+    node = "h100-train-0005"
+    before = engine.spare(POOL)
+    engine.nodepool_fault({"type": "throttle", "count": 1, "retry_after": 60})
+    engine.push(xid(node))
+
+    def throttled() -> RemediationRecord | None:
+        record = engine.of_node(node)
+        return record if record is not None and record.next_attempt_at is not None else None
+
+    wait_for(lambda: throttled() is not None, what="the throttled request")
+    record = throttled()
+    assert record is not None and record.state is State.DRAINING  # the capacity check, first
+    assert record.error and "retry after 60s" in record.error
+    retrying = [e for e in record.events if e.action == "retrying"]
+    assert len(retrying) == 1
+    scheduled = (record.next_attempt_at - retrying[0].at).total_seconds()
+    assert 59.0 <= scheduled <= 61.0
+    # Further engine cycles do not ask again before then, and nothing was replaced.
+    for _ in range(3):
+        engine.controller.advance()
+    again = engine.of_node(node)
+    assert again is not None and again.state is State.DRAINING
+    assert [e.action for e in again.events].count("retrying") == 1
+    assert engine.spare(POOL) == before

@@ -67,6 +67,7 @@ CONTROLLER_METRICS = {
     "remediator_step_duration_seconds_count",
     "remediator_oldest_open_remediation_seconds",
     "remediator_breaker_tripped",
+    "remediator_remediations_queued",
     "remediator_paused",
     "remediator_source_up",
     "remediator_is_leader",

@@ -163,7 +163,7 @@ def test_cli_upgrade_runs_from_any_directory(database_url: str, tmp_path: Path) 
         timeout=120,
     )
     assert upgrade.returncode == 0, upgrade.stderr
-    assert "at revision 0001" in upgrade.stdout
+    assert f"at revision {db.head_revision()}" in upgrade.stdout
     config = tmp_path / "settings.yaml"
     config.write_text(f"database_url: {database_url}\n")
     check = subprocess.run(

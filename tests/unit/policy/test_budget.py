@@ -1,14 +1,35 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
-from remediator.policy.budget import BreakerState, ClusterState, admit, limit_for
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from remediator.policy.budget import (
+    BreakerState,
+    ClusterState,
+    HoldCause,
+    admit,
+    breaker_limit,
+    limit_for,
+)
 from remediator.policy.schema import GlobalSettings, Limit
 from tests.unit.policy.builders import T0, decision
 
 
 def settings(**data: object) -> GlobalSettings:
     return GlobalSettings.model_validate(data)
+
+
+SHIPPED = Path(__file__).resolve().parents[3] / "policies" / "settings.yaml"
+
+
+def load_shipped_settings() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(SHIPPED.read_text())
+    return data
 
 
 ROOMY = {"max_unhealthy": {"per_pool": {"percent": 100}, "cluster": {"percent": 100}}}
@@ -28,7 +49,7 @@ def test_pool_percent_holds_beyond_the_limit_in_priority_then_name_order() -> No
     result = admit(
         [decision("c"), decision("a"), decision("b", priority=90)],
         cluster,
-        settings(),
+        settings(storm_breaker={"enabled": False}),
         BreakerState(),
         T0,
     )
@@ -40,9 +61,10 @@ def test_pool_percent_holds_beyond_the_limit_in_priority_then_name_order() -> No
 
 def test_already_unhealthy_nodes_use_the_budget_but_not_twice() -> None:
     cluster = ClusterState(nodes_per_pool={"train": 10}, unhealthy={"train": frozenset({"x"})})
-    held = admit([decision("y")], cluster, settings(), BreakerState(), T0)
+    one = settings(max_unhealthy={"per_pool": {"percent": 10}, "cluster": {"percent": 100}})
+    held = admit([decision("y")], cluster, one, BreakerState(), T0)
     assert held.admitted == ()
-    again = admit([decision("x")], cluster, settings(), BreakerState(), T0)
+    again = admit([decision("x")], cluster, one, BreakerState(), T0)
     assert [d.node for d in again.admitted] == ["x"]
 
 
@@ -70,7 +92,7 @@ def test_notify_only_decisions_need_no_budget() -> None:
 
 def test_storm_breaker_trips_and_stays_tripped() -> None:
     config = settings(
-        **ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 3, "window": "5m"}
+        **ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 4, "window": "5m"}
     )
     cluster = ClusterState(nodes_per_pool={"train": 100})
     first = admit(
@@ -85,7 +107,7 @@ def test_storm_breaker_trips_and_stays_tripped() -> None:
     assert tripped.breaker.tripped
     assert tripped.admitted == ()
     assert tripped.held[0].reason.startswith(
-        "storm breaker tripped: 4 nodes newly faulted within 5m"
+        "storm breaker tripped: 4 of 100 nodes newly faulted within 5m (limit 4)"
     )
     later = admit(
         [decision("e", disruptive=False)], cluster, config, tripped.breaker, T0 + timedelta(days=1)
@@ -97,7 +119,7 @@ def test_storm_breaker_trips_and_stays_tripped() -> None:
 
 def test_breaker_window_forgets_old_faults() -> None:
     config = settings(
-        **ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 1, "window": "5m"}
+        **ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 2, "window": "5m"}
     )
     cluster = ClusterState(nodes_per_pool={"train": 100})
     first = admit([decision("a")], cluster, config, BreakerState(), T0)
@@ -113,3 +135,72 @@ def test_disabled_breaker_never_trips() -> None:
     cluster = ClusterState(nodes_per_pool={"train": 100})
     result = admit([decision(f"n{i}") for i in range(10)], cluster, config, BreakerState(), T0)
     assert len(result.admitted) == 10 and not result.breaker.tripped
+
+
+def test_percent_budgets_take_a_floor_so_small_clusters_get_two_at_once() -> None:
+    """Problem 9: 10% of a 16-node cluster rounded down to one node at a time."""
+    assert limit_for(Limit(percent=10, min=2), 16) == 2
+    assert limit_for(Limit(percent=10, min=2), 40) == 4
+    assert limit_for(Limit(percent=10, min=2, count=3), 400) == 3
+    shipped = settings(**load_shipped_settings())
+    cluster = ClusterState(nodes_per_pool={"train": 16})
+    result = admit([decision("a"), decision("b")], cluster, shipped, BreakerState(), T0)
+    assert [d.node for d in result.admitted] == ["a", "b"]
+    busy = ClusterState(nodes_per_pool={"train": 16}, unhealthy={"train": frozenset({"a", "b"})})
+    held = admit([decision("c")], busy, shipped, BreakerState(), T0)
+    assert [h.reason for h in held.held] == ["max unhealthy in pool train (2)"]
+
+
+def test_a_floor_needs_a_percent() -> None:
+    with pytest.raises(ValidationError, match="min is the floor of percent"):
+        Limit(min=2)
+
+
+def test_shipped_breaker_trips_on_half_of_a_40_node_cluster() -> None:
+    """Problem 10: 20 of 40 nodes never tripped it (20 is not "more than 20")."""
+    shipped = settings(**load_shipped_settings())
+    roomy = shipped.model_copy(update={"max_concurrent": 100})
+    cluster = ClusterState(nodes_per_pool={"train": 40})
+    storm = [decision(f"n{i:02d}") for i in range(20)]
+    result = admit(storm, cluster, roomy, BreakerState(), T0)
+    assert result.breaker.tripped and result.admitted == ()
+    assert {h.cause for h in result.held} == {HoldCause.BREAKER}
+    # A count alone trips when it is reached, not one later.
+    exact = settings(**ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 20})
+    many = ClusterState(nodes_per_pool={"train": 10_000})
+    assert admit(storm, many, exact, BreakerState(), T0).breaker.tripped
+    assert not admit(storm[:19], many, exact, BreakerState(), T0).breaker.tripped
+
+
+def test_breaker_percent_means_the_same_on_small_and_large_fleets() -> None:
+    config = settings(**ROOMY, max_concurrent=10_000)
+    assert breaker_limit(config, 16) == 3  # the floor
+    assert breaker_limit(config, 40) == 4
+    assert breaker_limit(config, 16_000) == 20  # the count is stricter
+
+
+def test_breaker_counts_distinct_known_nodes_only() -> None:
+    config = settings(**ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 3})
+    cluster = ClusterState(nodes_per_pool={"train": 100}, known=frozenset({"a", "b"}))
+    ghosts = [decision("a"), decision("b"), decision("old-host-1"), decision("old-host-2")]
+    result = admit(ghosts, cluster, config, BreakerState(), T0)
+    assert not result.breaker.tripped
+    assert [node for node, _ in result.breaker.faults] == ["a", "b"]
+
+
+def test_queued_decisions_are_not_counted_again() -> None:
+    """Problem 10: held decisions came back together and counted as new faults, re-tripping."""
+    config = settings(**ROOMY, max_concurrent=100, storm_breaker={"max_new_faults": 3})
+    cluster = ClusterState(nodes_per_pool={"train": 100})
+    queued = [decision(f"q{i}") for i in range(10)]
+    result = admit(
+        queued, cluster, config, BreakerState(), T0, counted=frozenset(d.node for d in queued)
+    )
+    assert not result.breaker.tripped and len(result.admitted) == 10
+    assert result.breaker.faults == ()
+
+
+def test_budget_holds_carry_their_cause() -> None:
+    cluster = ClusterState(nodes_per_pool={"train": 100}, open_remediations=5)
+    result = admit([decision("a")], cluster, settings(**ROOMY), BreakerState(), T0)
+    assert result.held[0].cause is HoldCause.BUDGET

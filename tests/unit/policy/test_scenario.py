@@ -57,6 +57,7 @@ def scenario(**extra: object) -> Scenario:
 
 def test_budget_holds_until_a_remediation_resolves(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(POLICY)
+    (tmp_path / "settings.yaml").write_text("max_unhealthy: {per_pool: {percent: 10}}\n")
     outcomes = run_scenario(scenario(), load_policy_dir(tmp_path))
     assert [o.passed for o in outcomes] == [True, True, True]
 

@@ -218,3 +218,17 @@ def test_from_settings_carries_url_token_and_timeout(api: respx.MockRouter) -> N
 def test_a_url_that_cannot_work_is_refused_at_startup(url: str) -> None:
     with pytest.raises(PermanentError, match="not an http:// or https:// URL"):
         HttpNodePoolProvider.from_settings(ProviderSettings(url=url))
+
+
+def test_a_60s_retry_after_is_handed_on_whole_without_sleeping(
+    api: respx.MockRouter, fake_time: FakeTime
+) -> None:
+    """Problem 12: a 60 s Retry-After was retried after 32 s. The client does not sleep on it
+    (a thread would be held for a minute); the engine schedules the next attempt at 60 s."""
+    api.post("/v1/pools/pool-a/replacements").mock(
+        return_value=httpx.Response(503, headers={"Retry-After": "60"}, json={"error": {}})
+    )
+    with pytest.raises(TransientError) as caught:
+        provider(fake_time, max_total_seconds=600.0).request_replacement("pool-a", "n1", "k", "r")
+    assert caught.value.delay == 60.0 and fake_time.sleeps == []
+    assert "retry after 60s" in str(caught.value)

@@ -12,8 +12,15 @@ from remediator.kube.objects import Node, NodeCondition
 from remediator.policy.budget import BreakerState
 from remediator.policy.evaluate import Decision
 from remediator.policy.loader import PolicySet
-from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify
-from remediator.remediation.intake import Inventory, breaker_from, cluster_state, new_remediation
+from remediator.policy.schema import Cordon, Drain, GlobalSettings, Notify, Policy
+from remediator.remediation.intake import (
+    Inventory,
+    breaker_of,
+    cleared_reason,
+    cluster_state,
+    never_started,
+    new_remediation,
+)
 from remediator.remediation.states import State
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import ControllerStatus, RemediationRecord
@@ -69,16 +76,31 @@ def test_a_node_cordoned_by_someone_else_counts_against_the_budgets() -> None:
     assert state.open_remediations == 1
 
 
-def test_the_stored_breaker_wins_and_a_human_reset_clears_memory() -> None:
+def test_the_breaker_is_the_stored_one_trip_and_fault_window_alike() -> None:
     window = (("n1", NOW),)
-    remembered = BreakerState(faults=window)
-    stored_trip = ControllerStatus("c", breaker_tripped=True, breaker_reason="storm")
-    from_store = breaker_from(stored_trip, remembered)
-    assert from_store.tripped and from_store.reason == "storm" and from_store.faults == window
-    tripped = BreakerState(True, NOW, "21 nodes", window)
-    assert breaker_from(stored_trip, tripped) is tripped
-    assert breaker_from(ControllerStatus("c"), tripped) == BreakerState()
-    assert breaker_from(ControllerStatus("c"), remembered) is remembered
+    stored_trip = ControllerStatus(
+        "c", breaker_tripped=True, breaker_reason="storm", breaker_faults=window
+    )
+    assert breaker_of(stored_trip) == BreakerState(True, None, "storm", window)
+    assert breaker_of(ControllerStatus("c", breaker_faults=window)) == BreakerState(faults=window)
+
+
+def test_queued_remediations_take_no_budget_and_opt_out_holds_no_concurrency() -> None:
+    """A queued node's own cordon (while_queued) must not block it or its neighbours; an opt-out
+    hold keeps its node out of service but runs no work."""
+    queued_node = replace(node("q", "train"), unschedulable=True)
+    inventory = Inventory.from_nodes(
+        [node("a", "train"), queued_node, node("h", "train"), node("z", "train")], POOL
+    )
+    fencing = [
+        record("q", "train", State.QUEUED),
+        record("h", "train", State.HELD_BY_OPT_OUT),
+        record("a", "train", State.DRAINING),
+    ]
+    state = cluster_state(inventory, fencing)
+    assert state.unhealthy == {"train": frozenset({"a", "h"})}
+    assert state.open_remediations == 1
+    assert state.known == frozenset({"a", "q", "h", "z"})
 
 
 def test_a_decision_becomes_a_remediation_with_its_ladder_and_policy_version() -> None:
@@ -121,3 +143,56 @@ def test_a_decision_becomes_a_remediation_with_its_ladder_and_policy_version() -
     assert (new.policy_commit, new.policy_hash) == ("abc123", "f" * 64)
     assert new.approval_required and new.dry_run and new.pool == "train"
     assert new.signals == (signal,)
+
+
+def test_a_queued_remediation_closes_when_its_cause_is_gone() -> None:
+    condition = Signal(
+        node="a",
+        kind=SignalKind.NODE_CONDITION,
+        source="node-conditions",
+        observed_at=NOW,
+        labels={"type": "GpuFallenOffBus"},
+    )
+    queued = replace(record("a", "train", State.QUEUED), signals=(condition,))
+    sick = Node(
+        "a", "a", "1", {POOL: "train"}, conditions=(NodeCondition("GpuFallenOffBus", "True"),)
+    )
+    well = replace(sick, conditions=(NodeCondition("GpuFallenOffBus", "False"),))
+    assert cleared_reason(queued, (), Inventory.from_nodes([sick], POOL), None) is None
+    assert cleared_reason(queued, (), Inventory.from_nodes([well], POOL), None) == (
+        "node condition GpuFallenOffBus cleared"
+    )
+    gone = Inventory.from_nodes([node("b", "train")], POOL)
+    assert cleared_reason(queued, (), gone, None) == "node a has left the cluster"
+
+
+def test_a_queued_threshold_remediation_closes_when_a_fresh_reading_clears() -> None:
+    policy = Policy.model_validate(
+        {
+            "name": "hot",
+            "description": "too hot",
+            "why": "heat kills GPUs",
+            "match": {"kind": "thermal", "threshold": {"above": 78, "clear": 75, "for": "2m"}},
+            "actions": [{"action": "cordon"}],
+        }
+    )
+
+    def reading(value: float, gpu: int = 0) -> Signal:
+        return Signal(
+            node="a", kind=SignalKind.THERMAL, source="p", observed_at=NOW, gpu=gpu, value=value
+        )
+
+    queued = replace(record("a", "train", State.QUEUED), signals=(reading(80),), policy="hot")
+    inventory = Inventory.from_nodes([node("a", "train")], POOL)
+    assert cleared_reason(queued, [reading(77)], inventory, policy) is None  # in the band
+    assert cleared_reason(queued, [reading(60, gpu=1)], inventory, policy) is None  # other GPU
+    assert (
+        cleared_reason(queued, [reading(74)], inventory, policy) == "thermal reading cleared (74)"
+    )
+
+
+def test_a_remediation_closed_while_queued_never_started() -> None:
+    closed = replace(record("a", "train", State.CANCELLED), queue_cause="budget")
+    assert never_started(closed)
+    assert not never_started(replace(closed, queue_cause=None))  # admitted, then cancelled
+    assert not never_started(replace(closed, state=State.SUCCEEDED, queue_cause=None))

@@ -257,3 +257,11 @@ def test_every_move_is_allowed_by_the_table(
         assert decided.target in TRANSITIONS[state], (state, decided)
     else:
         assert decided.retry_after >= 0
+
+
+def test_a_provider_retry_after_is_honoured_however_long() -> None:
+    """Problem 12: the engine's backoff cap (30 s) cut a 60 s Retry-After short."""
+    decided = plan(at(State.REPLACING, error="503: retry after 60s", error_delay=60.0))
+    assert isinstance(decided, Stay) and decided.retry_after == 60.0
+    hour = plan(at(State.REPLACING, error="429", error_delay=3600.0, attempts=3))
+    assert isinstance(hour, Stay) and hour.retry_after == 3600.0

@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "state-machine.md"
 
 
 def render() -> str:
-    lines = ["stateDiagram-v2", "    [*] --> detected"]
+    lines = ["stateDiagram-v2", "    [*] --> queued", "    [*] --> detected"]
     for source in State:
         lines += [f"    {source} --> {target}" for target in sorted(TRANSITIONS[source])]
     lines += [f"    {source} --> cancelled: cancel" for source in sorted(CANCELLABLE)]
