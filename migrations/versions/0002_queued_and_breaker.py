@@ -1,7 +1,7 @@
 """queued remediations, a human's cancel that sticks, and the breaker's durable fault window
 
 Revision ID: 0002
-Revises: 0003 (written against 0001; chained after main's 0003 so the branch has one head)
+Revises: 0001
 Create Date: 2026-12-01 14:55:00
 
 Adds `queued` to the open states (so the one-open-remediation-per-node guard and the open index
@@ -18,7 +18,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0002"
-down_revision: str | None = "0003"
+down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
