@@ -2,6 +2,8 @@
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# The suite mostly waits on real services and subprocesses, so more workers than cores pays.
+PYTEST_WORKERS ?= 3
 
 .PHONY: demo test lint unit bench setup clean
 
@@ -14,7 +16,7 @@ test:
 	$(BIN)/ruff check remediator tests bench
 	$(BIN)/ruff format --check remediator tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 lint:
 	@scripts/setup.sh
