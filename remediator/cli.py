@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.controller.cli",
     "remediator.demo.cli",
     "remediator.agent.cli",
+    "remediator.backtest.cli",
 )
 # Commands that run on every node, where start-up cost and memory count: `remediator agent …`
 # builds a parser with only its own module instead of importing the controller's stack.

@@ -57,6 +57,12 @@ class SignalSettings(BaseModel):
     # `alertmanager_receiver` there, instead of waiting for their next notification.
     alertmanager_url: str | None = None
     alertmanager_receiver: str = "remediator"
+class ArchiveSettings(BaseModel):
+    """The signal archive a policy backtest replays (docs/backtest.md)."""
+
+    enabled: bool = True
+    retention_days: float = Field(default=30.0, gt=0)
+    max_run_minutes: float = Field(default=60.0, gt=0)
 
 
 class Settings(BaseSettings):
@@ -75,6 +81,7 @@ class Settings(BaseSettings):
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
     signals: SignalSettings = Field(default_factory=SignalSettings)
+    signal_archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

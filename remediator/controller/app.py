@@ -48,6 +48,7 @@ from remediator.signals.sources.base import Source, SourceResult
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
 from remediator.signals.sources.push import InboxUnavailable, SignalInbox
+from remediator.store.archive import SignalArchive
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_SECONDS = 2.0
 RECONCILE_SECONDS = 10.0
 HEARTBEAT_SECONDS = 10.0
+ARCHIVE_RETENTION_SECONDS = 3600.0
 PUSH_SECONDS = 1.0
 # How old the node inventory may be when queued remediations are offered to the budgets again.
 INVENTORY_MAX_AGE_SECONDS = 1.0
@@ -167,8 +169,18 @@ class Controller:
             on_illegal=self.metrics.illegal,
             may_act=self.is_leader,
         )
-        self.intake = Intake(self.repository, actor=self.actor)
         self._drops = RecentDrops()
+        archive = settings.signal_archive
+        self.archive: SignalArchive | None = (
+            SignalArchive(
+                self.repository.session_factory,
+                settings.cluster_name,
+                max_run=timedelta(minutes=archive.max_run_minutes),
+            )
+            if archive.enabled
+            else None
+        )
+        self.intake = Intake(self.repository, actor=self.actor, archive=self.archive)
         self.inventory: Inventory | None = None
         self._inventory_at = 0.0
         self._leading = threading.Event()
@@ -233,6 +245,11 @@ class Controller:
                     ),
                     JobSpec("reconcile", guarded("reconcile", self.reconcile), RECONCILE_SECONDS),
                     JobSpec("heartbeat", guarded("heartbeat", self.heartbeat), HEARTBEAT_SECONDS),
+                    JobSpec(
+                        "archive-retention",
+                        guarded("archive-retention", self.prune_archive),
+                        ARCHIVE_RETENTION_SECONDS,
+                    ),
                 ]
             )
             scheduler.start()
@@ -378,6 +395,11 @@ class Controller:
     def heartbeat(self) -> None:
         self.repository.record_leader(self.identity)
 
+    def prune_archive(self) -> None:
+        if self.archive is not None:
+            days = self.settings.signal_archive.retention_days
+            self.archive.prune(self.clock.now() - timedelta(days=days))
+
     # -- every replica -----------------------------------------------------------------------
 
     def housekeeping(self) -> None:
@@ -502,6 +524,11 @@ class Controller:
     def stop(self) -> None:
         # Our jobs end before the lease is handed over, so two replicas never act at once.
         self._stop_leading(wait=True)
+        if self.archive is not None:
+            try:
+                self.archive.flush()
+            except SQLAlchemyError as exc:
+                log.warning("signal archive: open runs not written at shutdown: %s", exc)
         if self.elector is not None:
             self.elector.stop(release=True)
         if self._web is not None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from remediator.backtest.cli import add_backtest
 from remediator.errors import PolicyError
 from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.policy.scenario import load_scenarios, run_scenario
@@ -23,6 +24,7 @@ def register(subparsers: Any) -> None:
     test.add_argument("directory", type=Path)
     test.add_argument("scenarios", type=Path, nargs="+")
     test.set_defaults(func=_test)
+    add_backtest(sub)
 
 
 def summary(policy_set: PolicySet) -> str:

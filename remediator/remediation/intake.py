@@ -48,6 +48,7 @@ from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
 from remediator.signals.sources.node_conditions import is_abnormal
+from remediator.store.archive import NodeSnapshot, SignalArchive
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -91,6 +92,16 @@ class Inventory:
     def gpu_counts(self) -> dict[str, int | None]:
         """Every node the cluster has → its GPU count (None when unknown)."""
         return {node: self.gpus.get(node) for node in self.pools}
+    def snapshots(self) -> dict[str, NodeSnapshot]:
+        return {
+            node: NodeSnapshot(
+                pool,
+                self.labels.get(node, {}),
+                node not in self.not_ready,
+                node in self.cordoned,
+            )
+            for node, pool in self.pools.items()
+        }
 
     def nodes_per_pool(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -174,8 +185,10 @@ class Intake:
         *,
         actor: str,
         fold_window: timedelta = DEFAULT_FOLD_WINDOW,
+        archive: SignalArchive | None = None,
     ) -> None:
         self._repo = repository
+        self._archive = archive
         self._actor = actor
         self._folder = SignalFolder(fold_window)
         self._fold_window = fold_window
@@ -203,6 +216,9 @@ class Intake:
     ) -> IntakeResult:
         screened = screen(signals, inventory.gpu_counts())
         signals = screened.kept
+        if self._archive is not None:
+            # Every signal as received, before the fold: a backtest replays the fold too.
+            self._archive.record(signals, inventory.snapshots(), now)
         fresh = self._folder.fold(signals, now)
         result = IntakeResult()
         if policies is not None and fresh:

@@ -281,3 +281,75 @@ class AgentHeartbeat(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
     stats: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+class ArchivedSignal(Base):
+    """Every signal the controller received, as runs: one row per (node, GPU, kind, code, source,
+    labels) reading that repeated unchanged at consecutive cycles of its source, from `first_at`
+    to `last_at` (cycle times; NULL when it came once). `lag_ms` is how far the first reading's
+    observed time lay before its cycle, so a replay rebuilds each reading exactly."""
+
+    __tablename__ = "signal_archive"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    gpu: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    code: Mapped[int | None] = mapped_column(Integer)
+    value: Mapped[float | None] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(64))
+    label_set: Mapped[int | None] = mapped_column(BigInteger)
+    first_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    readings: Mapped[int] = mapped_column(Integer, default=1)
+    lag_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+
+    __table_args__ = (
+        Index("ix_signal_archive_cluster_first", "cluster", "first_at"),
+        Index("ix_signal_archive_cluster_key", "cluster", "node", "gpu", "kind", "first_at"),
+    )
+
+
+class ArchivedLabelSet(Base):
+    """Signal labels (and GPU UUID) stored once and referenced by digest: DCGM series repeat the
+    same half-dozen labels on every reading."""
+
+    __tablename__ = "signal_label_sets"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    digest: Mapped[str] = mapped_column(String(64))
+    gpu_uuid: Mapped[str | None] = mapped_column(String(128))
+    labels: Mapped[dict[str, str]] = mapped_column(Json)
+
+    __table_args__ = (
+        Index("uq_signal_label_sets_cluster_digest", "cluster", "digest", unique=True),
+    )
+
+
+class ArchivedCycle(Base):
+    """One intake cycle in which `source` delivered signals: the times a run's readings came."""
+
+    __tablename__ = "signal_cycles"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[str] = mapped_column(String(64), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+
+
+class ArchivedNode(Base):
+    """A node's pool, labels and health as the intake saw them, one row per change: budgets and
+    node selectors of a replay need the inventory of the time."""
+
+    __tablename__ = "signal_archive_nodes"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    present: Mapped[bool] = mapped_column(Boolean)
+    pool: Mapped[str] = mapped_column(String(128))
+    labels: Mapped[dict[str, str]] = mapped_column(Json)
+    ready: Mapped[bool] = mapped_column(Boolean)
+    cordoned: Mapped[bool] = mapped_column(Boolean)
+
+    __table_args__ = (Index("ix_signal_archive_nodes_cluster_at", "cluster", "at"),)

@@ -1,0 +1,1 @@
+"""Policy backtest: replay recorded signals through baseline and proposed policy sets."""

@@ -1,0 +1,239 @@
+"""`remediator policy backtest PROPOSED_DIR …` and `remediator signals export …`.
+
+The backtest exits 0 whenever it ran, whatever it found (a reviewer reads the report; CI posts
+it); 1 when it could not run (bad arguments, unreadable record or policies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from remediator.backtest import render
+from remediator.backtest.compare import Report, compare
+from remediator.backtest.recording import (
+    PolicyVersion,
+    from_database,
+    policy_versions,
+    read_export,
+    write_export,
+)
+from remediator.backtest.replay import (
+    BacktestError,
+    PolicyTimeline,
+    load_files,
+    replay,
+    run_filter,
+)
+from remediator.errors import PolicyError, RemediatorError
+from remediator.policy.durations import parse_duration
+from remediator.policy.loader import PolicySet, load_policy_dir
+from remediator.store.db import make_engine, make_session_factory
+
+FORMATS = {"text": render.to_text, "markdown": render.to_markdown, "json": render.to_json_text}
+
+
+def add_backtest(subparsers: Any) -> None:
+    """Registered under `remediator policy`."""
+    parser = subparsers.add_parser(
+        "backtest", help="replay recorded signals through baseline and proposed policies"
+    )
+    parser.add_argument("proposed", type=Path, metavar="PROPOSED_DIR")
+    baseline = parser.add_mutually_exclusive_group()
+    baseline.add_argument("--baseline", type=Path, metavar="DIR", help="baseline policy directory")
+    baseline.add_argument(
+        "--baseline-ref",
+        metavar="GIT_REF",
+        help="baseline = PROPOSED_DIR as of this git ref (default: the versions really active)",
+    )
+    record = parser.add_mutually_exclusive_group(required=True)
+    record.add_argument("--database", metavar="URL", help="the controller's database")
+    record.add_argument("--signals", type=Path, metavar="FILE", help="a `signals export` file")
+    _window_arguments(parser)
+    parser.add_argument("--format", choices=sorted(FORMATS), default="text")
+    parser.add_argument(
+        "--tolerance",
+        default="1m",
+        help="a replayed remediation matches a real one within this time (default 1m)",
+    )
+    parser.set_defaults(func=_backtest)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("signals", help="the archive of received signals")
+    sub = parser.add_subparsers(dest="signals_command", metavar="ACTION", required=True)
+    export = sub.add_parser("export", help="write the archive of a window as JSON lines, gzip'd")
+    export.add_argument("--database", metavar="URL", required=True)
+    _window_arguments(export)
+    export.add_argument("--output", type=Path, help="file to write (default: standard output)")
+    export.set_defaults(func=_export)
+
+
+def _window_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--since", default="30d", help="start: a duration back from now (30d) or an ISO time"
+    )
+    parser.add_argument("--until", help="end: a duration back from now or an ISO time (now)")
+    parser.add_argument("--cluster", default="default", help="cluster name in the database")
+
+
+def parse_when(text: str, now: datetime) -> datetime:
+    """`30d`, `12h` … back from now, or an ISO 8601 time (UTC when it names no zone)."""
+    try:
+        return now - parse_duration(text)
+    except (ValueError, TypeError):
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise RemediatorError(f"{text!r} is neither a duration (30d) nor an ISO time") from exc
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _window(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    now = datetime.now(UTC)
+    since = parse_when(args.since, now)
+    until = parse_when(args.until, now) if args.until else now
+    if until <= since:
+        raise RemediatorError(f"--until ({until.isoformat()}) must be after --since")
+    return since, until
+
+
+def _load_dir(directory: Path) -> PolicySet:
+    try:
+        return load_policy_dir(directory)
+    except PolicyError as exc:
+        raise BacktestError(f"{directory}: " + "; ".join(exc.problems)) from exc
+
+
+def files_at_ref(directory: Path, ref: str) -> dict[str, str]:
+    """The policy files of `directory` as committed at `ref`."""
+
+    def git(*argv: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(directory), *argv],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", "") or str(exc)
+            raise BacktestError(f"git {' '.join(argv)}: {detail.strip()}") from exc
+        return done.stdout
+
+    prefix = git("rev-parse", "--show-prefix").strip()
+    names = git("ls-tree", "--name-only", f"{ref}:{prefix}").split()
+    files = {
+        name: git("show", f"{ref}:{prefix}{name}")
+        for name in names
+        if name.endswith((".yaml", ".yml"))
+    }
+    if not files:
+        raise BacktestError(f"{directory} at {ref}: no policy files")
+    return files
+
+
+def fixed_baseline(args: argparse.Namespace) -> tuple[PolicyTimeline, str] | None:
+    """The baseline named on the command line, if any."""
+    epoch = datetime.min.replace(tzinfo=UTC)
+    if args.baseline is not None:
+        return [(epoch, _load_dir(args.baseline))], str(args.baseline)
+    if args.baseline_ref is not None:
+        files = files_at_ref(args.proposed, args.baseline_ref)
+        return [(epoch, load_files(files))], f"{args.proposed} at {args.baseline_ref}"
+    return None
+
+
+def recorded_baseline(versions: Sequence[PolicyVersion]) -> tuple[PolicyTimeline, str]:
+    """The policy versions as the controller really loaded them, each from its load time."""
+    if not versions:
+        raise BacktestError(
+            "no policy versions recorded for this window: give --baseline or --baseline-ref"
+        )
+    loaded: dict[str, PolicySet] = {}
+    timeline: list[tuple[datetime, PolicySet]] = []
+    for version in versions:
+        if version.content_hash not in loaded:
+            loaded[version.content_hash] = load_files(version.files)
+        timeline.append((version.loaded_at, loaded[version.content_hash]))
+    return timeline, "the policy versions active at the time"
+
+
+def run_backtest(args: argparse.Namespace) -> Report:
+    since, until = _window(args)
+    tolerance = parse_duration(args.tolerance)
+    proposed: PolicyTimeline = [(datetime.min.replace(tzinfo=UTC), _load_dir(args.proposed))]
+    fixed = fixed_baseline(args)
+    if args.signals is not None:
+        recording = read_export(args.signals)
+        since, until = max(since, recording.since), min(until, recording.until)
+        baseline, name = fixed or recorded_baseline(recording.policy_versions)
+    else:
+        engine = make_engine(args.database)
+        try:
+            factory = make_session_factory(engine)
+            baseline, name = fixed or recorded_baseline(
+                policy_versions(factory, args.cluster, until)
+            )
+            wanted = run_filter([baseline, proposed])
+            recording = from_database(factory, args.cluster, since, until, wanted)
+        finally:
+            engine.dispose()
+    recording = replace(recording, since=since, until=until)
+    base = replay(recording, baseline, tolerance=tolerance)
+    new = replay(recording, proposed, tolerance=tolerance)
+    return compare(
+        base,
+        new,
+        recording.remediations,
+        since=since,
+        until=until,
+        tolerance=tolerance,
+        baseline_name=name,
+        proposed_name=str(args.proposed),
+    )
+
+
+def _backtest(args: argparse.Namespace) -> int:
+    try:
+        report = run_backtest(args)
+    except (RemediatorError, SQLAlchemyError, ValueError) as exc:
+        print(f"remediator policy backtest: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(FORMATS[args.format](report))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    try:
+        since, until = _window(args)
+        engine = make_engine(args.database)
+        try:
+            recording = from_database(make_session_factory(engine), args.cluster, since, until)
+        finally:
+            engine.dispose()
+        if args.output is not None:
+            with args.output.open("wb") as out:
+                lines = write_export(recording, out)
+        else:
+            lines = write_export(recording, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+    except (RemediatorError, SQLAlchemyError, OSError) as exc:
+        print(f"remediator signals export: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"exported {len(recording.runs)} runs, {len(recording.nodes)} node changes, "
+        f"{len(recording.remediations)} remediations ({lines} lines)",
+        file=sys.stderr,
+    )
+    return 0

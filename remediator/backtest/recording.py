@@ -1,0 +1,384 @@
+"""What a backtest replays: the archived signals, cycles and node inventory of a time window,
+with the remediations that really happened and the policy versions that were really active.
+Read from the database, or from a `signals export` file so CI needs no production access."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediator.errors import RemediatorError
+from remediator.remediation.states import State
+from remediator.signals.model import SignalKind
+from remediator.store.archive import (
+    ArchivedRun,
+    NodeChange,
+    RunFilter,
+    read_cycles,
+    read_nodes,
+    read_runs,
+)
+from remediator.store.db import session_scope
+from remediator.store.models import ControllerState, PolicySet, Remediation
+
+# Remediations this far before the window still shape it: cooldowns, repeats, open ones.
+LOOKBACK = timedelta(days=30)
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RealRemediation:
+    """A remediation as it happened; `ended_at` is when it stopped fencing its node (None: it
+    still did at the end of the record)."""
+
+    node: str
+    policy: str
+    pool: str | None
+    created_at: datetime
+    ended_at: datetime | None
+    state: str
+    ladder: tuple[str, ...]
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVersion:
+    loaded_at: datetime
+    content_hash: str
+    files: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerRecord:
+    tripped_at: datetime | None
+    reset_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Recording:
+    since: datetime
+    until: datetime
+    cycles: Mapping[str, list[datetime]]
+    runs: list[ArchivedRun]
+    nodes: list[NodeChange]
+    remediations: list[RealRemediation]
+    policy_versions: list[PolicyVersion] = field(default_factory=list)
+    breaker: BreakerRecord = BreakerRecord(None, None)
+
+
+class RecordingError(RemediatorError):
+    """The record cannot be read: a bad file or an unreadable database."""
+
+
+def from_database(
+    factory: sessionmaker[Session],
+    cluster: str,
+    since: datetime,
+    until: datetime,
+    wanted: RunFilter | None = None,
+) -> Recording:
+    return Recording(
+        since=since,
+        until=until,
+        cycles=read_cycles(factory, cluster, since, until),
+        runs=read_runs(factory, cluster, since, until, wanted),
+        nodes=read_nodes(factory, cluster, since, until),
+        remediations=_remediations(factory, cluster, since - LOOKBACK, until),
+        policy_versions=policy_versions(factory, cluster, until),
+        breaker=_breaker(factory, cluster),
+    )
+
+
+def _remediations(
+    factory: sessionmaker[Session], cluster: str, since: datetime, until: datetime
+) -> list[RealRemediation]:
+    fencing = {State.FAILED.value} | {s.value for s in State if s.value not in _CLOSED}
+    found: list[RealRemediation] = []
+    with session_scope(factory) as session:
+        rows = session.scalars(
+            select(Remediation)
+            .where(
+                Remediation.cluster == cluster,
+                Remediation.created_at >= since,
+                Remediation.created_at < until,
+            )
+            .order_by(Remediation.created_at, Remediation.id)
+        )
+        for row in rows:
+            ended = None if row.state in fencing else row.finished_at
+            found.append(
+                RealRemediation(
+                    node=row.node,
+                    policy=row.policy,
+                    pool=row.pool,
+                    created_at=row.created_at,
+                    ended_at=ended,
+                    state=row.state,
+                    ladder=tuple(str(step.get("action", "")) for step in row.ladder),
+                    dry_run=row.dry_run,
+                )
+            )
+    return found
+
+
+_CLOSED = frozenset({State.SUCCEEDED.value, State.CANCELLED.value, State.FAILED.value})
+
+
+def policy_versions(
+    factory: sessionmaker[Session], cluster: str, until: datetime
+) -> list[PolicyVersion]:
+    with session_scope(factory) as session:
+        rows = session.scalars(
+            select(PolicySet)
+            .where(
+                PolicySet.cluster == cluster,
+                PolicySet.status == "ok",
+                PolicySet.loaded_at < until,
+            )
+            .order_by(PolicySet.loaded_at, PolicySet.id)
+        )
+        return [PolicyVersion(r.loaded_at, r.content_hash, dict(r.files)) for r in rows]
+
+
+def _breaker(factory: sessionmaker[Session], cluster: str) -> BreakerRecord:
+    with session_scope(factory) as session:
+        row = session.get(ControllerState, cluster)
+        if row is None:
+            return BreakerRecord(None, None)
+        return BreakerRecord(row.breaker_tripped_at, row.breaker_reset_at)
+
+
+# -- the export file: gzip'd JSON lines, one record each, the header first -----------------------
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Header(_Line):
+    type: str
+    version: int
+    since: AwareDatetime
+    until: AwareDatetime
+    breaker_tripped_at: AwareDatetime | None = None
+    breaker_reset_at: AwareDatetime | None = None
+
+
+class _Cycle(_Line):
+    type: str
+    source: str
+    at: list[AwareDatetime]
+
+
+class _Run(_Line):
+    type: str
+    node: str
+    gpu: int | None
+    kind: SignalKind
+    code: int | None
+    value: float | None
+    source: str
+    labels: dict[str, str]
+    gpu_uuid: str | None
+    first_at: AwareDatetime
+    last_at: AwareDatetime | None
+    readings: int
+    lag_ms: int
+
+
+class _Node(_Line):
+    type: str
+    at: AwareDatetime
+    node: str
+    present: bool
+    pool: str
+    labels: dict[str, str]
+    ready: bool
+    cordoned: bool
+
+
+class _Remediation(_Line):
+    type: str
+    node: str
+    policy: str
+    pool: str | None
+    created_at: AwareDatetime
+    ended_at: AwareDatetime | None
+    state: str
+    ladder: list[str]
+    dry_run: bool
+
+
+class _Policies(_Line):
+    type: str
+    loaded_at: AwareDatetime
+    content_hash: str
+    files: dict[str, str]
+
+
+def export_lines(recording: Recording) -> Iterator[dict[str, Any]]:
+    yield _Header(
+        type="header",
+        version=FORMAT_VERSION,
+        since=recording.since,
+        until=recording.until,
+        breaker_tripped_at=recording.breaker.tripped_at,
+        breaker_reset_at=recording.breaker.reset_at,
+    ).model_dump(mode="json")
+    for source, times in sorted(recording.cycles.items()):
+        yield {"type": "cycles", "source": source, "at": [t.isoformat() for t in times]}
+    for run in recording.runs:
+        yield {
+            "type": "run",
+            "node": run.node,
+            "gpu": run.gpu,
+            "kind": run.kind.value,
+            "code": run.code,
+            "value": run.value,
+            "source": run.source,
+            "labels": dict(run.labels),
+            "gpu_uuid": run.gpu_uuid,
+            "first_at": run.first_at.isoformat(),
+            "last_at": run.last_at.isoformat() if run.last_at else None,
+            "readings": run.readings,
+            "lag_ms": run.lag_ms,
+        }
+    for change in recording.nodes:
+        yield _Node(
+            type="node",
+            at=change.at,
+            node=change.node,
+            present=change.present,
+            pool=change.pool,
+            labels=dict(change.labels),
+            ready=change.ready,
+            cordoned=change.cordoned,
+        ).model_dump(mode="json")
+    for item in recording.remediations:
+        yield _Remediation(
+            type="remediation",
+            node=item.node,
+            policy=item.policy,
+            pool=item.pool,
+            created_at=item.created_at,
+            ended_at=item.ended_at,
+            state=item.state,
+            ladder=list(item.ladder),
+            dry_run=item.dry_run,
+        ).model_dump(mode="json")
+    for version in recording.policy_versions:
+        yield _Policies(
+            type="policies",
+            loaded_at=version.loaded_at,
+            content_hash=version.content_hash,
+            files=dict(version.files),
+        ).model_dump(mode="json")
+
+
+def write_export(recording: Recording, out: IO[bytes]) -> int:
+    count = 0
+    with gzip.GzipFile(fileobj=out, mode="wb") as zipped:
+        for line in export_lines(recording):
+            zipped.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+            count += 1
+    return count
+
+
+def read_export(path: Path) -> Recording:
+    """Read a `signals export` file; a bad line is an error naming its number."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            return _parse(enumerate(handle, start=1), path)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise RecordingError(f"{path}: cannot read: {exc}") from exc
+
+
+def _parse(lines: Iterable[tuple[int, str]], path: Path) -> Recording:
+    header: _Header | None = None
+    cycles: dict[str, list[datetime]] = {}
+    runs: list[ArchivedRun] = []
+    nodes: list[NodeChange] = []
+    remediations: list[RealRemediation] = []
+    versions: list[PolicyVersion] = []
+    for number, text in lines:
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
+            kind = data.get("type") if isinstance(data, dict) else None
+            if header is None:
+                if kind != "header":
+                    raise ValueError("the first line must be the header")
+                header = _Header.model_validate(data)
+                if header.version != FORMAT_VERSION:
+                    raise ValueError(f"format version {header.version}, expected {FORMAT_VERSION}")
+            elif kind == "cycles":
+                cycle = _Cycle.model_validate(data)
+                cycles.setdefault(cycle.source, []).extend(cycle.at)
+            elif kind == "run":
+                r = _Run.model_validate(data)
+                runs.append(
+                    ArchivedRun(
+                        r.node,
+                        r.gpu,
+                        r.kind,
+                        r.code,
+                        r.value,
+                        r.source,
+                        r.labels,
+                        r.gpu_uuid,
+                        r.first_at,
+                        r.last_at,
+                        r.readings,
+                        r.lag_ms,
+                    )
+                )
+            elif kind == "node":
+                n = _Node.model_validate(data)
+                nodes.append(
+                    NodeChange(n.at, n.node, n.present, n.pool, n.labels, n.ready, n.cordoned)
+                )
+            elif kind == "remediation":
+                m = _Remediation.model_validate(data)
+                remediations.append(
+                    RealRemediation(
+                        m.node,
+                        m.policy,
+                        m.pool,
+                        m.created_at,
+                        m.ended_at,
+                        m.state,
+                        tuple(m.ladder),
+                        m.dry_run,
+                    )
+                )
+            elif kind == "policies":
+                p = _Policies.model_validate(data)
+                versions.append(PolicyVersion(p.loaded_at, p.content_hash, p.files))
+            else:
+                raise ValueError(f"unknown record type {kind!r}")
+        except (ValueError, ValidationError) as exc:
+            raise RecordingError(f"{path}:{number}: {exc}") from exc
+    if header is None:
+        raise RecordingError(f"{path}: empty export (no header line)")
+    for times in cycles.values():
+        times.sort()
+    return Recording(
+        since=header.since,
+        until=header.until,
+        cycles=cycles,
+        runs=runs,
+        nodes=nodes,
+        remediations=remediations,
+        policy_versions=versions,
+        breaker=BreakerRecord(header.breaker_tripped_at, header.breaker_reset_at),
+    )

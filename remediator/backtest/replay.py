@@ -1,0 +1,472 @@
+"""Replay a recording through the controller's own decision path: the fold, `evaluate`, the
+cluster state and `admit`, cycle by cycle in time order, with the remediations it opens holding
+their node for as long as the real ones took.
+
+Only readings that can change a decision are rebuilt, so a month of a large fleet replays in
+seconds: a reading some policy's threshold does not clear comes at every cycle of its run (it
+moves a streak); a cleared one only as the first reading after such a run (it ends the streak;
+the rest of a cold run changes nothing); an event kind only at the cycles where the fold would
+let it through (the fold still decides, the replay merely skips what it would drop). Kinds no
+policy looks at are not replayed at all.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import statistics
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from remediator.backtest.recording import RealRemediation, Recording
+from remediator.errors import PolicyError, RemediatorError
+from remediator.policy.budget import BreakerState, admit
+from remediator.policy.evaluate import EvalState, History, PastRemediation, evaluate
+from remediator.policy.loader import PolicySet, load_policy_dir
+from remediator.policy.schema import Policy, Threshold
+from remediator.remediation.intake import DEFAULT_FOLD_WINDOW, Inventory, cluster_state
+from remediator.remediation.planner import ladder_from_policy
+from remediator.remediation.states import State
+from remediator.signals.dedup import DEFAULT_KIND_WINDOWS, READING_KINDS, SignalFolder
+from remediator.signals.model import Signal, SignalKind
+from remediator.store.archive import ArchivedRun, RunFilter
+from remediator.store.records import RemediationRecord
+
+# A remediation the record does not show (the proposed set opened it) holds its node this long
+# when no real remediation of its policy tells how long they take.
+DEFAULT_HOLD = timedelta(minutes=30)
+# A replayed remediation is the real one when node and policy agree within this much time.
+DEFAULT_TOLERANCE = timedelta(minutes=1)
+
+PolicyTimeline = Sequence[tuple[datetime, PolicySet]]
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    node: str
+    policy: str
+    pool: str | None
+    at: datetime
+    ladder: tuple[str, ...]
+    dry_run: bool
+    disruptive: bool
+    reason: str
+    until: datetime | None  # when it stops holding its node; None: past the end of the record
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAt:
+    node: str
+    policy: str
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Trip:
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class Replay:
+    opened: tuple[Opened, ...]
+    held: tuple[HeldAt, ...]
+    trips: tuple[Trip, ...]
+    cycles: int
+    readings: int
+
+
+class BacktestError(RemediatorError):
+    """A policy set cannot be loaded for the replay."""
+
+
+def load_files(files: Mapping[str, str]) -> PolicySet:
+    """A policy set from stored file texts, through the same loader as the controller."""
+    with tempfile.TemporaryDirectory(prefix="remediator-policies-") as tmp:
+        directory = Path(tmp)
+        for name, text in files.items():
+            (directory / Path(name).name).write_text(text, encoding="utf-8")
+        try:
+            return load_policy_dir(directory)
+        except PolicyError as exc:
+            raise BacktestError("; ".join(exc.problems)) from exc
+
+
+def run_filter(timelines: Sequence[PolicyTimeline]) -> RunFilter:
+    """The archive rows a replay of these policy sets needs (see store.archive.RunFilter)."""
+    every: set[str] = set()
+    lows: dict[str, list[float]] = {}
+    highs: dict[str, list[float]] = {}
+    for timeline in timelines:
+        for _, policies in timeline:
+            for policy in policies.policies:
+                kind = policy.match.kind
+                threshold = policy.match.threshold
+                if kind not in READING_KINDS or threshold is None or _bare(threshold):
+                    every.add(kind.value)
+                elif threshold.above is not None:
+                    lows.setdefault(kind.value, []).append(_low(threshold))
+                elif threshold.below is not None:
+                    highs.setdefault(kind.value, []).append(_high(threshold))
+    bounded = {
+        kind: (
+            min(lows[kind]) if kind in lows else None,
+            max(highs[kind]) if kind in highs else None,
+        )
+        for kind in set(lows) | set(highs)
+        if kind not in every
+    }
+    return RunFilter(frozenset(every), bounded)
+
+
+def _bare(threshold: Threshold) -> bool:
+    return threshold.above is None and threshold.below is None
+
+
+def _low(threshold: Threshold) -> float:
+    assert threshold.above is not None
+    return threshold.clear if threshold.clear is not None else threshold.above
+
+
+def _high(threshold: Threshold) -> float:
+    assert threshold.below is not None
+    return threshold.clear if threshold.clear is not None else threshold.below
+
+
+def _matches(policy: Policy, run: ArchivedRun) -> bool:
+    match = policy.match
+    if match.kind is not run.kind:
+        return False
+    if match.codes is not None and run.code not in match.codes:
+        return False
+    return all(run.labels.get(k) == v for k, v in match.labels.items())
+
+
+def _active(policies: Sequence[Policy], run: ArchivedRun) -> bool:
+    """Whether a reading of this run can start, extend or hit for some policy."""
+    for policy in policies:
+        threshold = policy.match.threshold
+        if threshold is None or threshold.breached(run.value) or not threshold.cleared(run.value):
+            return True
+    return False
+
+
+class _Streams:
+    """The readings to replay, merged into cycle order."""
+
+    def __init__(
+        self,
+        recording: Recording,
+        policies: Sequence[Policy],
+        fold_window: timedelta,
+        kind_windows: Mapping[SignalKind, timedelta],
+    ) -> None:
+        self.cycles = recording.cycles
+        by_kind: dict[SignalKind, list[Policy]] = {}
+        for policy in policies:
+            by_kind.setdefault(policy.match.kind, []).append(policy)
+        self._lists: list[tuple[ArchivedRun, list[datetime]]] = []
+        previous_active: dict[tuple[str, int | None, str, int | None, str], bool] = {}
+        events: dict[tuple[str, int | None, SignalKind, int | None], list[ArchivedRun]] = {}
+        for run in recording.runs:
+            candidates = [p for p in by_kind.get(run.kind, ()) if _matches(p, run)]
+            if not candidates:
+                continue
+            if run.kind not in READING_KINDS:
+                events.setdefault((run.node, run.gpu, run.kind, run.code), []).append(run)
+                continue
+            times = self._times(run)
+            active = _active(candidates, run)
+            was_active = previous_active.get(run.key, False)
+            previous_active[run.key] = active
+            if active:
+                self._lists.append((run, times))
+            elif was_active and times:
+                self._lists.append((run, times[:1]))
+        for runs in events.values():
+            window = kind_windows.get(runs[0].kind, fold_window)
+            self._fold_walk(runs, window)
+
+    def _times(self, run: ArchivedRun) -> list[datetime]:
+        cycles = self.cycles.get(run.source, [])
+        lo = bisect.bisect_left(cycles, run.first_at)
+        hi = bisect.bisect_right(cycles, run.last_at or run.first_at)
+        times = cycles[lo:hi]
+        return times if times else [run.first_at]
+
+    def _fold_walk(self, runs: list[ArchivedRun], window: timedelta) -> None:
+        """The cycles at which the fold can let a run's reading through: one a window after the
+        last one let through. Runs of one key that overlap in time (two sources) are replayed
+        whole; the fold sorts them out."""
+        runs.sort(key=lambda r: r.first_at)
+        overlapping = any(
+            b.first_at <= (a.last_at or a.first_at) for a, b in itertools.pairwise(runs)
+        )
+        last: datetime | None = None
+        for run in runs:
+            times = self._times(run)
+            if overlapping:
+                self._lists.append((run, times))
+                continue
+            lag = timedelta(milliseconds=run.lag_ms)
+            picked: list[datetime] = []
+            index = 0
+            while index < len(times):
+                if last is not None:
+                    index = max(index, bisect.bisect_left(times, last + window + lag))
+                    if index >= len(times):
+                        break
+                at = times[index]
+                picked.append(at)
+                last = at - lag
+                index += 1
+            if picked:
+                self._lists.append((run, picked))
+
+    def __iter__(self) -> Iterator[tuple[datetime, list[Signal]]]:
+        heap: list[tuple[datetime, int, int]] = []
+        for number, (_, times) in enumerate(self._lists):
+            if times:
+                heap.append((times[0], number, 0))
+        heapq.heapify(heap)
+        current: datetime | None = None
+        batch: list[Signal] = []
+        while heap:
+            at, number, index = heapq.heappop(heap)
+            run, times = self._lists[number]
+            if index + 1 < len(times):
+                heapq.heappush(heap, (times[index + 1], number, index + 1))
+            if current is not None and at != current:
+                yield current, batch
+                batch = []
+            current = at
+            batch.append(_signal(run, at))
+        if current is not None:
+            yield current, batch
+
+
+def _signal(run: ArchivedRun, at: datetime) -> Signal:
+    # Rows came from our own validated signals: no second validation per reading.
+    return Signal.model_construct(
+        node=run.node,
+        kind=run.kind,
+        source=run.source,
+        observed_at=at - timedelta(milliseconds=run.lag_ms),
+        gpu=run.gpu,
+        gpu_uuid=run.gpu_uuid,
+        code=run.code,
+        value=run.value,
+        labels=dict(run.labels),
+    )
+
+
+@dataclass(slots=True)
+class _Open:
+    policy: str
+    pool: str | None
+    dry_run: bool
+    until: datetime | None
+
+
+class _Holds:
+    """How long a replayed remediation holds its node: as long as the real one it reproduces,
+    else the median of its policy's real ones, else of all real ones, else DEFAULT_HOLD."""
+
+    def __init__(self, real: Sequence[RealRemediation], tolerance: timedelta) -> None:
+        self.tolerance = tolerance
+        self._by_node: dict[tuple[str, str], list[RealRemediation]] = {}
+        durations: dict[str, list[float]] = {}
+        for item in real:
+            self._by_node.setdefault((item.node, item.policy), []).append(item)
+            if item.ended_at is not None:
+                seconds = (item.ended_at - item.created_at).total_seconds()
+                durations.setdefault(item.policy, []).append(seconds)
+        self._median = {p: statistics.median(d) for p, d in durations.items()}
+        every = [s for d in durations.values() for s in d]
+        self._overall = statistics.median(every) if every else DEFAULT_HOLD.total_seconds()
+
+    def until(self, node: str, policy: str, at: datetime) -> datetime | None:
+        for item in self._by_node.get((node, policy), ()):
+            if abs(item.created_at - at) <= self.tolerance:
+                return None if item.ended_at is None else at + (item.ended_at - item.created_at)
+        seconds = self._median.get(policy, self._overall)
+        return at + timedelta(seconds=seconds)
+
+
+def replay(
+    recording: Recording,
+    timeline: PolicyTimeline,
+    *,
+    fold_window: timedelta = DEFAULT_FOLD_WINDOW,
+    kind_windows: Mapping[SignalKind, timedelta] = DEFAULT_KIND_WINDOWS,
+    tolerance: timedelta = DEFAULT_TOLERANCE,
+) -> Replay:
+    """One replay of the whole recording under `timeline` (policy sets by activation time; the
+    first also applies before its time)."""
+    if not timeline:
+        raise BacktestError("no policy set to replay")
+    starts = [at for at, _ in timeline]
+    every_policy = [p for _, policies in timeline for p in policies.policies]
+    streams = _Streams(recording, every_policy, fold_window, kind_windows)
+    holds = _Holds(recording.remediations, tolerance)
+    folder = SignalFolder(fold_window, windows=kind_windows)
+
+    open_: dict[str, _Open] = {}
+    past: dict[str, tuple[PastRemediation, ...]] = {}
+    for item in recording.remediations:
+        if item.created_at >= recording.since:
+            continue
+        past[item.node] = (
+            *past.get(item.node, ()),
+            PastRemediation(item.node, item.policy, item.created_at, item.state),
+        )
+        if item.ended_at is None or item.ended_at > recording.since:
+            open_[item.node] = _Open(item.policy, item.pool, item.dry_run, item.ended_at)
+    real_fencing: dict[str, list[tuple[datetime, datetime | None]]] = {}
+    for item in recording.remediations:
+        real_fencing.setdefault(item.node, []).append((item.created_at, item.ended_at))
+
+    pools: dict[str, str] = {}
+    labels: dict[str, Mapping[str, str]] = {}
+    not_ready: set[str] = set()
+    cordoned: set[str] = set()
+    changes = sorted(recording.nodes, key=lambda c: c.at)
+    next_change = 0
+
+    eval_state = EvalState()
+    breaker = BreakerState()
+    opened: list[Opened] = []
+    held: list[HeldAt] = []
+    trips: list[Trip] = []
+    cycles = readings = 0
+
+    for now, signals in streams:
+        if now >= recording.until:
+            break
+        if now < recording.since:
+            continue
+        cycles += 1
+        readings += len(signals)
+        for node in [n for n, o in open_.items() if o.until is not None and o.until <= now]:
+            del open_[node]
+        while next_change < len(changes) and changes[next_change].at <= now:
+            change = changes[next_change]
+            next_change += 1
+            if change.present:
+                pools[change.node] = change.pool
+                labels[change.node] = change.labels
+            else:
+                pools.pop(change.node, None)
+                labels.pop(change.node, None)
+            for flags, on in ((not_ready, not change.ready), (cordoned, change.cordoned)):
+                if on and change.present:
+                    flags.add(change.node)
+                else:
+                    flags.discard(change.node)
+        policies = timeline[max(0, bisect.bisect_right(starts, now) - 1)][1]
+        fresh = folder.fold(signals, now)
+        if not fresh:
+            continue
+        history = History(
+            open={node: o.policy for node, o in open_.items()},
+            past=past,
+            pools=pools,
+            labels=labels,
+            state=eval_state,
+        )
+        evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
+        eval_state = evaluation.state
+        if not evaluation.decisions:
+            continue
+        reset = recording.breaker.reset_at
+        tripped_at = breaker.tripped_at
+        if reset is not None and tripped_at is not None and tripped_at < reset <= now:
+            breaker = BreakerState()  # a human reset it then
+        inventory = Inventory(
+            pools=pools,
+            labels=labels,
+            not_ready=frozenset(n for n in not_ready if not _fenced(real_fencing, n, now)),
+            cordoned=frozenset(n for n in cordoned if not _fenced(real_fencing, n, now)),
+        )
+        fencing = [_record(node, o, now) for node, o in open_.items()]
+        admission = admit(
+            evaluation.decisions,
+            cluster_state(inventory, fencing),
+            policies.settings,
+            breaker,
+            now,
+        )
+        if admission.breaker.tripped and not breaker.tripped:
+            trips.append(Trip(now, admission.breaker.reason or "storm breaker tripped"))
+        breaker = admission.breaker
+        for decision in admission.admitted:
+            until = holds.until(decision.node, decision.policy, now)
+            open_[decision.node] = _Open(decision.policy, decision.pool, decision.dry_run, until)
+            past[decision.node] = (
+                *past.get(decision.node, ()),
+                PastRemediation(decision.node, decision.policy, now, State.DETECTED.value),
+            )
+            opened.append(
+                Opened(
+                    node=decision.node,
+                    policy=decision.policy,
+                    pool=decision.pool or None,
+                    at=now,
+                    ladder=tuple(s.action for s in ladder_from_policy(decision.actions)),
+                    dry_run=decision.dry_run,
+                    disruptive=decision.disruptive,
+                    reason=decision.reason,
+                    until=until,
+                )
+            )
+        held.extend(
+            HeldAt(h.decision.node, h.decision.policy, now, h.reason) for h in admission.held
+        )
+    return Replay(tuple(opened), tuple(held), tuple(trips), cycles, readings)
+
+
+def _fenced(
+    real: Mapping[str, list[tuple[datetime, datetime | None]]], node: str, now: datetime
+) -> bool:
+    """A node the real history had under remediation: its cordon and NotReady were ours, and
+    the replay models its own remediations instead."""
+    return any(start <= now and (end is None or now < end) for start, end in real.get(node, ()))
+
+
+def _record(node: str, item: _Open, now: datetime) -> RemediationRecord:
+    """The few fields cluster_state reads, in the record type it takes."""
+    return RemediationRecord(
+        id=0,
+        cluster="",
+        node=node,
+        pool=item.pool,
+        policy=item.policy,
+        policy_priority=0,
+        policy_commit=None,
+        policy_hash=None,
+        state=State.DETECTED,
+        dry_run=item.dry_run,
+        approval_required=False,
+        reason="",
+        signal_kind="",
+        xid_code=None,
+        signals=(),
+        ladder=(),
+        step_index=0,
+        idempotency_key="",
+        replacement_operation_id=None,
+        new_node=None,
+        hold_reason=None,
+        error=None,
+        attempts=0,
+        next_attempt_at=None,
+        version=1,
+        created_at=now,
+        updated_at=now,
+        finished_at=None,
+    )

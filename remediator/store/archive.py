@@ -1,0 +1,488 @@
+"""The signal archive: every signal the intake receives, kept compact enough for a month of a
+large fleet, so a policy change can be replayed against what really came in (remediator.backtest).
+
+A reading that repeats unchanged at consecutive cycles of its source (a GPU at 64 °C poll after
+poll, an XID gauge holding its code) is one *run* row: its first and last cycle. Any change of
+value — so every crossing of any threshold, present or proposed — starts a new run, and the
+cycle times of each source are kept apart, so a replay rebuilds every reading at the time it
+came. Runs are written when they end, in one bulk insert per cycle; a run is also cut after
+`max_run`, which bounds what a crash can lose and how stale the archive can be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediator.signals.model import Signal, SignalKind
+from remediator.store.db import session_scope
+from remediator.store.models import ArchivedCycle, ArchivedLabelSet, ArchivedNode, ArchivedSignal
+
+RunKey = tuple[str, int | None, str, int | None, str, str]  # node, gpu, kind, code, source, labels
+BATCH = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    pool: str
+    labels: Mapping[str, str]
+    ready: bool
+    cordoned: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedRun:
+    """One run as read back: the same reading at every cycle of `source` in [first_at, last_at]."""
+
+    node: str
+    gpu: int | None
+    kind: SignalKind
+    code: int | None
+    value: float | None
+    source: str
+    labels: Mapping[str, str]
+    gpu_uuid: str | None
+    first_at: datetime
+    last_at: datetime | None
+    readings: int
+    lag_ms: int
+
+    @property
+    def key(self) -> tuple[str, int | None, str, int | None, str]:
+        return (self.node, self.gpu, self.kind.value, self.code, self.source)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    at: datetime
+    node: str
+    present: bool
+    pool: str
+    labels: Mapping[str, str]
+    ready: bool
+    cordoned: bool
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a replay needs: every run of `every_kind`; for `bounded` kinds only values at
+    or above `lo` or at or below `hi` (the levels some threshold does not clear), plus the run
+    that follows each of those (its first reading ends a streak). Kinds in neither are left out:
+    no policy of the replay looks at them."""
+
+    every_kind: frozenset[str] = frozenset()
+    bounded: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Run:
+    node: str
+    gpu: int | None
+    kind: str
+    code: int | None
+    value: float | None
+    source: str
+    label_set: int | None
+    first: datetime
+    last: datetime
+    readings: int
+    lag_ms: int
+
+    def row(self, cluster: str) -> dict[str, object]:
+        return {
+            "cluster": cluster,
+            "node": self.node,
+            "gpu": self.gpu,
+            "kind": self.kind,
+            "code": self.code,
+            "value": self.value,
+            "source": self.source,
+            "label_set": self.label_set,
+            "first_at": self.first,
+            "last_at": self.last if self.readings > 1 else None,
+            "readings": self.readings,
+            "lag_ms": self.lag_ms,
+        }
+
+
+def label_digest(labels: Mapping[str, str], gpu_uuid: str | None) -> str:
+    text = json.dumps([gpu_uuid, sorted(labels.items())], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class SignalArchive:
+    """The writer, one per leader. Thread-safe: poll and push cycles may overlap."""
+
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        cluster: str,
+        *,
+        max_run: timedelta = timedelta(hours=1),
+    ) -> None:
+        self._factory = session_factory
+        self.cluster = cluster
+        self.max_run = max_run
+        self._open: dict[RunKey, _Run] = {}
+        self._label_ids: dict[str, int] = {}
+        self._last_cycle: dict[str, datetime] = {}
+        self._nodes: dict[str, NodeSnapshot] = {}
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        signals: Sequence[Signal],
+        nodes: Mapping[str, NodeSnapshot] | None,
+        now: datetime,
+    ) -> None:
+        """Archive one intake cycle: extend or start runs, write the runs that ended, the cycle
+        and the node changes, in one transaction."""
+        with self._lock:
+            node_rows = self._node_changes(nodes, now) if nodes is not None else []
+            if not signals and not node_rows:
+                return
+            self._write(signals, node_rows, now)
+
+    def _write(
+        self, signals: Sequence[Signal], node_rows: list[dict[str, object]], now: datetime
+    ) -> None:
+        with session_scope(self._factory, write=True) as session:
+            closed = self._advance(session, signals, now)
+            sources = sorted({s.source for s in signals})
+            if sources:
+                session.execute(
+                    _insert_for(session)(ArchivedCycle).on_conflict_do_nothing(),
+                    [{"cluster": self.cluster, "source": s, "at": now} for s in sources],
+                )
+            for start in range(0, len(closed), BATCH):
+                rows = [run.row(self.cluster) for run in closed[start : start + BATCH]]
+                session.execute(insert(ArchivedSignal), rows)
+            if node_rows:
+                session.execute(insert(ArchivedNode), node_rows)
+
+    def flush(self) -> int:
+        """Write every open run (at shutdown, or before an export of the latest data)."""
+        with self._lock, session_scope(self._factory, write=True) as session:
+            runs = list(self._open.values())
+            self._open.clear()
+            for start in range(0, len(runs), BATCH):
+                rows = [run.row(self.cluster) for run in runs[start : start + BATCH]]
+                session.execute(insert(ArchivedSignal), rows)
+            return len(runs)
+
+    def prune(self, before: datetime) -> int:
+        """Retention: drop what ended before `before`, keeping each node's newest inventory row
+        (a replay starts from it)."""
+        with self._lock, session_scope(self._factory, write=True) as session:
+            ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
+            deleted: Any = session.execute(
+                delete(ArchivedSignal).where(ArchivedSignal.cluster == self.cluster, ended < before)
+            )
+            session.execute(
+                delete(ArchivedCycle).where(
+                    ArchivedCycle.cluster == self.cluster, ArchivedCycle.at < before
+                )
+            )
+            newest = (
+                select(func.max(ArchivedNode.id))
+                .where(ArchivedNode.cluster == self.cluster)
+                .group_by(ArchivedNode.node)
+            )
+            session.execute(
+                delete(ArchivedNode).where(
+                    ArchivedNode.cluster == self.cluster,
+                    ArchivedNode.at < before,
+                    ArchivedNode.id.not_in(newest),
+                )
+            )
+            used = select(ArchivedSignal.label_set).where(
+                ArchivedSignal.cluster == self.cluster, ArchivedSignal.label_set.is_not(None)
+            )
+            open_ids = {run.label_set for run in self._open.values() if run.label_set is not None}
+            session.execute(
+                delete(ArchivedLabelSet).where(
+                    ArchivedLabelSet.cluster == self.cluster,
+                    ArchivedLabelSet.id.not_in(used),
+                    ArchivedLabelSet.id.not_in(open_ids or {-1}),
+                )
+            )
+            self._label_ids = {d: i for d, i in self._label_ids.items() if i in open_ids}
+            return int(deleted.rowcount or 0)
+
+    def _advance(self, session: Session, signals: Sequence[Signal], now: datetime) -> list[_Run]:
+        closed: list[_Run] = []
+        sources = {s.source for s in signals}
+        previous = {s: self._last_cycle.get(s) for s in sources}
+        seen: set[RunKey] = set()
+        for signal in signals:
+            labels = signal.labels
+            digest = label_digest(labels, signal.gpu_uuid) if labels or signal.gpu_uuid else ""
+            key: RunKey = (
+                signal.node,
+                signal.gpu,
+                signal.kind.value,
+                signal.code,
+                signal.source,
+                digest,
+            )
+            run = self._open.get(key)
+            if (
+                run is not None
+                and key not in seen
+                and run.value == signal.value
+                and run.last == previous[signal.source]
+                and now - run.first < self.max_run
+            ):
+                run.last = now
+                run.readings += 1
+                seen.add(key)
+                continue
+            if run is not None:
+                closed.append(run)
+            label_set = self._label_set(session, digest, signal) if digest else None
+            lag = int((now - signal.observed_at).total_seconds() * 1000)
+            self._open[key] = _Run(
+                signal.node,
+                signal.gpu,
+                signal.kind.value,
+                signal.code,
+                signal.value,
+                signal.source,
+                label_set,
+                now,
+                now,
+                1,
+                lag,
+            )
+            seen.add(key)
+        for key, run in list(self._open.items()):
+            if run.source in sources and key not in seen:
+                closed.append(self._open.pop(key))
+        for source in sources:
+            self._last_cycle[source] = now
+        return closed
+
+    def _label_set(self, session: Session, digest: str, signal: Signal) -> int:
+        known = self._label_ids.get(digest)
+        if known is not None:
+            return known
+        session.execute(
+            _insert_for(session)(ArchivedLabelSet)
+            .values(
+                cluster=self.cluster,
+                digest=digest,
+                gpu_uuid=signal.gpu_uuid,
+                labels=dict(signal.labels),
+            )
+            .on_conflict_do_nothing(index_elements=["cluster", "digest"])
+        )
+        found = session.scalar(
+            select(ArchivedLabelSet.id).where(
+                ArchivedLabelSet.cluster == self.cluster, ArchivedLabelSet.digest == digest
+            )
+        )
+        assert found is not None
+        self._label_ids[digest] = found
+        return found
+
+    def _node_changes(
+        self, nodes: Mapping[str, NodeSnapshot], now: datetime
+    ) -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = []
+        for name, snap in nodes.items():
+            if self._nodes.get(name) != snap:
+                rows.append(_node_row(self.cluster, name, now, True, snap))
+        for name in set(self._nodes) - set(nodes):
+            rows.append(_node_row(self.cluster, name, now, False, self._nodes[name]))
+        self._nodes = dict(nodes)
+        return rows
+
+
+def _node_row(
+    cluster: str, node: str, at: datetime, present: bool, snap: NodeSnapshot
+) -> dict[str, object]:
+    return {
+        "cluster": cluster,
+        "node": node,
+        "at": at,
+        "present": present,
+        "pool": snap.pool,
+        "labels": dict(snap.labels),
+        "ready": snap.ready,
+        "cordoned": snap.cordoned,
+    }
+
+
+def _insert_for(session: Session) -> Any:
+    """The dialect's INSERT, which (unlike the generic one) knows ON CONFLICT."""
+    return pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+
+
+# -- reading back --------------------------------------------------------------------------------
+
+
+def read_cycles(
+    factory: sessionmaker[Session], cluster: str, since: datetime, until: datetime
+) -> dict[str, list[datetime]]:
+    cycles: dict[str, list[datetime]] = {}
+    with session_scope(factory) as session:
+        rows = session.execute(
+            select(ArchivedCycle.source, ArchivedCycle.at)
+            .where(
+                ArchivedCycle.cluster == cluster,
+                ArchivedCycle.at >= since,
+                ArchivedCycle.at < until,
+            )
+            .order_by(ArchivedCycle.source, ArchivedCycle.at)
+        )
+        for source, at in rows:
+            cycles.setdefault(source, []).append(at)
+    return cycles
+
+
+def read_runs(
+    factory: sessionmaker[Session],
+    cluster: str,
+    since: datetime,
+    until: datetime,
+    wanted: RunFilter | None = None,
+) -> list[ArchivedRun]:
+    """The runs overlapping [since, until), all of them or only those `wanted` needs."""
+    ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
+    window = and_(
+        ArchivedSignal.cluster == cluster, ArchivedSignal.first_at < until, ended >= since
+    )
+    with session_scope(factory) as session:
+        labels = _label_sets(session, cluster)
+        if wanted is None:
+            rows = list(session.scalars(select(ArchivedSignal).where(window)))
+            return sorted((_run(r, labels) for r in rows), key=_run_order)
+        clauses: list[ColumnElement[bool]] = []
+        if wanted.every_kind:
+            clauses.append(ArchivedSignal.kind.in_(sorted(wanted.every_kind)))
+        for kind, (lo, hi) in wanted.bounded.items():
+            levels: list[ColumnElement[bool]] = []
+            if lo is not None:
+                levels.append(ArchivedSignal.value >= lo)
+            if hi is not None:
+                levels.append(ArchivedSignal.value <= hi)
+            if levels:
+                clauses.append(and_(ArchivedSignal.kind == kind, or_(*levels)))
+        if not clauses:
+            return []
+        rows = list(session.scalars(select(ArchivedSignal).where(window, or_(*clauses))))
+        found = {r.id: r for r in rows}
+        for row in rows:
+            if row.kind in wanted.bounded:
+                follower = _next_run(session, row)
+                if follower is not None:
+                    found.setdefault(follower.id, follower)
+        return sorted((_run(r, labels) for r in found.values()), key=_run_order)
+
+
+def _next_run(session: Session, row: ArchivedSignal) -> ArchivedSignal | None:
+    after = row.last_at or row.first_at
+    gpu = ArchivedSignal.gpu.is_(None) if row.gpu is None else ArchivedSignal.gpu == row.gpu
+    code = ArchivedSignal.code.is_(None) if row.code is None else ArchivedSignal.code == row.code
+    return session.scalars(
+        select(ArchivedSignal)
+        .where(
+            ArchivedSignal.cluster == row.cluster,
+            ArchivedSignal.node == row.node,
+            gpu,
+            ArchivedSignal.kind == row.kind,
+            ArchivedSignal.first_at > after,
+            code,
+            ArchivedSignal.source == row.source,
+        )
+        .order_by(ArchivedSignal.first_at)
+        .limit(1)
+    ).first()
+
+
+def _label_sets(session: Session, cluster: str) -> dict[int, tuple[str | None, dict[str, str]]]:
+    rows = session.execute(
+        select(ArchivedLabelSet.id, ArchivedLabelSet.gpu_uuid, ArchivedLabelSet.labels).where(
+            ArchivedLabelSet.cluster == cluster
+        )
+    )
+    return {i: (uuid, dict(labels)) for i, uuid, labels in rows}
+
+
+def _run(
+    row: ArchivedSignal, labels: Mapping[int, tuple[str | None, dict[str, str]]]
+) -> ArchivedRun:
+    uuid, values = (
+        labels.get(row.label_set, (None, {})) if row.label_set is not None else (None, {})
+    )
+    return ArchivedRun(
+        node=row.node,
+        gpu=row.gpu,
+        kind=SignalKind(row.kind),
+        code=row.code,
+        value=row.value,
+        source=row.source,
+        labels=values,
+        gpu_uuid=uuid,
+        first_at=row.first_at,
+        last_at=row.last_at,
+        readings=row.readings,
+        lag_ms=row.lag_ms,
+    )
+
+
+def _run_order(run: ArchivedRun) -> tuple[datetime, str, int, str]:
+    return (run.first_at, run.node, -1 if run.gpu is None else run.gpu, run.kind.value)
+
+
+def read_nodes(
+    factory: sessionmaker[Session], cluster: str, since: datetime, until: datetime
+) -> list[NodeChange]:
+    """Each node's last change at or before `since`, then every change up to `until`."""
+    with session_scope(factory) as session:
+        start = (
+            select(ArchivedNode.node, func.max(ArchivedNode.id).label("id"))
+            .where(ArchivedNode.cluster == cluster, ArchivedNode.at <= since)
+            .group_by(ArchivedNode.node)
+            .subquery()
+        )
+        first = session.scalars(select(ArchivedNode).where(ArchivedNode.id.in_(select(start.c.id))))
+        later = session.scalars(
+            select(ArchivedNode)
+            .where(
+                ArchivedNode.cluster == cluster,
+                ArchivedNode.at > since,
+                ArchivedNode.at < until,
+            )
+            .order_by(ArchivedNode.at, ArchivedNode.id)
+        )
+        return [_change(r) for r in (*first, *later)]
+
+
+def _change(row: ArchivedNode) -> NodeChange:
+    return NodeChange(
+        row.at, row.node, row.present, row.pool, dict(row.labels), row.ready, row.cordoned
+    )
+
+
+def count_rows(factory: sessionmaker[Session], cluster: str) -> dict[str, int]:
+    with session_scope(factory) as session:
+        return {
+            model.__tablename__: int(
+                session.scalar(
+                    select(func.count()).select_from(model).where(model.cluster == cluster)
+                )
+                or 0
+            )
+            for model in (ArchivedSignal, ArchivedCycle, ArchivedNode, ArchivedLabelSet)
+        }
