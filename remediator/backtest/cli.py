@@ -79,7 +79,9 @@ def register(subparsers: Any) -> None:
 
 def _window_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--since", default="30d", help="start: a duration back from now (30d) or an ISO time"
+        "--since",
+        help="start: a duration back from now or an ISO time (default 30d; for --signals, the "
+        "file's own window)",
     )
     parser.add_argument("--until", help="end: a duration back from now or an ISO time (now)")
     parser.add_argument("--cluster", default="default", help="cluster name in the database")
@@ -100,7 +102,7 @@ def parse_when(text: str, now: datetime) -> datetime:
 
 def _window(args: argparse.Namespace) -> tuple[datetime, datetime]:
     now = datetime.now(UTC)
-    since = parse_when(args.since, now)
+    since = parse_when(args.since or "30d", now)
     until = parse_when(args.until, now) if args.until else now
     if until <= since:
         raise RemediatorError(f"--until ({until.isoformat()}) must be after --since")
@@ -176,6 +178,10 @@ def run_backtest(args: argparse.Namespace) -> Report:
     fixed = fixed_baseline(args)
     if args.signals is not None:
         recording = read_export(args.signals)
+        if args.since is None:
+            since = recording.since
+        if args.until is None:
+            until = recording.until
         since, until = max(since, recording.since), min(until, recording.until)
         baseline, name = fixed or recorded_baseline(recording.policy_versions)
     else:
