@@ -3,11 +3,11 @@ cluster state and `admit`, cycle by cycle in time order, with the remediations i
 their node for as long as the real ones took.
 
 Only readings that can change a decision are rebuilt, so a month of a large fleet replays in
-seconds: a reading some policy's threshold does not clear comes at every cycle of its run (it
-moves a streak); a cleared one only as the first reading after such a run (it ends the streak;
-the rest of a cold run changes nothing); an event kind only at the cycles where the fold would
-let it through (the fold still decides, the replay merely skips what it would drop). Kinds no
-policy looks at are not replayed at all.
+seconds: a reading that breaches some policy's threshold comes at every cycle of its run (it
+moves a streak), and so do the hysteresis-band runs right after it; the first cleared reading
+after them ends the streak; other readings change nothing and are skipped. An event kind
+comes only at the cycles where the fold would let it through (the fold still decides, the
+replay merely skips what it would drop). Kinds no policy looks at are not replayed at all.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from remediator.remediation.planner import ladder_from_policy
 from remediator.remediation.states import State
 from remediator.signals.dedup import DEFAULT_KIND_WINDOWS, READING_KINDS, SignalFolder
 from remediator.signals.model import Signal, SignalKind
-from remediator.store.archive import ArchivedRun, RunFilter
+from remediator.store.archive import ArchivedRun, Levels, RunFilter
 from remediator.store.records import RemediationRecord
 
 # A remediation the record does not show (the proposed set opened it) holds its node this long
@@ -100,42 +100,39 @@ def load_files(files: Mapping[str, str]) -> PolicySet:
 def run_filter(timelines: Sequence[PolicyTimeline]) -> RunFilter:
     """The archive rows a replay of these policy sets needs (see store.archive.RunFilter)."""
     every: set[str] = set()
-    lows: dict[str, list[float]] = {}
-    highs: dict[str, list[float]] = {}
+    found: dict[str, dict[str, list[float]]] = {}
     for timeline in timelines:
         for _, policies in timeline:
             for policy in policies.policies:
-                kind = policy.match.kind
+                kind = policy.match.kind.value
                 threshold = policy.match.threshold
-                if kind not in READING_KINDS or threshold is None or _bare(threshold):
-                    every.add(kind.value)
-                elif threshold.above is not None:
-                    lows.setdefault(kind.value, []).append(_low(threshold))
+                if policy.match.kind not in READING_KINDS or threshold is None or _bare(threshold):
+                    every.add(kind)
+                    continue
+                bounds = found.setdefault(kind, {})
+                if threshold.above is not None:
+                    keep = threshold.clear if threshold.clear is not None else threshold.above
+                    bounds.setdefault("breach_above", []).append(threshold.above)
+                    bounds.setdefault("keep_above", []).append(keep)
                 elif threshold.below is not None:
-                    highs.setdefault(kind.value, []).append(_high(threshold))
-    bounded = {
-        kind: (
-            min(lows[kind]) if kind in lows else None,
-            max(highs[kind]) if kind in highs else None,
+                    keep = threshold.clear if threshold.clear is not None else threshold.below
+                    bounds.setdefault("breach_below", []).append(threshold.below)
+                    bounds.setdefault("keep_below", []).append(keep)
+    levels = {
+        kind: Levels(
+            breach_above=min(b["breach_above"]) if "breach_above" in b else None,
+            keep_above=min(b["keep_above"]) if "keep_above" in b else None,
+            breach_below=max(b["breach_below"]) if "breach_below" in b else None,
+            keep_below=max(b["keep_below"]) if "keep_below" in b else None,
         )
-        for kind in set(lows) | set(highs)
+        for kind, b in found.items()
         if kind not in every
     }
-    return RunFilter(frozenset(every), bounded)
+    return RunFilter(frozenset(every), levels)
 
 
 def _bare(threshold: Threshold) -> bool:
     return threshold.above is None and threshold.below is None
-
-
-def _low(threshold: Threshold) -> float:
-    assert threshold.above is not None
-    return threshold.clear if threshold.clear is not None else threshold.above
-
-
-def _high(threshold: Threshold) -> float:
-    assert threshold.below is not None
-    return threshold.clear if threshold.clear is not None else threshold.below
 
 
 def _matches(policy: Policy, run: ArchivedRun) -> bool:
@@ -147,13 +144,16 @@ def _matches(policy: Policy, run: ArchivedRun) -> bool:
     return all(run.labels.get(k) == v for k, v in match.labels.items())
 
 
-def _active(policies: Sequence[Policy], run: ArchivedRun) -> bool:
-    """Whether a reading of this run can start, extend or hit for some policy."""
-    for policy in policies:
-        threshold = policy.match.threshold
-        if threshold is None or threshold.breached(run.value) or not threshold.cleared(run.value):
-            return True
-    return False
+def _breaches(policies: Sequence[Policy], run: ArchivedRun) -> bool:
+    """A reading of this run can start a streak (or hits outright) for some policy."""
+    return any(p.match.threshold is None or p.match.threshold.breached(run.value) for p in policies)
+
+
+def _keeps(policies: Sequence[Policy], run: ArchivedRun) -> bool:
+    """A reading of this run does not end a running streak for some policy (hysteresis)."""
+    return any(
+        p.match.threshold is not None and not p.match.threshold.cleared(run.value) for p in policies
+    )
 
 
 class _Streams:
@@ -180,14 +180,16 @@ class _Streams:
             if run.kind not in READING_KINDS:
                 events.setdefault((run.node, run.gpu, run.kind, run.code), []).append(run)
                 continue
-            times = self._times(run)
-            active = _active(candidates, run)
+            # A breach starts a streak; a reading in the hysteresis band only carries one that
+            # runs, so it matters only right after readings that did; the first cleared
+            # reading after them ends the streak; every other reading changes nothing.
             was_active = previous_active.get(run.key, False)
+            active = _breaches(candidates, run) or (was_active and _keeps(candidates, run))
             previous_active[run.key] = active
             if active:
-                self._lists.append((run, times))
-            elif was_active and times:
-                self._lists.append((run, times[:1]))
+                self._lists.append((run, self._times(run)))
+            elif was_active:
+                self._lists.append((run, self._times(run)[:1]))
         for runs in events.values():
             window = kind_windows.get(runs[0].kind, fold_window)
             self._fold_walk(runs, window)

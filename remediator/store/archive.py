@@ -73,15 +73,38 @@ class NodeChange:
     cordoned: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Levels:
+    """For one reading kind: values at or beyond `breach_*` can start a streak; a run that
+    follows one stays of interest while beyond `keep_*` (a streak may still run there)."""
+
+    breach_above: float | None = None
+    keep_above: float | None = None
+    breach_below: float | None = None
+    keep_below: float | None = None
+
+    def breaches(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        above = self.breach_above is not None and value >= self.breach_above
+        return above or (self.breach_below is not None and value <= self.breach_below)
+
+    def keeps(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        above = self.keep_above is not None and value >= self.keep_above
+        return above or (self.keep_below is not None and value <= self.keep_below)
+
+
 @dataclass(frozen=True)
 class RunFilter:
-    """Which runs a replay needs: every run of `every_kind`; for `bounded` kinds only values at
-    or above `lo` or at or below `hi` (the levels some threshold does not clear), plus the run
-    that follows each of those (its first reading ends a streak). Kinds in neither are left out:
-    no policy of the replay looks at them."""
+    """Which runs a replay needs: every run of `every_kind`; of a `levels` kind only the runs
+    that breach, each followed by the runs after it while they keep a streak possible, and the
+    first one that does not (its first reading ends the streak). Other kinds are left out: no
+    policy of the replay looks at them."""
 
     every_kind: frozenset[str] = frozenset()
-    bounded: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    levels: Mapping[str, Levels] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -350,6 +373,22 @@ def read_cycles(
     return cycles
 
 
+_RUN_COLUMNS = (
+    ArchivedSignal.id,
+    ArchivedSignal.node,
+    ArchivedSignal.gpu,
+    ArchivedSignal.kind,
+    ArchivedSignal.code,
+    ArchivedSignal.value,
+    ArchivedSignal.source,
+    ArchivedSignal.label_set,
+    ArchivedSignal.first_at,
+    ArchivedSignal.last_at,
+    ArchivedSignal.readings,
+    ArchivedSignal.lag_ms,
+)
+
+
 def read_runs(
     factory: sessionmaker[Session],
     cluster: str,
@@ -365,43 +404,49 @@ def read_runs(
     with session_scope(factory) as session:
         labels = _label_sets(session, cluster)
         if wanted is None:
-            rows = list(session.scalars(select(ArchivedSignal).where(window)))
+            rows = list(session.execute(select(*_RUN_COLUMNS).where(window)))
             return sorted((_run(r, labels) for r in rows), key=_run_order)
         clauses: list[ColumnElement[bool]] = []
         if wanted.every_kind:
             clauses.append(ArchivedSignal.kind.in_(sorted(wanted.every_kind)))
-        for kind, (lo, hi) in wanted.bounded.items():
-            levels: list[ColumnElement[bool]] = []
-            if lo is not None:
-                levels.append(ArchivedSignal.value >= lo)
-            if hi is not None:
-                levels.append(ArchivedSignal.value <= hi)
-            if levels:
-                clauses.append(and_(ArchivedSignal.kind == kind, or_(*levels)))
+        for kind, levels in wanted.levels.items():
+            bounds: list[ColumnElement[bool]] = []
+            if levels.breach_above is not None:
+                bounds.append(ArchivedSignal.value >= levels.breach_above)
+            if levels.breach_below is not None:
+                bounds.append(ArchivedSignal.value <= levels.breach_below)
+            if bounds:
+                clauses.append(and_(ArchivedSignal.kind == kind, or_(*bounds)))
         if not clauses:
             return []
-        rows = list(session.scalars(select(ArchivedSignal).where(window, or_(*clauses))))
+        rows = list(session.execute(select(*_RUN_COLUMNS).where(window, or_(*clauses))))
         found = {r.id: r for r in rows}
         for row in rows:
-            if row.kind in wanted.bounded:
-                follower = _next_run(session, row)
-                if follower is not None:
-                    found.setdefault(follower.id, follower)
+            level = wanted.levels.get(row.kind)
+            if level is None or not level.breaches(row.value):
+                continue
+            follower = _next_run(session, cluster, row, until)
+            while follower is not None and follower.id not in found:
+                found[follower.id] = follower
+                if not (level.breaches(follower.value) or level.keeps(follower.value)):
+                    break
+                follower = _next_run(session, cluster, follower, until)
         return sorted((_run(r, labels) for r in found.values()), key=_run_order)
 
 
-def _next_run(session: Session, row: ArchivedSignal) -> ArchivedSignal | None:
+def _next_run(session: Session, cluster: str, row: Any, until: datetime) -> Any:
     after = row.last_at or row.first_at
     gpu = ArchivedSignal.gpu.is_(None) if row.gpu is None else ArchivedSignal.gpu == row.gpu
     code = ArchivedSignal.code.is_(None) if row.code is None else ArchivedSignal.code == row.code
-    return session.scalars(
-        select(ArchivedSignal)
+    return session.execute(
+        select(*_RUN_COLUMNS)
         .where(
-            ArchivedSignal.cluster == row.cluster,
+            ArchivedSignal.cluster == cluster,
             ArchivedSignal.node == row.node,
             gpu,
             ArchivedSignal.kind == row.kind,
             ArchivedSignal.first_at > after,
+            ArchivedSignal.first_at < until,
             code,
             ArchivedSignal.source == row.source,
         )
@@ -419,9 +464,7 @@ def _label_sets(session: Session, cluster: str) -> dict[int, tuple[str | None, d
     return {i: (uuid, dict(labels)) for i, uuid, labels in rows}
 
 
-def _run(
-    row: ArchivedSignal, labels: Mapping[int, tuple[str | None, dict[str, str]]]
-) -> ArchivedRun:
+def _run(row: Any, labels: Mapping[int, tuple[str | None, dict[str, str]]]) -> ArchivedRun:
     uuid, values = (
         labels.get(row.label_set, (None, {})) if row.label_set is not None else (None, {})
     )
