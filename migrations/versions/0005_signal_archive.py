@@ -52,6 +52,9 @@ def upgrade() -> None:
         "signal_archive",
         ["cluster", "node", "gpu", "kind", "first_at"],
     )
+    op.create_index(
+        "ix_signal_archive_cluster_kind_value", "signal_archive", ["cluster", "kind", "value"]
+    )
     op.create_table(
         "signal_label_sets",
         sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
@@ -96,6 +99,7 @@ def downgrade() -> None:
     op.drop_table("signal_cycles")
     op.drop_index("uq_signal_label_sets_cluster_digest", table_name="signal_label_sets")
     op.drop_table("signal_label_sets")
+    op.drop_index("ix_signal_archive_cluster_kind_value", table_name="signal_archive")
     op.drop_index("ix_signal_archive_cluster_key", table_name="signal_archive")
     op.drop_index("ix_signal_archive_cluster_first", table_name="signal_archive")
     op.drop_table("signal_archive")

@@ -176,6 +176,7 @@ class Controller:
                 self.repository.session_factory,
                 settings.cluster_name,
                 max_run=timedelta(minutes=archive.max_run_minutes),
+                floors=archive.floors,
             )
             if archive.enabled
             else None

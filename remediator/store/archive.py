@@ -1,12 +1,16 @@
 """The signal archive: every signal the intake receives, kept compact enough for a month of a
 large fleet, so a policy change can be replayed against what really came in (remediator.backtest).
 
-A reading that repeats unchanged at consecutive cycles of its source (a GPU at 64 °C poll after
+A reading that repeats unchanged at consecutive cycles of its source (a GPU at 74 °C poll after
 poll, an XID gauge holding its code) is one *run* row: its first and last cycle. Any change of
 value — so every crossing of any threshold, present or proposed — starts a new run, and the
 cycle times of each source are kept apart, so a replay rebuilds every reading at the time it
-came. Runs are written when they end, in one bulk insert per cycle; a run is also cut after
-`max_run`, which bounds what a crash can lose and how stale the archive can be.
+came. Below a kind's *floor* (settings: thermal 70 °C) the level counts as unchanged and the
+run keeps its highest reading: no policy looks that low, and idle GPUs wander a degree or two
+every few minutes. A backtest of a threshold (or clear level) under the floor is not exact.
+
+Runs are written when they end, in one bulk insert per cycle; a run is also cut after `max_run`,
+which bounds what a crash can lose and how stale the archive can be.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ class _Run:
     last: datetime
     readings: int
     lag_ms: int
+    below_floor: bool = False
 
     def row(self, cluster: str) -> dict[str, object]:
         return {
@@ -152,10 +157,12 @@ class SignalArchive:
         cluster: str,
         *,
         max_run: timedelta = timedelta(hours=1),
+        floors: Mapping[str, float] | None = None,
     ) -> None:
         self._factory = session_factory
         self.cluster = cluster
         self.max_run = max_run
+        self.floors = dict(floors or {})
         self._open: dict[RunKey, _Run] = {}
         self._label_ids: dict[str, int] = {}
         self._last_cycle: dict[str, datetime] = {}
@@ -259,15 +266,19 @@ class SignalArchive:
                 digest,
             )
             run = self._open.get(key)
+            floor = self.floors.get(signal.kind.value)
+            below = floor is not None and signal.value is not None and signal.value < floor
             if (
                 run is not None
                 and key not in seen
-                and run.value == signal.value
+                and (run.value == signal.value or (below and run.below_floor))
                 and run.last == previous[signal.source]
                 and now - run.first < self.max_run
             ):
                 run.last = now
                 run.readings += 1
+                if below and run.value is not None and signal.value is not None:
+                    run.value = max(run.value, signal.value)
                 seen.add(key)
                 continue
             if run is not None:
@@ -286,6 +297,7 @@ class SignalArchive:
                 now,
                 1,
                 lag,
+                below,
             )
             seen.add(key)
         for key, run in list(self._open.items()):

@@ -306,6 +306,8 @@ class ArchivedSignal(Base):
     __table_args__ = (
         Index("ix_signal_archive_cluster_first", "cluster", "first_at"),
         Index("ix_signal_archive_cluster_key", "cluster", "node", "gpu", "kind", "first_at"),
+        # A backtest reads only the readings beyond a threshold: a range on value per kind.
+        Index("ix_signal_archive_cluster_kind_value", "cluster", "kind", "value"),
     )
 
 
