@@ -158,11 +158,14 @@ class SignalArchive:
         *,
         max_run: timedelta = timedelta(hours=1),
         floors: Mapping[str, float] | None = None,
+        floor_max_run: timedelta = timedelta(hours=24),
     ) -> None:
         self._factory = session_factory
         self.cluster = cluster
         self.max_run = max_run
         self.floors = dict(floors or {})
+        # Readings under the floor change no decision, so losing some at a crash costs nothing.
+        self.floor_max_run = floor_max_run
         self._open: dict[RunKey, _Run] = {}
         self._label_ids: dict[str, int] = {}
         self._last_cycle: dict[str, datetime] = {}
@@ -273,7 +276,7 @@ class SignalArchive:
                 and key not in seen
                 and (run.value == signal.value or (below and run.below_floor))
                 and run.last == previous[signal.source]
-                and now - run.first < self.max_run
+                and now - run.first < (self.floor_max_run if run.below_floor else self.max_run)
             ):
                 run.last = now
                 run.readings += 1
