@@ -168,6 +168,9 @@ class SignalArchive:
         self.floor_max_run = floor_max_run
         self._open: dict[RunKey, _Run] = {}
         self._label_ids: dict[str, int] = {}
+        self._digests: dict[
+            tuple[str, int | None, str, int | None, str], tuple[Mapping[str, str], str | None, str]
+        ] = {}
         self._last_cycle: dict[str, datetime] = {}
         self._nodes: dict[str, NodeSnapshot] = {}
         self._lock = threading.Lock()
@@ -256,44 +259,39 @@ class SignalArchive:
         closed: list[_Run] = []
         sources = {s.source for s in signals}
         previous = {s: self._last_cycle.get(s) for s in sources}
+        digests = [self._digest(signal) for signal in signals]
+        self._register_labels(session, signals, digests)
         seen: set[RunKey] = set()
-        for signal in signals:
-            labels = signal.labels
-            digest = label_digest(labels, signal.gpu_uuid) if labels or signal.gpu_uuid else ""
-            key: RunKey = (
-                signal.node,
-                signal.gpu,
-                signal.kind.value,
-                signal.code,
-                signal.source,
-                digest,
-            )
+        for signal, digest in zip(signals, digests, strict=True):
+            kind = signal.kind.value
+            key: RunKey = (signal.node, signal.gpu, kind, signal.code, signal.source, digest)
             run = self._open.get(key)
-            floor = self.floors.get(signal.kind.value)
-            below = floor is not None and signal.value is not None and signal.value < floor
+            value = signal.value
+            floor = self.floors.get(kind)
+            below = floor is not None and value is not None and value < floor
             if (
                 run is not None
                 and key not in seen
-                and (run.value == signal.value or (below and run.below_floor))
+                and (run.value == value or (below and run.below_floor))
                 and run.last == previous[signal.source]
                 and now - run.first < (self.floor_max_run if run.below_floor else self.max_run)
             ):
                 run.last = now
                 run.readings += 1
-                if below and run.value is not None and signal.value is not None:
-                    run.value = max(run.value, signal.value)
+                if below and run.value is not None and value is not None:
+                    run.value = max(run.value, value)
                 seen.add(key)
                 continue
             if run is not None:
                 closed.append(run)
-            label_set = self._label_set(session, digest, signal) if digest else None
             lag = int((now - signal.observed_at).total_seconds() * 1000)
+            label_set = self._label_ids[digest] if digest else None
             self._open[key] = _Run(
                 signal.node,
                 signal.gpu,
-                signal.kind.value,
+                kind,
                 signal.code,
-                signal.value,
+                value,
                 signal.source,
                 label_set,
                 now,
@@ -310,28 +308,48 @@ class SignalArchive:
             self._last_cycle[source] = now
         return closed
 
-    def _label_set(self, session: Session, digest: str, signal: Signal) -> int:
-        known = self._label_ids.get(digest)
-        if known is not None:
-            return known
-        session.execute(
-            _insert_for(session)(ArchivedLabelSet)
-            .values(
-                cluster=self.cluster,
-                digest=digest,
-                gpu_uuid=signal.gpu_uuid,
-                labels=dict(signal.labels),
+    def _digest(self, signal: Signal) -> str:
+        """The label set's digest; a series repeats its labels, so the last one is reused."""
+        if not signal.labels and not signal.gpu_uuid:
+            return ""
+        series = (signal.node, signal.gpu, signal.kind.value, signal.code, signal.source)
+        cached = self._digests.get(series)
+        if cached is not None and cached[0] == signal.labels and cached[1] == signal.gpu_uuid:
+            return cached[2]
+        digest = label_digest(signal.labels, signal.gpu_uuid)
+        self._digests[series] = (signal.labels, signal.gpu_uuid, digest)
+        return digest
+
+    def _register_labels(
+        self, session: Session, signals: Sequence[Signal], digests: Sequence[str]
+    ) -> None:
+        """Store the label sets not seen before, in one statement, and learn their ids."""
+        new = {
+            d: s for s, d in zip(signals, digests, strict=True) if d and d not in self._label_ids
+        }
+        if not new:
+            return
+        rows = [
+            {"cluster": self.cluster, "digest": d, "gpu_uuid": s.gpu_uuid, "labels": s.labels}
+            for d, s in new.items()
+        ]
+        for start in range(0, len(rows), BATCH):
+            session.execute(
+                _insert_for(session)(ArchivedLabelSet).on_conflict_do_nothing(
+                    index_elements=["cluster", "digest"]
+                ),
+                rows[start : start + BATCH],
             )
-            .on_conflict_do_nothing(index_elements=["cluster", "digest"])
-        )
-        found = session.scalar(
-            select(ArchivedLabelSet.id).where(
-                ArchivedLabelSet.cluster == self.cluster, ArchivedLabelSet.digest == digest
+        wanted = list(new)
+        for start in range(0, len(wanted), 500):
+            found = session.execute(
+                select(ArchivedLabelSet.digest, ArchivedLabelSet.id).where(
+                    ArchivedLabelSet.cluster == self.cluster,
+                    ArchivedLabelSet.digest.in_(wanted[start : start + 500]),
+                )
             )
-        )
-        assert found is not None
-        self._label_ids[digest] = found
-        return found
+            for digest, ident in found:
+                self._label_ids[digest] = ident
 
     def _node_changes(
         self, nodes: Mapping[str, NodeSnapshot], now: datetime
