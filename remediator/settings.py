@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     notify: NotifySettings = Field(default_factory=NotifySettings)
     signals: SignalSettings = Field(default_factory=SignalSettings)
     signal_archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    # Policy directories the console may backtest against this cluster's archive, by name.
+    backtest_dirs: dict[str, Path] = Field(default_factory=dict)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

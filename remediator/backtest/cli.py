@@ -11,22 +11,25 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.backtest import render
 from remediator.backtest.compare import Report, compare
 from remediator.backtest.recording import (
     PolicyVersion,
+    Recording,
     from_database,
     policy_versions,
     read_export,
     write_export,
 )
 from remediator.backtest.replay import (
+    DEFAULT_TOLERANCE,
     BacktestError,
     PolicyTimeline,
     load_files,
@@ -174,39 +177,73 @@ def recorded_baseline(versions: Sequence[PolicyVersion]) -> tuple[PolicyTimeline
 def run_backtest(args: argparse.Namespace) -> Report:
     since, until = _window(args)
     tolerance = parse_duration(args.tolerance)
-    proposed: PolicyTimeline = [(datetime.min.replace(tzinfo=UTC), _load_dir(args.proposed))]
     fixed = fixed_baseline(args)
-    if args.signals is not None:
-        recording = read_export(args.signals)
-        if args.since is None:
-            since = recording.since
-        if args.until is None:
-            until = recording.until
-        since, until = max(since, recording.since), min(until, recording.until)
-        baseline, name = fixed or recorded_baseline(recording.policy_versions)
-    else:
+    if args.signals is None:
         engine = make_engine(args.database)
         try:
-            factory = make_session_factory(engine)
-            baseline, name = fixed or recorded_baseline(
-                policy_versions(factory, args.cluster, until)
+            return backtest_database(
+                make_session_factory(engine),
+                args.cluster,
+                args.proposed,
+                since,
+                until,
+                baseline=fixed,
+                tolerance=tolerance,
             )
-            wanted = run_filter([baseline, proposed])
-            recording = from_database(factory, args.cluster, since, until, wanted)
         finally:
             engine.dispose()
-    recording = replace(recording, since=since, until=until)
-    base = replay(recording, baseline, tolerance=tolerance)
-    new = replay(recording, proposed, tolerance=tolerance)
+    recording = read_export(args.signals)
+    if args.since is None:
+        since = recording.since
+    if args.until is None:
+        until = recording.until
+    since, until = max(since, recording.since), min(until, recording.until)
+    baseline = fixed or recorded_baseline(recording.policy_versions)
+    proposed = _proposed(args.proposed)
+    window = replace(recording, since=since, until=until)
+    return _run(window, baseline, proposed, tolerance)
+
+
+def backtest_database(
+    factory: sessionmaker[Session],
+    cluster: str,
+    proposed_dir: Path,
+    since: datetime,
+    until: datetime,
+    *,
+    baseline: tuple[PolicyTimeline, str] | None = None,
+    tolerance: timedelta = DEFAULT_TOLERANCE,
+) -> Report:
+    """Backtest `proposed_dir` against a database's archive; the baseline defaults to the
+    policy versions the controller really ran."""
+    proposed = _proposed(proposed_dir)
+    chosen = baseline or recorded_baseline(policy_versions(factory, cluster, until))
+    wanted = run_filter([chosen[0], proposed[0]])
+    recording = from_database(factory, cluster, since, until, wanted)
+    return _run(recording, chosen, proposed, tolerance)
+
+
+def _proposed(directory: Path) -> tuple[PolicyTimeline, str]:
+    return [(datetime.min.replace(tzinfo=UTC), _load_dir(directory))], str(directory)
+
+
+def _run(
+    recording: Recording,
+    baseline: tuple[PolicyTimeline, str],
+    proposed: tuple[PolicyTimeline, str],
+    tolerance: timedelta,
+) -> Report:
+    base = replay(recording, baseline[0], tolerance=tolerance)
+    new = replay(recording, proposed[0], tolerance=tolerance)
     return compare(
         base,
         new,
         recording.remediations,
-        since=since,
-        until=until,
+        since=recording.since,
+        until=recording.until,
         tolerance=tolerance,
-        baseline_name=name,
-        proposed_name=str(args.proposed),
+        baseline_name=baseline[1],
+        proposed_name=proposed[1],
     )
 
 

@@ -28,6 +28,7 @@ from remediator.web import pages, runbooks
 from remediator.web.access import Deps, require_pusher
 from remediator.web.agents import make_agents_router
 from remediator.web.api import make_api_router
+from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
 from remediator.web.oncall import ConsoleMetrics
@@ -131,6 +132,7 @@ def create_app(deps: WebDeps) -> FastAPI:
         )
     )
     app.include_router(pages.make_pages_router())
+    app.include_router(make_backtest_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/healthz", tags=["probes"])

@@ -17,16 +17,26 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from remediator.cli import main
 from remediator.clock import FakeClock
 from remediator.controller.app import Controller
 from remediator.remediation.states import State
+from remediator.settings import Settings, WebSettings
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.base import HealthTracker, SourceResult
 from remediator.signals.sources.prometheus import PrometheusSourceConfig, to_signals
+from remediator.signals.sources.push import SignalInbox
+from remediator.store import db
+from remediator.store.repository import Repository
+from remediator.web.app import create_app
+from remediator.web.deps import WebDeps
 from tests.fixtures.sim import SimHandle
+from tests.fixtures.web import READONLY_TOKEN, StaticPolicies
 from tests.integration.engine_support import settings_for
 
 pytestmark = pytest.mark.integration
@@ -330,3 +340,42 @@ def test_an_export_replays_like_the_database(recorded: Recorded, tmp_path: Path)
     for key in ("added", "removed", "changed", "mismatches"):
         assert from_file[key] == from_db[key], key
     assert from_file["added"]
+
+
+def test_the_console_shows_a_backtest(recorded: Recorded, tmp_path: Path) -> None:
+    proposed = write_policies(tmp_path / "no48", codes="[79]")
+    engine = db.make_engine(recorded.database_url)
+    clock = FakeClock(recorded.until)
+    deps = WebDeps(
+        settings=Settings(
+            web=WebSettings(readonly_tokens=[SecretStr(READONLY_TOKEN)]),
+            backtest_dirs={"drop-xid-48": proposed},
+        ),
+        repository=Repository(db.make_session_factory(engine), "default", clock),
+        policies=StaticPolicies(None),
+        inbox=SignalInbox(capacity=10),
+        registry=CollectorRegistry(),
+        clock=clock,
+    )
+    auth = {"Authorization": f"Bearer {READONLY_TOKEN}"}
+    try:
+        with TestClient(create_app(deps)) as client:
+            page = client.get(
+                "/backtest", params={"dir": "drop-xid-48", "days": DAYS}, headers=auth
+            )
+            assert page.status_code == 200, page.text
+            removed = page.text.split("Removed remediations (1)")[1]
+            assert recorded.nodes[2] in removed.split("</table>")[0]
+            assert "Backtest differences per day" in page.text and "removed: 1" in page.text
+            assert "reproduced by the baseline replay" in page.text
+
+            report = backtest(recorded, write_policies(tmp_path / "lowered", hot=76))
+            shown = client.post("/backtest", data={"report": json.dumps(report)}, headers=auth)
+            assert shown.status_code == 200, shown.text
+            added = shown.text.split("Added remediations (")[1].split("</table>")[0]
+            assert recorded.nodes[1] in added and "gpu-hot" in added
+
+            bad = client.post("/backtest", data={"report": '{"added": 3}'}, headers=auth)
+            assert bad.status_code == 422 and "not a backtest report" in bad.text
+    finally:
+        engine.dispose()
