@@ -18,7 +18,7 @@ import itertools
 import statistics
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -339,6 +339,7 @@ def replay(
     cordoned: set[str] = set()
     changes = sorted(recording.nodes, key=lambda c: c.at)
     next_change = 0
+    counts: dict[str, int] | None = None  # nodes per pool, made again after a change
 
     eval_state = EvalState()
     breaker = BreakerState()
@@ -359,6 +360,7 @@ def replay(
         while next_change < len(changes) and changes[next_change].at <= now:
             change = changes[next_change]
             next_change += 1
+            counts = None
             if change.present:
                 pools[change.node] = change.pool
                 labels[change.node] = change.labels
@@ -389,7 +391,10 @@ def replay(
         tripped_at = breaker.tripped_at
         if reset is not None and tripped_at is not None and tripped_at < reset <= now:
             breaker = BreakerState()  # a human reset it then
-        inventory = Inventory(
+        if counts is None:
+            counts = Inventory(pools=pools).nodes_per_pool()
+        inventory = _Inventory(
+            counts=counts,
             pools=pools,
             labels=labels,
             not_ready=frozenset(n for n in not_ready if not _fenced(real_fencing, n, now)),
@@ -430,6 +435,17 @@ def replay(
             HeldAt(h.decision.node, h.decision.policy, now, h.reason) for h in admission.held
         )
     return Replay(tuple(opened), tuple(held), tuple(trips), cycles, readings)
+
+
+@dataclass(frozen=True)
+class _Inventory(Inventory):
+    """The inventory with its per-pool counts made once per change of the pools, not at every
+    decision (the controller builds a new inventory per LIST anyway)."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    def nodes_per_pool(self) -> dict[str, int]:
+        return dict(self.counts)
 
 
 def _fenced(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
+from sqlalchemy import ColumnElement, and_, delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -429,63 +429,86 @@ def read_runs(
     until: datetime,
     wanted: RunFilter | None = None,
 ) -> list[ArchivedRun]:
-    """The runs overlapping [since, until), all of them or only those `wanted` needs."""
+    """The runs overlapping [since, until), all of them or only those `wanted` needs.
+
+    A filtered read asks one indexed question per kind (kind and value range; the window is
+    checked on the few rows that come back, so the planner cannot prefer a scan of the whole
+    window), then reads forward from each breach along its series."""
     ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
-    window = and_(
-        ArchivedSignal.cluster == cluster, ArchivedSignal.first_at < until, ended >= since
-    )
     with session_scope(factory) as session:
         labels = _label_sets(session, cluster)
         if wanted is None:
+            window = and_(
+                ArchivedSignal.cluster == cluster,
+                ArchivedSignal.first_at < until,
+                ended >= since,
+            )
             rows = list(session.execute(select(*_RUN_COLUMNS).where(window)))
             return sorted((_run(r, labels) for r in rows), key=_run_order)
-        clauses: list[ColumnElement[bool]] = []
-        if wanted.every_kind:
-            clauses.append(ArchivedSignal.kind.in_(sorted(wanted.every_kind)))
-        for kind, levels in wanted.levels.items():
-            bounds: list[ColumnElement[bool]] = []
-            if levels.breach_above is not None:
-                bounds.append(ArchivedSignal.value >= levels.breach_above)
-            if levels.breach_below is not None:
-                bounds.append(ArchivedSignal.value <= levels.breach_below)
-            if bounds:
-                clauses.append(and_(ArchivedSignal.kind == kind, or_(*bounds)))
-        if not clauses:
-            return []
-        rows = list(session.execute(select(*_RUN_COLUMNS).where(window, or_(*clauses))))
-        found = {r.id: r for r in rows}
-        for row in rows:
-            level = wanted.levels.get(row.kind)
-            if level is None or not level.breaches(row.value):
-                continue
-            follower = _next_run(session, cluster, row, until)
-            while follower is not None and follower.id not in found:
-                found[follower.id] = follower
-                if not (level.breaches(follower.value) or level.keeps(follower.value)):
-                    break
-                follower = _next_run(session, cluster, follower, until)
+        found: dict[int, Any] = {}
+        questions: list[ColumnElement[bool]] = [
+            ArchivedSignal.kind == kind for kind in sorted(wanted.every_kind)
+        ]
+        for kind, level in sorted(wanted.levels.items()):
+            if level.breach_above is not None:
+                questions.append(
+                    and_(ArchivedSignal.kind == kind, ArchivedSignal.value >= level.breach_above)
+                )
+            if level.breach_below is not None:
+                questions.append(
+                    and_(ArchivedSignal.kind == kind, ArchivedSignal.value <= level.breach_below)
+                )
+        for question in questions:
+            query = select(*_RUN_COLUMNS).where(
+                ArchivedSignal.cluster == cluster, question, ended >= since
+            )
+            for row in session.execute(query):
+                if row.first_at < until:
+                    found[row.id] = row
+        breaches: dict[tuple[Any, ...], datetime] = {}
+        for row in found.values():
+            if row.kind in wanted.levels:
+                key = (row.node, row.gpu, row.kind, row.code, row.source)
+                breaches[key] = min(breaches.get(key, row.first_at), row.first_at)
+        for key, start in breaches.items():
+            _follow(session, cluster, key, start, until, wanted.levels[key[2]], found)
         return sorted((_run(r, labels) for r in found.values()), key=_run_order)
 
 
-def _next_run(session: Session, cluster: str, row: Any, until: datetime) -> Any:
-    after = row.last_at or row.first_at
-    gpu = ArchivedSignal.gpu.is_(None) if row.gpu is None else ArchivedSignal.gpu == row.gpu
-    code = ArchivedSignal.code.is_(None) if row.code is None else ArchivedSignal.code == row.code
-    return session.execute(
+def _follow(
+    session: Session,
+    cluster: str,
+    key: tuple[Any, ...],
+    start: datetime,
+    until: datetime,
+    level: Levels,
+    found: dict[int, Any],
+) -> None:
+    """Add the runs after each breach of one series that may carry its streak, and the first
+    one that ends it."""
+    node, gpu, kind, code, source = key
+    rows = session.execute(
         select(*_RUN_COLUMNS)
         .where(
             ArchivedSignal.cluster == cluster,
-            ArchivedSignal.node == row.node,
-            gpu,
-            ArchivedSignal.kind == row.kind,
-            ArchivedSignal.first_at > after,
+            ArchivedSignal.node == node,
+            ArchivedSignal.gpu.is_(None) if gpu is None else ArchivedSignal.gpu == gpu,
+            ArchivedSignal.kind == kind,
+            ArchivedSignal.first_at >= start,
             ArchivedSignal.first_at < until,
-            code,
-            ArchivedSignal.source == row.source,
+            ArchivedSignal.code.is_(None) if code is None else ArchivedSignal.code == code,
+            ArchivedSignal.source == source,
         )
         .order_by(ArchivedSignal.first_at)
-        .limit(1)
-    ).first()
+    )
+    carrying = False
+    for row in rows:
+        if level.breaches(row.value):
+            carrying = True
+            found[row.id] = row
+        elif carrying:
+            found[row.id] = row
+            carrying = level.keeps(row.value)
 
 
 def _label_sets(session: Session, cluster: str) -> dict[int, tuple[str | None, dict[str, str]]]:
