@@ -1,0 +1,147 @@
+"""The signal archive on SQLite: runs, floors, cuts, flush, retention, and the export file."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediator.backtest.recording import RecordingError, from_database, read_export, write_export
+from remediator.signals.model import Signal, SignalKind
+from remediator.store import db
+from remediator.store.archive import (
+    ArchivedRun,
+    NodeSnapshot,
+    SignalArchive,
+    count_rows,
+    read_cycles,
+    read_nodes,
+    read_runs,
+)
+
+T0 = datetime(2026, 2, 1, tzinfo=UTC)
+POLL = timedelta(seconds=15)
+NODES = {"n1": NodeSnapshot("pool-a", {"pool": "pool-a"}, True, False)}
+
+
+@pytest.fixture
+def factory(sqlite_head_template: Path, tmp_path: Path) -> Iterator[sessionmaker[Session]]:
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    engine: Engine = db.make_engine(f"sqlite:///{tmp_path / 'remediator.db'}")
+    yield db.make_session_factory(engine)
+    engine.dispose()
+
+
+def temp(value: float, at: datetime, gpu: int = 0) -> Signal:
+    return Signal(
+        node="n1",
+        kind=SignalKind.THERMAL,
+        source="prometheus",
+        observed_at=at,
+        gpu=gpu,
+        value=value,
+        labels={"Hostname": "n1", "gpu": str(gpu)},
+    )
+
+
+def feed(archive: SignalArchive, values: list[list[float | None]]) -> None:
+    """One cycle per entry; each entry lists GPU 0, 1, … values (None: not reported)."""
+    for cycle, readings in enumerate(values):
+        at = T0 + cycle * POLL
+        signals = [temp(v, at, gpu) for gpu, v in enumerate(readings) if v is not None]
+        archive.record(signals, NODES, at)
+
+
+def runs(factory: sessionmaker[Session]) -> list[ArchivedRun]:
+    return read_runs(factory, "default", T0 - timedelta(days=1), T0 + timedelta(days=1))
+
+
+def test_unchanged_readings_are_one_run_and_any_change_starts_another(
+    factory: sessionmaker[Session],
+) -> None:
+    archive = SignalArchive(factory, "default")
+    feed(archive, [[71.0], [71.0], [71.0], [72.0], [71.0]])
+    archive.flush()
+    found = [(r.value, r.first_at, r.last_at, r.readings) for r in runs(factory)]
+    assert found == [
+        (71.0, T0, T0 + 2 * POLL, 3),
+        (72.0, T0 + 3 * POLL, None, 1),
+        (71.0, T0 + 4 * POLL, None, 1),
+    ]
+    assert runs(factory)[0].labels == {"Hostname": "n1", "gpu": "0"}
+    cycles = read_cycles(factory, "default", T0, T0 + timedelta(hours=1))
+    assert cycles == {"prometheus": [T0 + i * POLL for i in range(5)]}
+
+
+def test_a_missed_reading_ends_the_run(factory: sessionmaker[Session]) -> None:
+    """GPU 0 is absent from one cycle in which its source reported GPU 1."""
+    archive = SignalArchive(factory, "default")
+    feed(archive, [[75.0, 50.0], [None, 50.0], [75.0, 50.0]])
+    archive.flush()
+    gpu0 = [(r.first_at, r.readings) for r in runs(factory) if r.gpu == 0]
+    assert gpu0 == [(T0, 1), (T0 + 2 * POLL, 1)]
+
+
+def test_under_the_floor_the_level_holds_and_keeps_its_highest_reading(
+    factory: sessionmaker[Session],
+) -> None:
+    archive = SignalArchive(factory, "default", floors={"thermal": 70.0})
+    feed(archive, [[55.0], [57.0], [56.0], [79.0], [79.0], [60.0]])
+    archive.flush()
+    found = [(r.value, r.readings) for r in runs(factory)]
+    assert found == [(57.0, 3), (79.0, 2), (60.0, 1)]
+
+
+def test_long_runs_are_cut(factory: sessionmaker[Session]) -> None:
+    archive = SignalArchive(factory, "default", max_run=timedelta(minutes=1))
+    feed(archive, [[74.0]] * 9)
+    assert sum(r.readings for r in runs(factory)) == 8  # written as they were cut
+    archive.flush()
+    assert [r.readings for r in runs(factory)] == [4, 4, 1]
+
+
+def test_node_changes_and_retention(factory: sessionmaker[Session]) -> None:
+    archive = SignalArchive(factory, "default")
+    archive.record([temp(74.0, T0)], NODES, T0)
+    archive.record([], {"n1": NodeSnapshot("pool-a", {}, False, True)}, T0 + timedelta(days=2))
+    archive.record([temp(75.0, T0 + timedelta(days=3))], {}, T0 + timedelta(days=3))
+    archive.flush()
+    changes = read_nodes(factory, "default", T0 - timedelta(days=1), T0 + timedelta(days=4))
+    assert [(c.present, c.ready, c.cordoned) for c in changes] == [
+        (True, True, False),
+        (True, False, True),
+        (False, False, True),
+    ]
+    assert archive.prune(T0 + timedelta(days=1)) == 1
+    counts = count_rows(factory, "default")
+    assert counts["signal_archive"] == 1
+    assert counts["signal_archive_nodes"] == 2  # the newest row of n1 stays, and what came after
+    assert counts["signal_label_sets"] == 1
+
+
+def test_export_round_trips_and_names_a_bad_line(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    archive = SignalArchive(factory, "default")
+    feed(archive, [[71.0], [71.0], [80.0]])
+    archive.flush()
+    recording = from_database(factory, "default", T0, T0 + timedelta(hours=1))
+    path = tmp_path / "signals.jsonl.gz"
+    with path.open("wb") as out:
+        write_export(recording, out)
+    again = read_export(path)
+    assert again.runs == recording.runs
+    assert again.cycles == recording.cycles
+    assert again.nodes == recording.nodes
+
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    lines[2] = lines[2].replace('"thermal"', '"warmth"')
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    with pytest.raises(RecordingError, match=r"signals\.jsonl\.gz:3: "):
+        read_export(path)
