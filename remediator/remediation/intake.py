@@ -48,7 +48,7 @@ from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
 from remediator.signals.sources.node_conditions import is_abnormal
-from remediator.store.archive import NodeSnapshot, SignalArchive
+from remediator.store.archive import ArchiveUnavailable, NodeSnapshot, SignalArchive
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -216,13 +216,17 @@ class Intake:
     ) -> IntakeResult:
         screened = screen(signals, inventory.gpu_counts())
         signals = screened.kept
-        if self._archive is not None:
-            # Every signal as received, before the fold: a backtest replays the fold too.
-            self._archive.record(signals, inventory.snapshots(), now)
         fresh = self._folder.fold(signals, now)
         result = IntakeResult()
         if policies is not None and fresh:
             result = self._decide(fresh, inventory, policies, now)
+        if self._archive is not None:
+            # Every signal as received, before the fold (a backtest replays the fold too); after
+            # deciding, so the archive never delays a remediation.
+            try:
+                self._archive.record(signals, inventory.snapshots(), now)
+            except ArchiveUnavailable as exc:
+                log.warning("%s", exc)
         linked = {id(s) for decision in self._opened for s in decision.signals}
         self._opened = []
         self._store(signals, linked, now)

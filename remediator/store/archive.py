@@ -26,11 +26,18 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediator.errors import TransientError
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.db import session_scope
 from remediator.store.models import ArchivedCycle, ArchivedLabelSet, ArchivedNode, ArchivedSignal
+
+
+class ArchiveUnavailable(TransientError):
+    """The archive's database refused a cycle; the intake goes on without it."""
+
 
 RunKey = tuple[str, int | None, str, int | None, str, str]  # node, gpu, kind, code, source, labels
 BATCH = 5_000
@@ -173,6 +180,9 @@ class SignalArchive:
         ] = {}
         self._last_cycle: dict[str, datetime] = {}
         self._nodes: dict[str, NodeSnapshot] = {}
+        # Ended runs and node changes not yet written (the database refused the last cycle).
+        self._pending: list[_Run] = []
+        self._pending_nodes: list[dict[str, object]] = []
         self._lock = threading.Lock()
 
     def record(
@@ -182,35 +192,45 @@ class SignalArchive:
         now: datetime,
     ) -> None:
         """Archive one intake cycle: extend or start runs, write the runs that ended, the cycle
-        and the node changes, in one transaction."""
+        and the node changes, in one transaction. When the database refuses, what ended is kept
+        for the next cycle and ArchiveUnavailable says why (this cycle's readings are lost)."""
         with self._lock:
-            node_rows = self._node_changes(nodes, now) if nodes is not None else []
-            if not signals and not node_rows:
+            self._pending_nodes += self._node_changes(nodes, now) if nodes is not None else []
+            if not signals and not self._pending_nodes and not self._pending:
                 return
-            self._write(signals, node_rows, now)
+            try:
+                digests = [self._digest(signal) for signal in signals]
+                # Label sets in a transaction of their own: an id once learned is committed.
+                with session_scope(self._factory, write=True) as session:
+                    self._register_labels(session, signals, digests)
+                with session_scope(self._factory, write=True) as session:
+                    self._write(session, signals, digests, now)
+            except SQLAlchemyError as exc:
+                raise ArchiveUnavailable(f"signal archive not written: {exc}") from exc
+            self._pending, self._pending_nodes = [], []
 
     def _write(
-        self, signals: Sequence[Signal], node_rows: list[dict[str, object]], now: datetime
+        self, session: Session, signals: Sequence[Signal], digests: Sequence[str], now: datetime
     ) -> None:
-        with session_scope(self._factory, write=True) as session:
-            closed = self._advance(session, signals, now)
-            sources = sorted({s.source for s in signals})
-            if sources:
-                session.execute(
-                    _insert_for(session)(ArchivedCycle).on_conflict_do_nothing(),
-                    [{"cluster": self.cluster, "source": s, "at": now} for s in sources],
-                )
-            for start in range(0, len(closed), BATCH):
-                rows = [run.row(self.cluster) for run in closed[start : start + BATCH]]
-                session.execute(insert(ArchivedSignal), rows)
-            if node_rows:
-                session.execute(insert(ArchivedNode), node_rows)
+        self._pending += self._advance(signals, digests, now)
+        sources = sorted({s.source for s in signals})
+        if sources:
+            session.execute(
+                _insert_for(session)(ArchivedCycle).on_conflict_do_nothing(),
+                [{"cluster": self.cluster, "source": s, "at": now} for s in sources],
+            )
+        for start in range(0, len(self._pending), BATCH):
+            rows = [run.row(self.cluster) for run in self._pending[start : start + BATCH]]
+            session.execute(insert(ArchivedSignal), rows)
+        if self._pending_nodes:
+            session.execute(insert(ArchivedNode), self._pending_nodes)
 
     def flush(self) -> int:
         """Write every open run (at shutdown, or before an export of the latest data)."""
         with self._lock, session_scope(self._factory, write=True) as session:
-            runs = list(self._open.values())
+            runs = [*self._pending, *self._open.values()]
             self._open.clear()
+            self._pending = []
             for start in range(0, len(runs), BATCH):
                 rows = [run.row(self.cluster) for run in runs[start : start + BATCH]]
                 session.execute(insert(ArchivedSignal), rows)
@@ -255,12 +275,12 @@ class SignalArchive:
             self._label_ids = {d: i for d, i in self._label_ids.items() if i in open_ids}
             return int(deleted.rowcount or 0)
 
-    def _advance(self, session: Session, signals: Sequence[Signal], now: datetime) -> list[_Run]:
+    def _advance(
+        self, signals: Sequence[Signal], digests: Sequence[str], now: datetime
+    ) -> list[_Run]:
         closed: list[_Run] = []
         sources = {s.source for s in signals}
         previous = {s: self._last_cycle.get(s) for s in sources}
-        digests = [self._digest(signal) for signal in signals]
-        self._register_labels(session, signals, digests)
         seen: set[RunKey] = set()
         for signal, digest in zip(signals, digests, strict=True):
             kind = signal.kind.value
