@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
@@ -276,6 +277,19 @@ def test_backtests_against_a_recorded_run(recorded: Recorded, tmp_path: Path) ->
     when = datetime.fromisoformat(narrower["removed"][0]["time"])
     assert recorded.since + 100 * CYCLE <= when <= recorded.since + 101 * CYCLE
     assert narrower["added"] == []
+
+    # The same change as a working copy against its git HEAD (what a CI job on a PR runs).
+    repo = tmp_path / "repo"
+    write_policies(repo / "policies")
+    for argv in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "policies"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True, capture_output=True)
+    write_policies(repo / "policies", codes="[79]")
+    against_head = backtest(recorded, repo / "policies", "--baseline-ref", "HEAD")
+    assert against_head["removed"] == narrower["removed"]
 
     # (d) One remediation at a time: the second of the simultaneous XID 79s is held.
     tighter = backtest(recorded, write_policies(tmp_path / "one", concurrent=1))
