@@ -137,7 +137,7 @@ def files_at_ref(directory: Path, ref: str) -> dict[str, str]:
         return done.stdout
 
     prefix = git("rev-parse", "--show-prefix").strip()
-    names = git("ls-tree", "--name-only", f"{ref}:{prefix}").split()
+    names = git("ls-tree", "--full-tree", "--name-only", f"{ref}:{prefix}").splitlines()
     files = {
         name: git("show", f"{ref}:{prefix}{name}")
         for name in names
