@@ -362,9 +362,8 @@ def main() -> None:
             shutil.copyfile(path, args.keep)
 
     node_days = NODES * DAYS
-    print(
-        f"fleet: {NODES} nodes x {GPUS} GPUs, {DAYS} days, 15 s polls (generated in {generated_s:.0f} s)"
-    )
+    print(f"fleet: {NODES} nodes x {GPUS} GPUs, {DAYS} days, 15 s polls")
+    print(f"(generated in {generated_s:.0f} s)")
     print()
     print("| measure | value |")
     print("| --- | ---: |")
@@ -376,12 +375,10 @@ def main() -> None:
     print(f"| SQLite file, MB | {size / 1e6:.0f} |")
     print(f"| storage per node-day, KB | {size / node_days / 1e3:.2f} |")
     print(f"| real remediations (history) | {history} |")
-    print(
-        f"| baseline / proposed remediations | {len(report.baseline.opened)} / {len(report.proposed.opened)} |"
-    )
-    print(
-        f"| added / removed / changed | {len(report.added)} / {len(report.removed)} / {len(report.changed)} |"
-    )
+    base, new = len(report.baseline.opened), len(report.proposed.opened)
+    print(f"| baseline / proposed remediations | {base} / {new} |")
+    diffs = f"{len(report.added)} / {len(report.removed)} / {len(report.changed)}"
+    print(f"| added / removed / changed | {diffs} |")
     print(f"| holds added / removed | {len(report.holds_added)} / {len(report.holds_removed)} |")
     print(f"| mismatches with history | {len(report.mismatches)} |")
     print(f"| readings replayed (baseline) | {report.baseline.readings:,} |")
