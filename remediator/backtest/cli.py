@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,6 +39,7 @@ from remediator.backtest.replay import (
 from remediator.errors import PolicyError, RemediatorError
 from remediator.policy.durations import parse_duration
 from remediator.policy.loader import PolicySet, load_policy_dir
+from remediator.store.archive import ArchivedRun, RunFilter, iter_runs
 from remediator.store.db import make_engine, make_session_factory
 
 FORMATS = {"text": render.to_text, "markdown": render.to_markdown, "json": render.to_json_text}
@@ -262,21 +263,37 @@ def _export(args: argparse.Namespace) -> int:
         since, until = _window(args)
         engine = make_engine(args.database)
         try:
-            recording = from_database(make_session_factory(engine), args.cluster, since, until)
+            factory = make_session_factory(engine)
+            # Everything but the runs up front (small); the runs streamed straight to the file.
+            recording = from_database(factory, args.cluster, since, until, RunFilter())
+            counted = _Counted(iter_runs(factory, args.cluster, since, until))
+            if args.output is not None:
+                with args.output.open("wb") as out:
+                    lines = write_export(recording, out, counted)
+            else:
+                lines = write_export(recording, sys.stdout.buffer, counted)
+                sys.stdout.buffer.flush()
         finally:
             engine.dispose()
-        if args.output is not None:
-            with args.output.open("wb") as out:
-                lines = write_export(recording, out)
-        else:
-            lines = write_export(recording, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
     except (RemediatorError, SQLAlchemyError, OSError) as exc:
         print(f"remediator signals export: {exc}", file=sys.stderr)
         return 1
     print(
-        f"exported {len(recording.runs)} runs, {len(recording.nodes)} node changes, "
+        f"exported {counted.count} runs, {len(recording.nodes)} node changes, "
         f"{len(recording.remediations)} remediations ({lines} lines)",
         file=sys.stderr,
     )
     return 0
+
+
+class _Counted:
+    """Passes runs through, counting them."""
+
+    def __init__(self, runs: Iterator[ArchivedRun]) -> None:
+        self._runs = runs
+        self.count = 0
+
+    def __iter__(self) -> Iterator[ArchivedRun]:
+        for run in self._runs:
+            self.count += 1
+            yield run

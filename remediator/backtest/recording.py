@@ -225,7 +225,10 @@ class _Policies(_Line):
     files: dict[str, str]
 
 
-def export_lines(recording: Recording) -> Iterator[dict[str, Any]]:
+def export_lines(
+    recording: Recording, runs: Iterable[ArchivedRun] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The file's records; `runs` (a stream) stands in for the recording's own list."""
     yield _Header(
         type="header",
         version=FORMAT_VERSION,
@@ -236,7 +239,7 @@ def export_lines(recording: Recording) -> Iterator[dict[str, Any]]:
     ).model_dump(mode="json")
     for source, times in sorted(recording.cycles.items()):
         yield {"type": "cycles", "source": source, "at": [t.isoformat() for t in times]}
-    for run in recording.runs:
+    for run in recording.runs if runs is None else runs:
         yield {
             "type": "run",
             "node": run.node,
@@ -284,10 +287,12 @@ def export_lines(recording: Recording) -> Iterator[dict[str, Any]]:
         ).model_dump(mode="json")
 
 
-def write_export(recording: Recording, out: IO[bytes]) -> int:
+def write_export(
+    recording: Recording, out: IO[bytes], runs: Iterable[ArchivedRun] | None = None
+) -> int:
     count = 0
     with gzip.GzipFile(fileobj=out, mode="wb") as zipped:
-        for line in export_lines(recording):
+        for line in export_lines(recording, runs):
             zipped.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
             count += 1
     return count

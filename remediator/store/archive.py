@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -493,6 +493,27 @@ def read_runs(
         for key, start in breaches.items():
             _follow(session, cluster, key, start, until, wanted.levels[key[2]], found)
         return sorted((_run(r, labels) for r in found.values()), key=_run_order)
+
+
+def iter_runs(
+    factory: sessionmaker[Session], cluster: str, since: datetime, until: datetime
+) -> Iterator[ArchivedRun]:
+    """Every run overlapping [since, until) in time order, streamed (for the export)."""
+    ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
+    with session_scope(factory) as session:
+        labels = _label_sets(session, cluster)
+        rows = session.execute(
+            select(*_RUN_COLUMNS)
+            .where(
+                ArchivedSignal.cluster == cluster,
+                ArchivedSignal.first_at < until,
+                ended >= since,
+            )
+            .order_by(ArchivedSignal.first_at, ArchivedSignal.id),
+            execution_options={"yield_per": BATCH},
+        )
+        for row in rows:
+            yield _run(row, labels)
 
 
 def _follow(
