@@ -193,14 +193,20 @@ def run_backtest(args: argparse.Namespace) -> Report:
             )
         finally:
             engine.dispose()
-    recording = read_export(args.signals)
+    proposed = _proposed(args.proposed)
+    chosen: list[tuple[PolicyTimeline, str]] = []
+
+    def filter_for(versions: Sequence[PolicyVersion]) -> RunFilter:
+        chosen.append(fixed or recorded_baseline(versions))
+        return run_filter([chosen[0][0], proposed[0]])
+
+    recording = read_export(args.signals, filter_for)
     if args.since is None:
         since = recording.since
     if args.until is None:
         until = recording.until
     since, until = max(since, recording.since), min(until, recording.until)
-    baseline = fixed or recorded_baseline(recording.policy_versions)
-    proposed = _proposed(args.proposed)
+    baseline = chosen[0] if chosen else fixed or recorded_baseline(recording.policy_versions)
     window = replace(recording, since=since, until=until)
     return _run(window, baseline, proposed, tolerance)
 

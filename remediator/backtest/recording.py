@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -239,22 +239,6 @@ def export_lines(
     ).model_dump(mode="json")
     for source, times in sorted(recording.cycles.items()):
         yield {"type": "cycles", "source": source, "at": [t.isoformat() for t in times]}
-    for run in recording.runs if runs is None else runs:
-        yield {
-            "type": "run",
-            "node": run.node,
-            "gpu": run.gpu,
-            "kind": run.kind.value,
-            "code": run.code,
-            "value": run.value,
-            "source": run.source,
-            "labels": dict(run.labels),
-            "gpu_uuid": run.gpu_uuid,
-            "first_at": run.first_at.isoformat(),
-            "last_at": run.last_at.isoformat() if run.last_at else None,
-            "readings": run.readings,
-            "lag_ms": run.lag_ms,
-        }
     for change in recording.nodes:
         yield _Node(
             type="node",
@@ -285,6 +269,22 @@ def export_lines(
             content_hash=version.content_hash,
             files=dict(version.files),
         ).model_dump(mode="json")
+    for run in recording.runs if runs is None else runs:
+        yield {
+            "type": "run",
+            "node": run.node,
+            "gpu": run.gpu,
+            "kind": run.kind.value,
+            "code": run.code,
+            "value": run.value,
+            "source": run.source,
+            "labels": dict(run.labels),
+            "gpu_uuid": run.gpu_uuid,
+            "first_at": run.first_at.isoformat(),
+            "last_at": run.last_at.isoformat() if run.last_at else None,
+            "readings": run.readings,
+            "lag_ms": run.lag_ms,
+        }
 
 
 def write_export(
@@ -298,17 +298,52 @@ def write_export(
     return count
 
 
-def read_export(path: Path) -> Recording:
-    """Read a `signals export` file; a bad line is an error naming its number."""
+RunFilterFor = Callable[[Sequence[PolicyVersion]], RunFilter]
+
+
+def read_export(path: Path, filter_for: RunFilterFor | None = None) -> Recording:
+    """Read a `signals export` file; a bad line is an error naming its number. With
+    `filter_for`, only the runs a replay needs are kept (see RunFilter): it is asked, with the
+    policy versions read so far, when the runs begin (the writer puts them last)."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
-            return _parse(enumerate(handle, start=1), path)
+            return _parse(enumerate(handle, start=1), path, filter_for)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise RecordingError(f"{path}: cannot read: {exc}") from exc
 
 
-def _parse(lines: Iterable[tuple[int, str]], path: Path) -> Recording:
+class _Keep:
+    """The file reader's RunFilter: runs come in time order, so the runs that follow a breach
+    on its series are kept while they may carry the streak, and the first that ends it."""
+
+    def __init__(self) -> None:
+        self._carrying: dict[tuple[Any, ...], bool] = {}
+
+    def __call__(self, wanted: RunFilter, data: dict[str, Any]) -> bool:
+        kind = data.get("kind")
+        if kind in wanted.every_kind:
+            return True
+        level = wanted.levels.get(str(kind))
+        if level is None:
+            return False
+        raw = data.get("value")
+        value = float(raw) if isinstance(raw, int | float) else None
+        key = (data.get("node"), data.get("gpu"), kind, data.get("code"), data.get("source"))
+        if level.breaches(value):
+            self._carrying[key] = True
+            return True
+        if self._carrying.get(key):
+            self._carrying[key] = level.keeps(value)
+            return True
+        return False
+
+
+def _parse(
+    lines: Iterable[tuple[int, str]], path: Path, filter_for: RunFilterFor | None
+) -> Recording:
     header: _Header | None = None
+    wanted: RunFilter | None = None
+    keep = _Keep()
     cycles: dict[str, list[datetime]] = {}
     runs: list[ArchivedRun] = []
     nodes: list[NodeChange] = []
@@ -330,6 +365,10 @@ def _parse(lines: Iterable[tuple[int, str]], path: Path) -> Recording:
                 cycle = _Cycle.model_validate(data)
                 cycles.setdefault(cycle.source, []).extend(cycle.at)
             elif kind == "run":
+                if filter_for is not None and wanted is None:
+                    wanted = filter_for(versions)
+                if wanted is not None and not keep(wanted, data):
+                    continue
                 r = _Run.model_validate(data)
                 runs.append(
                     ArchivedRun(
@@ -367,6 +406,8 @@ def _parse(lines: Iterable[tuple[int, str]], path: Path) -> Recording:
                     )
                 )
             elif kind == "policies":
+                if wanted is not None:
+                    raise ValueError("policy versions after the runs: not a file this writes")
                 p = _Policies.model_validate(data)
                 versions.append(PolicyVersion(p.loaded_at, p.content_hash, p.files))
             else:

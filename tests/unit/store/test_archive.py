@@ -141,7 +141,8 @@ def test_export_round_trips_and_names_a_bad_line(
     assert again.nodes == recording.nodes
 
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    lines[2] = lines[2].replace('"thermal"', '"warmth"')
+    first_run = next(i for i, line in enumerate(lines) if '"type":"run"' in line)
+    lines[first_run] = lines[first_run].replace('"thermal"', '"warmth"')
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    with pytest.raises(RecordingError, match=r"signals\.jsonl\.gz:3: "):
+    with pytest.raises(RecordingError, match=rf"signals\.jsonl\.gz:{first_run + 1}: "):
         read_export(path)
