@@ -57,6 +57,8 @@ class SignalSettings(BaseModel):
     # `alertmanager_receiver` there, instead of waiting for their next notification.
     alertmanager_url: str | None = None
     alertmanager_receiver: str = "remediator"
+
+
 class ArchiveSettings(BaseModel):
     """The signal archive a policy backtest replays (docs/backtest.md)."""
 

@@ -92,6 +92,7 @@ class Inventory:
     def gpu_counts(self) -> dict[str, int | None]:
         """Every node the cluster has → its GPU count (None when unknown)."""
         return {node: self.gpus.get(node) for node in self.pools}
+
     def snapshots(self) -> dict[str, NodeSnapshot]:
         return {
             node: NodeSnapshot(
@@ -221,8 +222,8 @@ class Intake:
         if policies is not None and fresh:
             result = self._decide(fresh, inventory, policies, now)
         if self._archive is not None:
-            # Every signal as received, before the fold (a backtest replays the fold too); after
-            # deciding, so the archive never delays a remediation.
+            # Every signal that passed the screen, before the fold (a backtest replays the fold
+            # too); after deciding, so the archive never delays a remediation.
             try:
                 self._archive.record(signals, inventory.snapshots(), now)
             except ArchiveUnavailable as exc:

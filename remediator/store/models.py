@@ -281,6 +281,8 @@ class AgentHeartbeat(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
     stats: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+
+
 class ArchivedSignal(Base):
     """Every signal the controller received, as runs: one row per (node, GPU, kind, code, source,
     labels) reading that repeated unchanged at consecutive cycles of its source, from `first_at`
