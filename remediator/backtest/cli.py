@@ -7,38 +7,28 @@ it); 1 when it could not run (bad arguments, unreadable record or policies).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.backtest import render
-from remediator.backtest.compare import Report, compare
-from remediator.backtest.recording import (
-    PolicyVersion,
-    Recording,
-    from_database,
-    policy_versions,
-    read_export,
-    write_export,
+from remediator.backtest.compare import Report
+from remediator.backtest.recording import PolicyVersion, from_database, read_export, write_export
+from remediator.backtest.replay import PolicyTimeline, run_filter
+from remediator.backtest.run import (
+    backtest_database,
+    named_baseline,
+    proposed_set,
+    recorded_baseline,
+    run_replays,
 )
-from remediator.backtest.replay import (
-    DEFAULT_TOLERANCE,
-    BacktestError,
-    PolicyTimeline,
-    load_files,
-    replay,
-    run_filter,
-)
-from remediator.errors import PolicyError, RemediatorError
+from remediator.errors import RemediatorError
 from remediator.policy.durations import parse_duration
-from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.store.archive import ArchivedRun, RunFilter, iter_runs
 from remediator.store.db import make_engine, make_session_factory
 
@@ -113,72 +103,10 @@ def _window(args: argparse.Namespace) -> tuple[datetime, datetime]:
     return since, until
 
 
-def _load_dir(directory: Path) -> PolicySet:
-    try:
-        return load_policy_dir(directory)
-    except PolicyError as exc:
-        raise BacktestError(f"{directory}: " + "; ".join(exc.problems)) from exc
-
-
-def files_at_ref(directory: Path, ref: str) -> dict[str, str]:
-    """The policy files of `directory` as committed at `ref`."""
-
-    def git(*argv: str) -> str:
-        try:
-            done = subprocess.run(
-                ["git", "-C", str(directory), *argv],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=60,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            raise BacktestError(f"git {' '.join(argv)}: {detail.strip()}") from exc
-        return done.stdout
-
-    prefix = git("rev-parse", "--show-prefix").strip()
-    names = git("ls-tree", "--full-tree", "--name-only", f"{ref}:{prefix}").splitlines()
-    files = {
-        name: git("show", f"{ref}:{prefix}{name}")
-        for name in names
-        if name.endswith((".yaml", ".yml"))
-    }
-    if not files:
-        raise BacktestError(f"{directory} at {ref}: no policy files")
-    return files
-
-
-def fixed_baseline(args: argparse.Namespace) -> tuple[PolicyTimeline, str] | None:
-    """The baseline named on the command line, if any."""
-    epoch = datetime.min.replace(tzinfo=UTC)
-    if args.baseline is not None:
-        return [(epoch, _load_dir(args.baseline))], str(args.baseline)
-    if args.baseline_ref is not None:
-        files = files_at_ref(args.proposed, args.baseline_ref)
-        return [(epoch, load_files(files))], f"{args.proposed} at {args.baseline_ref}"
-    return None
-
-
-def recorded_baseline(versions: Sequence[PolicyVersion]) -> tuple[PolicyTimeline, str]:
-    """The policy versions as the controller really loaded them, each from its load time."""
-    if not versions:
-        raise BacktestError(
-            "no policy versions recorded for this window: give --baseline or --baseline-ref"
-        )
-    loaded: dict[str, PolicySet] = {}
-    timeline: list[tuple[datetime, PolicySet]] = []
-    for version in versions:
-        if version.content_hash not in loaded:
-            loaded[version.content_hash] = load_files(version.files)
-        timeline.append((version.loaded_at, loaded[version.content_hash]))
-    return timeline, "the policy versions active at the time"
-
-
 def run_backtest(args: argparse.Namespace) -> Report:
     since, until = _window(args)
     tolerance = parse_duration(args.tolerance)
-    fixed = fixed_baseline(args)
+    fixed = named_baseline(args.baseline, args.baseline_ref, args.proposed)
     if args.signals is None:
         engine = make_engine(args.database)
         try:
@@ -193,7 +121,7 @@ def run_backtest(args: argparse.Namespace) -> Report:
             )
         finally:
             engine.dispose()
-    proposed = _proposed(args.proposed)
+    proposed = proposed_set(args.proposed)
     chosen: list[tuple[PolicyTimeline, str]] = []
 
     def filter_for(versions: Sequence[PolicyVersion]) -> RunFilter:
@@ -208,50 +136,7 @@ def run_backtest(args: argparse.Namespace) -> Report:
     since, until = max(since, recording.since), min(until, recording.until)
     baseline = chosen[0] if chosen else fixed or recorded_baseline(recording.policy_versions)
     window = replace(recording, since=since, until=until)
-    return _run(window, baseline, proposed, tolerance)
-
-
-def backtest_database(
-    factory: sessionmaker[Session],
-    cluster: str,
-    proposed_dir: Path,
-    since: datetime,
-    until: datetime,
-    *,
-    baseline: tuple[PolicyTimeline, str] | None = None,
-    tolerance: timedelta = DEFAULT_TOLERANCE,
-) -> Report:
-    """Backtest `proposed_dir` against a database's archive; the baseline defaults to the
-    policy versions the controller really ran."""
-    proposed = _proposed(proposed_dir)
-    chosen = baseline or recorded_baseline(policy_versions(factory, cluster, until))
-    wanted = run_filter([chosen[0], proposed[0]])
-    recording = from_database(factory, cluster, since, until, wanted)
-    return _run(recording, chosen, proposed, tolerance)
-
-
-def _proposed(directory: Path) -> tuple[PolicyTimeline, str]:
-    return [(datetime.min.replace(tzinfo=UTC), _load_dir(directory))], str(directory)
-
-
-def _run(
-    recording: Recording,
-    baseline: tuple[PolicyTimeline, str],
-    proposed: tuple[PolicyTimeline, str],
-    tolerance: timedelta,
-) -> Report:
-    base = replay(recording, baseline[0], tolerance=tolerance)
-    new = replay(recording, proposed[0], tolerance=tolerance)
-    return compare(
-        base,
-        new,
-        recording.remediations,
-        since=recording.since,
-        until=recording.until,
-        tolerance=tolerance,
-        baseline_name=baseline[1],
-        proposed_name=proposed[1],
-    )
+    return run_replays(window, baseline, proposed, tolerance)
 
 
 def _backtest(args: argparse.Namespace) -> int:

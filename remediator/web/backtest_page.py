@@ -15,8 +15,8 @@ from markupsafe import Markup, escape
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from remediator.backtest.cli import backtest_database
 from remediator.backtest.render import to_json
+from remediator.backtest.run import backtest_database
 from remediator.errors import RemediatorError
 from remediator.web.access import Deps, Reader
 from remediator.web.auth import Principal
