@@ -613,16 +613,3 @@ def _change(row: ArchivedNode) -> NodeChange:
     return NodeChange(
         row.at, row.node, row.present, row.pool, dict(row.labels), row.ready, row.cordoned
     )
-
-
-def count_rows(factory: sessionmaker[Session], cluster: str) -> dict[str, int]:
-    with session_scope(factory) as session:
-        return {
-            model.__tablename__: int(
-                session.scalar(
-                    select(func.count()).select_from(model).where(model.cluster == cluster)
-                )
-                or 0
-            )
-            for model in (ArchivedSignal, ArchivedCycle, ArchivedNode, ArchivedLabelSet)
-        }

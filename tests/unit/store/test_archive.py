@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.backtest.recording import RecordingError, from_database, read_export, write_export
@@ -19,11 +19,12 @@ from remediator.store.archive import (
     ArchivedRun,
     NodeSnapshot,
     SignalArchive,
-    count_rows,
     read_cycles,
     read_nodes,
     read_runs,
 )
+from remediator.store.db import session_scope
+from remediator.store.models import ArchivedCycle, ArchivedLabelSet, ArchivedNode, ArchivedSignal
 
 T0 = datetime(2026, 2, 1, tzinfo=UTC)
 POLL = timedelta(seconds=15)
@@ -48,6 +49,19 @@ def temp(value: float, at: datetime, gpu: int = 0) -> Signal:
         value=value,
         labels={"Hostname": "n1", "gpu": str(gpu)},
     )
+
+
+def count_rows(factory: sessionmaker[Session], cluster: str) -> dict[str, int]:
+    with session_scope(factory) as session:
+        return {
+            model.__tablename__: int(
+                session.scalar(
+                    select(func.count()).select_from(model).where(model.cluster == cluster)
+                )
+                or 0
+            )
+            for model in (ArchivedSignal, ArchivedCycle, ArchivedNode, ArchivedLabelSet)
+        }
 
 
 def feed(archive: SignalArchive, values: list[list[float | None]]) -> None:
