@@ -18,17 +18,22 @@ import itertools
 import statistics
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from remediator.backtest.recording import RealRemediation, Recording
 from remediator.errors import PolicyError, RemediatorError
 from remediator.policy.budget import BreakerState, admit
-from remediator.policy.evaluate import EvalState, History, PastRemediation, evaluate
+from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
 from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.policy.schema import Policy, Threshold
-from remediator.remediation.intake import DEFAULT_FOLD_WINDOW, Inventory, cluster_state
+from remediator.remediation.intake import (
+    DEFAULT_FOLD_WINDOW,
+    Inventory,
+    cleared_reason,
+    cluster_state,
+)
 from remediator.remediation.planner import ladder_from_policy
 from remediator.remediation.states import State
 from remediator.signals.dedup import DEFAULT_KIND_WINDOWS, READING_KINDS, SignalFolder
@@ -56,6 +61,7 @@ class Opened:
     disruptive: bool
     reason: str
     until: datetime | None  # when it stops holding its node; None: past the end of the record
+    admitted_at: datetime | None = None  # None: still queued (held by a budget) at the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +354,13 @@ def replay(
     trips: list[Trip] = []
     cycles = readings = 0
 
-    for now, signals in streams:
+    by_name = {p.name: p for _, policies in timeline for p in policies.policies}
+    queued: dict[str, RemediationRecord] = {}  # node → its queued remediation
+    entry: dict[str, int] = {}  # node → index in `opened` of its queued remediation
+    every_cycle = sorted({at for times in recording.cycles.values() for at in times})
+    wakes: list[datetime] = []  # cycles at which a remediation's end may free a budget
+
+    for now, signals in _with_wakes(iter(streams), wakes):
         if now >= recording.until:
             break
         if now < recording.since:
@@ -373,24 +385,24 @@ def replay(
                 else:
                     flags.discard(change.node)
         policies = timeline[max(0, bisect.bisect_right(starts, now) - 1)][1]
-        fresh = folder.fold(signals, now)
-        if not fresh:
+        fresh = folder.fold(signals, now) if signals else ()
+        if not fresh and not queued:
             continue
-        history = History(
-            open={node: o.policy for node, o in open_.items()},
-            past=past,
-            pools=pools,
-            labels=labels,
-            state=eval_state,
-        )
-        evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
-        eval_state = evaluation.state
-        if not evaluation.decisions:
-            continue
-        reset = recording.breaker.reset_at
-        tripped_at = breaker.tripped_at
-        if reset is not None and tripped_at is not None and tripped_at < reset <= now:
-            breaker = BreakerState()  # a human reset it then
+        decisions: list[Decision] = []
+        if fresh:
+            history = History(
+                open={
+                    **{node: o.policy for node, o in open_.items()},
+                    **{node: r.policy for node, r in queued.items()},
+                },
+                past=past,
+                pools=pools,
+                labels=labels,
+                state=eval_state,
+            )
+            evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
+            eval_state = evaluation.state
+            decisions = list(evaluation.decisions)
         if counts is None:
             counts = Inventory(pools=pools).nodes_per_pool()
         inventory = _Inventory(
@@ -400,41 +412,113 @@ def replay(
             not_ready=frozenset(n for n in not_ready if not _fenced(real_fencing, n, now)),
             cordoned=frozenset(n for n in cordoned if not _fenced(real_fencing, n, now)),
         )
+        for node, record in list(queued.items()):
+            if cleared_reason(record, fresh, inventory, by_name.get(record.policy)) is not None:
+                del queued[node]  # its cause cleared while it waited: closed, never admitted
+                index = entry.pop(node)
+                opened[index] = replace(opened[index], until=now)
+        if not decisions and not queued:
+            continue
+        reset = recording.breaker.reset_at
+        tripped_at = breaker.tripped_at
+        if reset is not None and tripped_at is not None and tripped_at < reset <= now:
+            breaker = BreakerState()  # a human reset it then
         fencing = [_record(node, o, now) for node, o in open_.items()]
+        candidates: list[Decision | RemediationRecord] = [*decisions, *queued.values()]
         admission = admit(
-            evaluation.decisions,
-            cluster_state(inventory, fencing),
+            candidates,
+            cluster_state(inventory, [*fencing, *queued.values()]),
             policies.settings,
             breaker,
             now,
+            counted=frozenset(queued),
         )
         if admission.breaker.tripped and not breaker.tripped:
             trips.append(Trip(now, admission.breaker.reason or "storm breaker tripped"))
         breaker = admission.breaker
-        for decision in admission.admitted:
-            until = holds.until(decision.node, decision.policy, now)
-            open_[decision.node] = _Open(decision.policy, decision.pool, decision.dry_run, until)
-            past[decision.node] = (
-                *past.get(decision.node, ()),
-                PastRemediation(decision.node, decision.policy, now, State.DETECTED.value),
-            )
-            opened.append(
-                Opened(
-                    node=decision.node,
-                    policy=decision.policy,
-                    pool=decision.pool or None,
-                    at=now,
-                    ladder=tuple(s.action for s in ladder_from_policy(decision.actions)),
-                    dry_run=decision.dry_run,
-                    disruptive=decision.disruptive,
-                    reason=decision.reason,
-                    until=until,
-                )
-            )
-        held.extend(
-            HeldAt(h.decision.node, h.decision.policy, now, h.reason) for h in admission.held
-        )
+        for candidate in admission.admitted:
+            node = candidate.node
+            if isinstance(candidate, RemediationRecord):  # admitted from the queue
+                del queued[node]
+                index = entry.pop(node)
+                created = opened[index].at
+                until = holds.until(node, candidate.policy, created)
+                opened[index] = replace(opened[index], until=until, admitted_at=now)
+                open_[node] = _Open(candidate.policy, candidate.pool, candidate.dry_run, until)
+            else:
+                until = holds.until(node, candidate.policy, now)
+                open_[node] = _Open(candidate.policy, candidate.pool, candidate.dry_run, until)
+                _remember(past, candidate, now)
+                opened.append(_opened(candidate, now, until))
+            if until is not None:
+                at = bisect.bisect_left(every_cycle, until)
+                if at < len(every_cycle):
+                    heapq.heappush(wakes, every_cycle[at])
+        for hold in admission.held:
+            candidate = hold.decision
+            held.append(HeldAt(candidate.node, candidate.policy, now, hold.reason))
+            if isinstance(candidate, Decision):  # a new decision waits in the queue
+                queued[candidate.node] = _queued(candidate, now)
+                _remember(past, candidate, now)
+                entry[candidate.node] = len(opened)
+                opened.append(_opened(candidate, now, None, admitted=False))
     return Replay(tuple(opened), tuple(held), tuple(trips), cycles, readings)
+
+
+def _with_wakes(
+    streams: Iterator[tuple[datetime, list[Signal]]], wakes: list[datetime]
+) -> Iterator[tuple[datetime, list[Signal]]]:
+    """The readings' cycles, and in between the cycles at which a remediation ends (queued ones
+    are offered to the budgets again there, as the controller does every poll)."""
+    upcoming = next(streams, None)
+    while upcoming is not None or wakes:
+        if wakes and (upcoming is None or wakes[0] < upcoming[0]):
+            at = heapq.heappop(wakes)
+            yield at, []
+            continue
+        assert upcoming is not None
+        while wakes and wakes[0] == upcoming[0]:
+            heapq.heappop(wakes)
+        yield upcoming
+        upcoming = next(streams, None)
+
+
+def _remember(
+    past: dict[str, tuple[PastRemediation, ...]], decision: Decision, now: datetime
+) -> None:
+    past[decision.node] = (
+        *past.get(decision.node, ()),
+        PastRemediation(decision.node, decision.policy, now, State.DETECTED.value),
+    )
+
+
+def _opened(
+    decision: Decision, now: datetime, until: datetime | None, *, admitted: bool = True
+) -> Opened:
+    return Opened(
+        node=decision.node,
+        policy=decision.policy,
+        pool=decision.pool or None,
+        at=now,
+        ladder=tuple(s.action for s in ladder_from_policy(decision.actions)),
+        dry_run=decision.dry_run,
+        disruptive=decision.disruptive,
+        reason=decision.reason,
+        until=until,
+        admitted_at=now if admitted else None,
+    )
+
+
+def _queued(decision: Decision, now: datetime) -> RemediationRecord:
+    """The queued remediation a held decision opens, as the intake stores it."""
+    return replace(
+        _record(decision.node, _Open(decision.policy, decision.pool, decision.dry_run, None), now),
+        state=State.QUEUED,
+        policy_priority=decision.priority,
+        signals=decision.signals,
+        ladder=tuple(step.to_json() for step in ladder_from_policy(decision.actions)),
+        reason=decision.reason,
+    )
 
 
 @dataclass(frozen=True)
