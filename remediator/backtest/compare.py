@@ -195,6 +195,8 @@ def _describe(item: Opened) -> dict[str, Any]:
         "ladder": list(item.ladder),
         "dry_run": item.dry_run,
         "reason": item.reason,
+        # None: a budget held it, and it was still queued at the end (or closed as cleared).
+        "admitted": item.admitted_at.isoformat() if item.admitted_at else None,
     }
 
 
