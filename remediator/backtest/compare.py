@@ -184,6 +184,21 @@ def _at(item: Opened | RealRemediation) -> datetime:
     return item.at if isinstance(item, Opened) else item.created_at
 
 
+def _admission_change(before: Opened, after: Opened, tolerance: timedelta) -> str | None:
+    """How much longer (or shorter) a budget kept it queued, if that moved."""
+    if before.admitted_at is None and after.admitted_at is None:
+        return None
+    if after.admitted_at is None:
+        return "queued, never admitted"
+    if before.admitted_at is None:
+        return "admitted (was queued to the end)"
+    shift = (after.admitted_at - after.at) - (before.admitted_at - before.at)
+    if abs(shift) <= tolerance:
+        return None
+    seconds = int(shift.total_seconds())
+    return f"admitted {'+' if seconds > 0 else ''}{seconds}s later than before"
+
+
 def _opened_item(item: Opened, detail: str) -> Item:
     return Item(item.node, item.policy, item.at, detail, after=_describe(item))
 
@@ -229,6 +244,9 @@ def compare(
         if abs(after.at - before.at) > tolerance:
             shift = int((after.at - before.at).total_seconds())
             what.append(f"time {'+' if shift > 0 else ''}{shift}s")
+        waited = _admission_change(before, after, tolerance)
+        if waited:
+            what.append(waited)
         if before.dry_run != after.dry_run:
             what.append(f"dry run {before.dry_run} → {after.dry_run}")
         if what:

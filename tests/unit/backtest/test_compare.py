@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -100,3 +101,15 @@ def test_holds_are_episodes_and_breaker_trips_that_move_are_shown() -> None:
     markdown = render.to_markdown(report)
     assert "Budget holds added (2)" in markdown and "Breaker trips change" in markdown
     assert "| xid | 0 | 0 | 0 | 2 | 0 |" in markdown
+
+
+def test_a_longer_wait_in_the_queue_is_a_change() -> None:
+    now = opened("e", "xid", 90)
+    before = replace(now, admitted_at=now.at)
+    after = replace(now, admitted_at=now.at + timedelta(minutes=30))
+    never = replace(now, admitted_at=None)
+    body = run(Replay((before,), (), (), 0, 0), Replay((after,), (), (), 0, 0), [])
+    assert [i["detail"] for i in body["changed"]] == ["admitted +1800s later than before"]
+    assert body["changed"][0]["after"]["admitted"] == (now.at + timedelta(minutes=30)).isoformat()
+    body = run(Replay((before,), (), (), 0, 0), Replay((never,), (), (), 0, 0), [])
+    assert [i["detail"] for i in body["changed"]] == ["queued, never admitted"]
