@@ -9,6 +9,11 @@ Every write names the resourceVersion it read: two candidates racing for a free 
 win, the loser gets a 409. A held lease counts as expired only once we have watched it stay
 unrenewed for its duration on our own clock (nodes' wall clocks differ), so a fresh candidate
 waits one lease duration before taking over from a holder that died.
+
+A leader that cannot renew stops acting on its own clock: `may_act()` holds only until the
+renew deadline after the start of its last successful renewal, and the deadline is shorter than
+the lease, so it has stopped before any standby can count the lease expired. Lease requests time
+out within the retry period, so a hung apiserver cannot keep the loop from noticing.
 """
 
 from __future__ import annotations
@@ -117,12 +122,22 @@ class LeaderElector:
 
     # -- one attempt -------------------------------------------------------------------------
 
+    def may_act(self) -> bool:
+        """True while we lead and are inside the renew deadline of our last successful renewal."""
+        return (
+            self._leading.is_set()
+            and self._clock.monotonic() < self._last_renew + self._renew_deadline
+        )
+
     def try_acquire_or_renew(self) -> bool:
         """One round: True when we hold the lease after it."""
         now = self._clock.now()
+        timeout = max(0.5, min(self._retry, self._renew_deadline / 2))
         try:
             try:
-                current: Lease | None = self._client.get_lease(self._namespace, self._name)
+                current: Lease | None = self._client.get_lease(
+                    self._namespace, self._name, timeout=timeout
+                )
             except NotFoundError:
                 current = None
             self.observed_holder = current.holder if current else None
@@ -132,10 +147,10 @@ class LeaderElector:
                 return False
             if current is None:
                 self._client.create_lease(
-                    replace(wanted, namespace=self._namespace, name=self._name)
+                    replace(wanted, namespace=self._namespace, name=self._name), timeout=timeout
                 )
             else:
-                self._client.replace_lease(wanted)
+                self._client.replace_lease(wanted, timeout=timeout)
         except ConflictError:
             return False  # another candidate wrote first
         except RemediatorError as exc:
@@ -187,10 +202,12 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # The renewal counts from before it was sent: a standby's timer starts no earlier.
+            attempted = self._clock.monotonic()
             held = self.try_acquire_or_renew()
             mono = self._clock.monotonic()
             if held:
-                self._last_renew = mono
+                self._last_renew = attempted
                 if not self._leading.is_set():
                     log.info(
                         "%s became leader of %s/%s", self.identity, self._namespace, self._name
