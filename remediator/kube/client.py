@@ -222,10 +222,11 @@ class KubeClient:
         timeout: tuple[float, float] | None = None,
     ) -> bytes:
         """One request through the official transport; raises the library's own exceptions."""
-        if method != "GET" and self._may_write is not None and not self._may_write():
-            raise NotActing(f"{method} {path}: this replica does not lead (or its lease lapsed)")
         if self._limiter is not None:
             self._limiter.take()
+        # After the wait for a token: leadership may have lapsed meanwhile.
+        if method != "GET" and self._may_write is not None and not self._may_write():
+            raise NotActing(f"{method} {path}: this replica does not lead (or its lease lapsed)")
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
