@@ -94,6 +94,7 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
         self._seen: tuple[str, float] | None = None  # (resourceVersion, monotonic first seen)
+        self._held: Lease | None = None  # the record we last wrote, while we lead
         self.observed_holder: str | None = None
 
     @classmethod
@@ -133,6 +134,22 @@ class LeaderElector:
         """One round: True when we hold the lease after it."""
         now = self._clock.now()
         timeout = max(0.5, min(self._retry, self._renew_deadline / 2))
+        if self._held is not None and self._leading.is_set():
+            # Fast path (client-go's too): renew the record we last wrote with one PUT; its
+            # resourceVersion makes it fail with 409 if anyone else wrote since.
+            try:
+                renewed = replace(self._held, renew_time=now, duration_seconds=self._duration)
+                self._held = self._client.replace_lease(renewed, timeout=timeout)
+                self.observed_holder = self.identity
+                return True
+            except RemediatorError as exc:
+                log.info(
+                    "lease %s/%s: renewal by PUT failed, re-reading: %s",
+                    self._namespace,
+                    self._name,
+                    exc,
+                )
+                self._held = None
         try:
             try:
                 current: Lease | None = self._client.get_lease(
@@ -146,11 +163,11 @@ class LeaderElector:
             if wanted is None:
                 return False
             if current is None:
-                self._client.create_lease(
+                self._held = self._client.create_lease(
                     replace(wanted, namespace=self._namespace, name=self._name), timeout=timeout
                 )
             else:
-                self._client.replace_lease(wanted, timeout=timeout)
+                self._held = self._client.replace_lease(wanted, timeout=timeout)
         except ConflictError:
             return False  # another candidate wrote first
         except RemediatorError as exc:
@@ -227,6 +244,7 @@ class LeaderElector:
         return taken or mono - self._last_renew > self._renew_deadline
 
     def _lose(self) -> None:
+        self._held = None
         if self._leading.is_set():
             self._leading.clear()
             self._call(self._on_stopped)
