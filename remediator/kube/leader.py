@@ -219,24 +219,24 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            # The renewal counts from before it was sent: a standby's timer starts no earlier.
-            attempted = self._clock.monotonic()
-            held = self.try_acquire_or_renew()
-            mono = self._clock.monotonic()
-            if held:
-                self._last_renew = attempted
-                if not self._leading.is_set():
-                    log.info(
-                        "%s became leader of %s/%s", self.identity, self._namespace, self._name
-                    )
-                    self._leading.set()
-                    self._call(self._on_started)
-            elif self._leading.is_set() and self._lost(mono):
-                log.warning(
-                    "%s lost leadership of %s/%s", self.identity, self._namespace, self._name
-                )
-                self._lose()
+            self.step()
             self._stop.wait(self._retry)
+
+    def step(self) -> None:
+        """One round of the loop: acquire or renew, and start or stop leading accordingly."""
+        # The renewal counts from before it was sent: a standby's timer starts no earlier.
+        attempted = self._clock.monotonic()
+        held = self.try_acquire_or_renew()
+        mono = self._clock.monotonic()
+        if held:
+            self._last_renew = attempted
+            if not self._leading.is_set():
+                log.info("%s became leader of %s/%s", self.identity, self._namespace, self._name)
+                self._leading.set()
+                self._call(self._on_started)
+        elif self._leading.is_set() and self._lost(mono):
+            log.warning("%s lost leadership of %s/%s", self.identity, self._namespace, self._name)
+            self._lose()
 
     def _lost(self, mono: float) -> bool:
         """Someone else holds the lease now, or we could not renew before the deadline."""
