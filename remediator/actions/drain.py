@@ -35,7 +35,13 @@ from remediator.actions import pdbs
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
 from remediator.actions.pods import movable, skip_reason
 from remediator.clock import Clock, SystemClock
-from remediator.errors import ConflictError, NotFoundError, RemediatorError
+from remediator.errors import (
+    ApiUnavailable,
+    ConflictError,
+    NotActing,
+    NotFoundError,
+    RemediatorError,
+)
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import (
     EvictionOutcome,
@@ -269,6 +275,10 @@ class Drainer:
         except (NotFoundError, ConflictError):
             # Gone, or the name now belongs to a new incarnation: either way not ours to delete.
             return EvictionOutcome(EvictionResult.NOT_FOUND)
+        except NotActing:
+            raise  # leadership lapsed: the round stops here, the next leader redoes it
+        except ApiUnavailable as exc:
+            return EvictionOutcome(EvictionResult.API_UNAVAILABLE, str(exc), exc.delay)
         except RemediatorError as exc:
             return EvictionOutcome(EvictionResult.ERROR, str(exc))
         return EvictionOutcome(EvictionResult.EVICTED, "force-deleted after the drain timeout")
