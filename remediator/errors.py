@@ -15,6 +15,20 @@ class TransientError(RemediatorError):
         self.delay = delay
 
 
+class ApiUnavailable(TransientError):
+    """The Kubernetes API did not take the request (overloaded, failing, unreachable): nothing
+    happened, the step waits for the API instead of failing. `status` is the HTTP status (0 for
+    a lost connection)."""
+
+    def __init__(self, message: str, delay: float = 1.0, status: int = 0) -> None:
+        super().__init__(message, delay)
+        self.status = status
+
+
+class NotActing(TransientError):
+    """This replica may not write to the cluster now: its leadership lapsed (or was never won)."""
+
+
 class PermanentError(RemediatorError):
     """Retrying will not help: stop the step and escalate to a human."""
 

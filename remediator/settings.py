@@ -32,6 +32,15 @@ class LeaderElectionSettings(BaseModel):
     identity: str | None = None
 
 
+class KubeApiSettings(BaseModel):
+    """How hard this replica may press the Kubernetes API: a token bucket shared by every job
+    (client-go's QPS and Burst; kube-controller-manager runs with 20 and 30)."""
+
+    qps: float = Field(default=20.0, gt=0)
+    burst: int = Field(default=30, ge=1)
+    timeout_seconds: float = Field(default=10.0, gt=0)
+
+
 class WebSettings(BaseModel):
     listen: str = "0.0.0.0:8080"
     operator_tokens: list[SecretStr] = Field(default_factory=list)
@@ -89,6 +98,7 @@ class Settings(BaseSettings):
     signal_archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     # Policy directories the console may backtest against this cluster's archive, by name.
     backtest_dirs: dict[str, Path] = Field(default_factory=dict)
+    kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

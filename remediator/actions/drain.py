@@ -2,9 +2,11 @@
 
 Each call is one round: list the node's pods, evict the ones not yet terminating in parallel (a
 bounded thread pool) with the policy's grace period, and report. A pod a PodDisruptionBudget
-protects (429) is retried with backoff on a later round; the drain is done when no movable pod is
-left on the node. Past the drain timeout the policy decides: `force` deletes the rest with the
-same grace period (the workload still gets its SIGTERM), `hold` stops and names the blockers.
+protects (429) is retried with backoff on a later round, and so is one the API server did not
+take (overload, outage: retried no sooner than its Retry-After, and said so in the round's
+reason); the drain is done when no movable pod is left on the node. Past the drain timeout the
+policy decides: `force` deletes the rest with the same grace period (the workload still gets its
+SIGTERM), `hold` stops and names the blockers.
 A pod still terminating after its grace ran out is one no kubelet is removing (a dead or
 partitioned node): past the timeout, `force` deletes it at once (grace 0) and `hold` names it.
 
@@ -33,7 +35,13 @@ from remediator.actions import pdbs
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
 from remediator.actions.pods import movable, skip_reason
 from remediator.clock import Clock, SystemClock
-from remediator.errors import ConflictError, NotFoundError, RemediatorError
+from remediator.errors import (
+    ApiUnavailable,
+    ConflictError,
+    NotActing,
+    NotFoundError,
+    RemediatorError,
+)
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import (
     EvictionOutcome,
@@ -176,7 +184,8 @@ class Drainer:
             )
 
         results = self._parallel(
-            list(plan.evict), lambda p: self._client.evict_pod(p.namespace, p.name, grace_seconds)
+            list(plan.evict),
+            lambda p: self._client.evict_pod(p.namespace, p.name, grace_seconds, p.uid),
         )
         attempts = {a.pod.uid: a for a in results}
         for attempt in results:
@@ -222,6 +231,10 @@ class Drainer:
             waits.append(self._poll)
         retry = max(0.1, min(waits)) if waits else self._poll
         reason = f"draining {node}: {plan.remaining} pod(s) left, {len(blockers)} blocked"
+        trouble = [a.outcome for a in results if a.outcome.result is EvictionResult.API_UNAVAILABLE]
+        if trouble:
+            # Said first: on-call must see that the API, not the workload, holds the drain.
+            reason = f"Kubernetes API unavailable: {trouble[0].message}, retrying; {reason}"
         lines = dict.fromkeys(
             pdbs.describe(b)
             for p in held_by_budget
@@ -262,6 +275,10 @@ class Drainer:
         except (NotFoundError, ConflictError):
             # Gone, or the name now belongs to a new incarnation: either way not ours to delete.
             return EvictionOutcome(EvictionResult.NOT_FOUND)
+        except NotActing:
+            raise  # leadership lapsed: the round stops here, the next leader redoes it
+        except ApiUnavailable as exc:
+            return EvictionOutcome(EvictionResult.API_UNAVAILABLE, str(exc), exc.delay)
         except RemediatorError as exc:
             return EvictionOutcome(EvictionResult.ERROR, str(exc))
         return EvictionOutcome(EvictionResult.EVICTED, "force-deleted after the drain timeout")

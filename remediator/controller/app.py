@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from remediator import __version__
 from remediator.actions.notify import Notification, NotificationKind, WebhookNotifier
 from remediator.clock import Clock, SystemClock
 from remediator.controller.jobs import PUSH_JOB, JobSpec, build_scheduler, wake
@@ -31,6 +32,7 @@ from remediator.errors import RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
+from remediator.kube.ratelimit import TokenBucket
 from remediator.policy.budget import HoldCause
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
@@ -146,7 +148,13 @@ class Controller:
         self.repository = Repository(
             make_session_factory(self.engine), settings.cluster_name, self.clock
         )
-        self.kube = kube or KubeClient.connect(settings.kubeconfig)
+        api = settings.kube_api
+        # Leader election keeps the unguarded client; every job shares one rate limit and may
+        # write only while this replica may act.
+        self.lease_kube = kube or KubeClient.connect(settings.kubeconfig, api.timeout_seconds)
+        self.lease_kube.set_user_agent(f"remediator/{__version__} ({self.identity})")
+        self.kube_limiter = TokenBucket(api.qps, api.burst)
+        self.kube = self.lease_kube.guarded(limiter=self.kube_limiter, may_write=self.is_leader)
         self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
@@ -198,7 +206,7 @@ class Controller:
         if settings.leader_election.enabled:
             election = settings.leader_election
             self.elector = LeaderElector(
-                self.kube,
+                self.lease_kube,
                 namespace=election.namespace,
                 name=election.lease_name,
                 identity=self.identity,
@@ -225,7 +233,11 @@ class Controller:
     # -- leadership --------------------------------------------------------------------------
 
     def is_leader(self) -> bool:
-        return self._leading.is_set()
+        """Leading, and (with an election) still inside the renew deadline: a leader that could
+        not renew stops acting on its own, before its lease can expire for a standby."""
+        if not self._leading.is_set():
+            return False
+        return self.elector is None or self.elector.may_act()
 
     def _start_leading(self) -> None:
         with self._lead_lock:

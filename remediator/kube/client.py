@@ -4,7 +4,12 @@ the `kubernetes` package.
 Requests go through the official client's transport (kubeconfig and in-cluster auth, TLS,
 connection pool) but speak raw JSON: the generated models would cost a deserialisation pass per
 object on 100-pod lists and drop fields they do not know. Every library exception is turned into
-one of remediator.errors at this edge, and every call carries a timeout.
+one of remediator.errors at this edge, once: an answer the API did not act on (429 from API
+Priority and Fairness, 5xx, a timeout, a lost connection) is `ApiUnavailable` carrying the
+server's Retry-After, so steps wait instead of failing; 409 is `ConflictError` (re-read and
+retry); 404 is `NotFoundError`, and an eviction's 404 counts as "gone" only once a fresh read
+agrees. Every call carries a timeout and takes a token from the shared rate limit; writes go only
+while `may_write` says this replica may act (the leader's fence).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,9 @@ from kubernetes.config.config_exception import ConfigException
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import (
+    ApiUnavailable,
     ConflictError,
+    NotActing,
     NotFoundError,
     PermanentError,
     RemediatorError,
@@ -45,6 +52,7 @@ from remediator.kube.objects import (
     Taint,
     format_time,
 )
+from remediator.kube.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,14 @@ def _retry_after(exc: ApiException) -> float | None:
         return None
 
 
+UNAVAILABLE_DELAY = 1.0
+
+
+def unavailable(status: int) -> bool:
+    """Statuses that mean the API server did not do what was asked, and may later."""
+    return status in (0, 408, 429) or status >= 500
+
+
 def wrap_api_exception(exc: ApiException, what: str) -> RemediatorError:
     """Map an HTTP failure onto our error classes (the caller raises it `from exc`)."""
     message, _ = _status_message(exc.body)
@@ -87,23 +103,52 @@ def wrap_api_exception(exc: ApiException, what: str) -> RemediatorError:
         return NotFoundError(text)
     if status == 409:
         return ConflictError(text)
-    if status == 429:
-        return TransientError(text, delay=_retry_after(exc) or 1.0)
-    if status in (408, 504) or status >= 500 or status == 0:
-        return TransientError(text)
+    if unavailable(status):
+        return ApiUnavailable(text, _retry_after(exc) or UNAVAILABLE_DELAY, status)
     return PermanentError(text)
+
+
+def connection_error(exc: Exception, what: str) -> ApiUnavailable:
+    return ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}", UNAVAILABLE_DELAY, 0)
 
 
 class KubeClient:
     """Typed, timeout-bound operations on nodes, pods, events and leases."""
 
     def __init__(
-        self, api_client: k8s.ApiClient, timeout: float = 10.0, clock: Clock | None = None
+        self,
+        api_client: k8s.ApiClient,
+        timeout: float = 10.0,
+        clock: Clock | None = None,
+        *,
+        limiter: TokenBucket | None = None,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
         self._api = api_client
         self._timeout = (min(5.0, timeout), timeout)
         self._clock = clock or SystemClock()
         self._instance = socket.gethostname()
+        self._limiter = limiter
+        self._may_write = may_write
+
+    def guarded(
+        self, *, limiter: TokenBucket | None, may_write: Callable[[], bool] | None
+    ) -> KubeClient:
+        """The same connection pool behind a rate limit and a write fence: the controller's jobs
+        use this one, leader election the unguarded original (its renewals must neither queue
+        behind a drain's evictions nor be fenced by the leadership they keep)."""
+        return KubeClient(
+            self._api,
+            self._timeout[1],
+            self._clock,
+            limiter=limiter,
+            may_write=may_write,
+        )
+
+    def set_user_agent(self, agent: str) -> None:
+        """Name this replica to the API server (its audit log, APF flows, and the simulator's
+        per-client faults)."""
+        self._api.user_agent = agent
 
     # -- construction ------------------------------------------------------------------------
 
@@ -174,8 +219,14 @@ class KubeClient:
         query: list[tuple[str, str]] | None,
         body: Any,
         content_type: str | None,
+        timeout: tuple[float, float] | None = None,
     ) -> bytes:
         """One request through the official transport; raises the library's own exceptions."""
+        if self._limiter is not None:
+            self._limiter.take()
+        # After the wait for a token: leadership may have lapsed meanwhile.
+        if method != "GET" and self._may_write is not None and not self._may_write():
+            raise NotActing(f"{method} {path}: this replica does not lead (or its lease lapsed)")
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -187,7 +238,7 @@ class KubeClient:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(*request, _request_timeout=self._timeout)
+        response = self._api.call_api(*request, _request_timeout=timeout or self._timeout)
         data: bytes = response.read()
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
@@ -202,13 +253,15 @@ class KubeClient:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        timeout: float | None = None,
     ) -> JSON:
+        bound = (min(timeout, self._timeout[0]), timeout) if timeout else None
         try:
-            data = self._send(method, path, query, body, content_type)
+            data = self._send(method, path, query, body, content_type, bound)
         except ApiException as exc:
             raise wrap_api_exception(exc, what) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
+            raise connection_error(exc, what) from exc
         if not data:
             return {}
         try:
@@ -319,9 +372,12 @@ class KubeClient:
         )
         return Pod.from_json(raw)
 
-    def evict_pod(self, namespace: str, name: str, grace_seconds: int | None) -> EvictionOutcome:
+    def evict_pod(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None = None
+    ) -> EvictionOutcome:
         """POST a policy/v1 Eviction; refusals are outcomes, not exceptions, so that a drain can
-        carry on with the other pods."""
+        carry on with the other pods. A 404 means gone only when a fresh read agrees (no pod of
+        that name, or another incarnation of it: `uid`)."""
         body: JSON = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -334,10 +390,38 @@ class KubeClient:
         try:
             self._send("POST", path, None, body, None)
         except ApiException as exc:
-            return classify_eviction_error(exc.status or 0, exc.body, _retry_after(exc))
+            outcome = classify_eviction_error(exc.status or 0, exc.body, _retry_after(exc))
+            if outcome.result is EvictionResult.NOT_FOUND:
+                return self._confirm_gone(namespace, name, uid, outcome)
+            return outcome
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return EvictionOutcome(EvictionResult.ERROR, f"{what}: {type(exc).__name__}: {exc}")
+            return EvictionOutcome(
+                EvictionResult.API_UNAVAILABLE,
+                f"{what}: {type(exc).__name__}: {exc}",
+                UNAVAILABLE_DELAY,
+            )
         return EvictionOutcome(EvictionResult.EVICTED)
+
+    def _confirm_gone(
+        self, namespace: str, name: str, uid: str | None, refused: EvictionOutcome
+    ) -> EvictionOutcome:
+        try:
+            pod = self.get_pod(namespace, name)
+        except NotFoundError:
+            return refused
+        except TransientError as exc:
+            return EvictionOutcome(EvictionResult.API_UNAVAILABLE, str(exc), exc.delay)
+        if uid and pod.uid != uid:
+            return refused  # the name belongs to a new incarnation; ours is gone
+        return EvictionOutcome(
+            EvictionResult.ERROR, f"eviction answered 404 but pod {namespace}/{name} still exists"
+        )
+
+    def get_pod(self, namespace: str, name: str) -> Pod:
+        raw = self._call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}", f"get pod {namespace}/{name}"
+        )
+        return Pod.from_json(raw)
 
     def delete_pod(
         self, namespace: str, name: str, grace_seconds: int | None, uid: str | None = None
@@ -403,26 +487,30 @@ class KubeClient:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         return f"{base}/{name}" if name else base
 
-    def get_lease(self, namespace: str, name: str) -> Lease:
-        raw = self._call("GET", self._lease_path(namespace, name), f"get lease {name}")
+    def get_lease(self, namespace: str, name: str, timeout: float | None = None) -> Lease:
+        raw = self._call(
+            "GET", self._lease_path(namespace, name), f"get lease {name}", timeout=timeout
+        )
         return Lease.from_json(raw)
 
-    def create_lease(self, lease: Lease) -> Lease:
+    def create_lease(self, lease: Lease, timeout: float | None = None) -> Lease:
         raw = self._call(
             "POST",
             self._lease_path(lease.namespace),
             f"create lease {lease.name}",
             body=lease.to_json(),
+            timeout=timeout,
         )
         return Lease.from_json(raw)
 
-    def replace_lease(self, lease: Lease) -> Lease:
+    def replace_lease(self, lease: Lease, timeout: float | None = None) -> Lease:
         """PUT guarded by the lease's resourceVersion: a 409 means someone else wrote first."""
         raw = self._call(
             "PUT",
             self._lease_path(lease.namespace, lease.name),
             f"update lease {lease.name}",
             body=lease.to_json(),
+            timeout=timeout,
         )
         return Lease.from_json(raw)
 
@@ -444,7 +532,17 @@ def classify_eviction_error(
         )
         if pdb:
             return EvictionOutcome(EvictionResult.BLOCKED_BY_PDB, full, retry_after)
-        return EvictionOutcome(EvictionResult.ERROR, full or "too many requests", retry_after)
+        return EvictionOutcome(
+            EvictionResult.API_UNAVAILABLE,
+            f"429 {full or 'too many requests'}",
+            retry_after or UNAVAILABLE_DELAY,
+        )
     if status == 500 and "more than one poddisruptionbudget" in message.lower():
         return EvictionOutcome(EvictionResult.MULTIPLE_PDBS, full)
+    if unavailable(status):
+        return EvictionOutcome(
+            EvictionResult.API_UNAVAILABLE,
+            f"{status} {full}".strip(),
+            retry_after or UNAVAILABLE_DELAY,
+        )
     return EvictionOutcome(EvictionResult.ERROR, f"{status} {full}".strip(), retry_after)

@@ -9,6 +9,11 @@ Every write names the resourceVersion it read: two candidates racing for a free 
 win, the loser gets a 409. A held lease counts as expired only once we have watched it stay
 unrenewed for its duration on our own clock (nodes' wall clocks differ), so a fresh candidate
 waits one lease duration before taking over from a holder that died.
+
+A leader that cannot renew stops acting on its own clock: `may_act()` holds only until the
+renew deadline after the start of its last successful renewal, and the deadline is shorter than
+the lease, so it has stopped before any standby can count the lease expired. Lease requests time
+out within the retry period, so a hung apiserver cannot keep the loop from noticing.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
         self._seen: tuple[str, float] | None = None  # (resourceVersion, monotonic first seen)
+        self._held: Lease | None = None  # the record we last wrote, while we lead
         self.observed_holder: str | None = None
 
     @classmethod
@@ -117,12 +123,38 @@ class LeaderElector:
 
     # -- one attempt -------------------------------------------------------------------------
 
+    def may_act(self) -> bool:
+        """True while we lead and are inside the renew deadline of our last successful renewal."""
+        return (
+            self._leading.is_set()
+            and self._clock.monotonic() < self._last_renew + self._renew_deadline
+        )
+
     def try_acquire_or_renew(self) -> bool:
         """One round: True when we hold the lease after it."""
         now = self._clock.now()
+        timeout = max(0.5, min(self._retry, self._renew_deadline / 2))
+        if self._held is not None and self._leading.is_set():
+            # Fast path (client-go's too): renew the record we last wrote with one PUT; its
+            # resourceVersion makes it fail with 409 if anyone else wrote since.
+            try:
+                renewed = replace(self._held, renew_time=now, duration_seconds=self._duration)
+                self._held = self._client.replace_lease(renewed, timeout=timeout)
+                self.observed_holder = self.identity
+                return True
+            except RemediatorError as exc:
+                log.info(
+                    "lease %s/%s: renewal by PUT failed, re-reading: %s",
+                    self._namespace,
+                    self._name,
+                    exc,
+                )
+                self._held = None
         try:
             try:
-                current: Lease | None = self._client.get_lease(self._namespace, self._name)
+                current: Lease | None = self._client.get_lease(
+                    self._namespace, self._name, timeout=timeout
+                )
             except NotFoundError:
                 current = None
             self.observed_holder = current.holder if current else None
@@ -131,11 +163,11 @@ class LeaderElector:
             if wanted is None:
                 return False
             if current is None:
-                self._client.create_lease(
-                    replace(wanted, namespace=self._namespace, name=self._name)
+                self._held = self._client.create_lease(
+                    replace(wanted, namespace=self._namespace, name=self._name), timeout=timeout
                 )
             else:
-                self._client.replace_lease(wanted)
+                self._held = self._client.replace_lease(wanted, timeout=timeout)
         except ConflictError:
             return False  # another candidate wrote first
         except RemediatorError as exc:
@@ -187,22 +219,24 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            held = self.try_acquire_or_renew()
-            mono = self._clock.monotonic()
-            if held:
-                self._last_renew = mono
-                if not self._leading.is_set():
-                    log.info(
-                        "%s became leader of %s/%s", self.identity, self._namespace, self._name
-                    )
-                    self._leading.set()
-                    self._call(self._on_started)
-            elif self._leading.is_set() and self._lost(mono):
-                log.warning(
-                    "%s lost leadership of %s/%s", self.identity, self._namespace, self._name
-                )
-                self._lose()
+            self.step()
             self._stop.wait(self._retry)
+
+    def step(self) -> None:
+        """One round of the loop: acquire or renew, and start or stop leading accordingly."""
+        # The renewal counts from before it was sent: a standby's timer starts no earlier.
+        attempted = self._clock.monotonic()
+        held = self.try_acquire_or_renew()
+        mono = self._clock.monotonic()
+        if held:
+            self._last_renew = attempted
+            if not self._leading.is_set():
+                log.info("%s became leader of %s/%s", self.identity, self._namespace, self._name)
+                self._leading.set()
+                self._call(self._on_started)
+        elif self._leading.is_set() and self._lost(mono):
+            log.warning("%s lost leadership of %s/%s", self.identity, self._namespace, self._name)
+            self._lose()
 
     def _lost(self, mono: float) -> bool:
         """Someone else holds the lease now, or we could not renew before the deadline."""
@@ -210,6 +244,7 @@ class LeaderElector:
         return taken or mono - self._last_renew > self._renew_deadline
 
     def _lose(self) -> None:
+        self._held = None
         if self._leading.is_set():
             self._leading.clear()
             self._call(self._on_stopped)

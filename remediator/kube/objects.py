@@ -406,6 +406,9 @@ class EvictionResult(StrEnum):
     BLOCKED_BY_PDB = "blocked_by_pdb"
     NOT_FOUND = "not_found"
     MULTIPLE_PDBS = "multiple_pdbs"
+    # The API server did not take the request (429 from API Priority and Fairness, 5xx, a lost
+    # connection): nothing happened to the pod; ask again after `retry_after`.
+    API_UNAVAILABLE = "api_unavailable"
     ERROR = "error"
 
 

@@ -31,6 +31,10 @@ OPT_OUT_POLL_SECONDS = 2.0
 # Consecutive transient errors in one step before it is held for a human.
 MAX_TRANSIENT_ATTEMPTS = 30
 MAX_BACKOFF_SECONDS = 30.0
+# While the Kubernetes API is unavailable a step waits for it (no give-up: nothing can be done
+# without it, and holding would page on-call for the apiserver's outage): backoff up to this,
+# or longer when the server's Retry-After says so.
+API_BACKOFF_SECONDS = 8.0
 
 STEP_STATES: dict[str, State] = {
     "cordon": State.QUARANTINED,
@@ -145,6 +149,7 @@ class Situation:
     error: str | None = None
     error_delay: float = 5.0
     permanent_error: str | None = None
+    api_unavailable: bool = False
     attempts: int = 0
     last_progress: str | None = None
     operation_id: str | None = None
@@ -273,7 +278,20 @@ def _waiting(s: Situation, outcome: Waiting) -> Plan:
     return Stay(outcome.retry_after, outcome.reason, fields, note, detail if note else {})
 
 
+def _api_unavailable(s: Situation) -> Plan:
+    """A progress line (once per distinct trouble), not a failure: the step resumes by itself."""
+    attempts = s.attempts + 1
+    reason = f"Kubernetes API unavailable: {s.error}, retrying"
+    delay = max(s.error_delay, min(API_BACKOFF_SECONDS, 0.5 * 2 ** min(attempts, 6)))
+    signature = progress_signature(reason, {})
+    note = "progress" if signature != s.last_progress else None
+    detail = {"reason": reason, "api_unavailable": True, "signature": signature}
+    return Stay(delay, reason, {"attempts": attempts}, note, detail if note else {})
+
+
 def _transient(s: Situation) -> Plan:
+    if s.api_unavailable:
+        return _api_unavailable(s)
     attempts = s.attempts + 1
     error = s.error or "transient error"
     if attempts >= MAX_TRANSIENT_ATTEMPTS and s.state in STEP_NAMES:

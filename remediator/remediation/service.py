@@ -32,6 +32,7 @@ from remediator.actions.replace import check_capacity, replace_node
 from remediator.actions.verify import verify_replacement
 from remediator.clock import Clock
 from remediator.errors import (
+    ApiUnavailable,
     ConflictError,
     IllegalTransition,
     PermanentError,
@@ -209,7 +210,12 @@ class RemediationService:
                 if record.state is State.QUEUED:
                     self._while_queued(record)
                     return record
-                decided = planner.plan(self._observe(record))
+                seen = self._observe(record)
+                if not self._may_act():
+                    # Leadership lapsed during the step: what it saw is not ours to record;
+                    # the next leader re-runs the (idempotent) step.
+                    return record
+                decided = planner.plan(seen)
                 if isinstance(decided, Stay):
                     self._stay(record, decided)
                     return record
@@ -285,6 +291,8 @@ class RemediationService:
         )
         try:
             outcome, opt_out = self._act(record, ladder)
+        except ApiUnavailable as exc:
+            return replace(base, error=str(exc), error_delay=exc.delay, api_unavailable=True)
         except TransientError as exc:
             return replace(base, error=str(exc), error_delay=exc.delay)
         except PermanentError as exc:

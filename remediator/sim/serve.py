@@ -26,6 +26,7 @@ import yaml
 from starlette.types import ASGIApp
 
 from remediator.sim import fleet
+from remediator.sim.kube.api.faults import KubeFaultMiddleware, KubeFaults
 from remediator.sim.kube.api.server import create_kube_app
 from remediator.sim.kube.api.store import ObjectStore
 from remediator.sim.kube.controllers.cluster import SimCluster
@@ -176,8 +177,12 @@ def serve(options: ServeOptions) -> int:
     cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
+    kube_faults = KubeFaults()
     cloud = build_cloud_apps(
-        cluster, provision_delay=options.provision_delay, node_root=options.node_root
+        cluster,
+        provision_delay=options.provision_delay,
+        node_root=options.node_root,
+        kube_faults=kube_faults,
     )
     socks = {
         "kube_url": bind(options.host, options.kube_port),
@@ -186,7 +191,9 @@ def serve(options: ServeOptions) -> int:
         "inject_url": bind(options.host, options.inject_port),
     }
     apps: dict[str, ASGIApp] = {
-        "kube_url": create_kube_app(cluster),
+        "kube_url": KubeFaultMiddleware(
+            create_kube_app(cluster), kube_faults, lambda: cluster.store.resource_version
+        ),
         "nodepool_url": cloud.nodepool,
         "metrics_url": cloud.metrics,
         "inject_url": cloud.inject,

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp
 from remediator.clock import Clock, SystemClock
 from remediator.sim.cloud.nodepool import NodePoolService, build_nodepool_app
 from remediator.sim.faults.inject import FaultInjector, build_inject_app
+from remediator.sim.kube.api.faults import KubeFaults
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.node.hosts import SimHosts
 from remediator.sim.telemetry.exporters import Telemetry, build_metrics_app
@@ -29,10 +30,12 @@ def build_cloud_apps(
     provision_delay: float = 3.0,
     clock: Clock | None = None,
     node_root: Path | None = None,
+    kube_faults: KubeFaults | None = None,
 ) -> CloudApps:
     """`clock` must be the one the cluster runs on (the system clock unless a test drives a
-    FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
-    also gets a host directory (kernel log, driver files) that faults write into."""
+        FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
+        also gets a host directory (kernel log, driver files) that faults write into. `kube_faults`
+    are the Kubernetes API's fault rules and request log, for the inject API."""
     clock = clock or SystemClock()
     telemetry = Telemetry(cluster.store, clock)
     nodepool = NodePoolService(cluster, clock, provision_delay)
@@ -42,5 +45,5 @@ def build_cloud_apps(
     return CloudApps(
         nodepool=build_nodepool_app(nodepool),
         metrics=build_metrics_app(telemetry),
-        inject=build_inject_app(injector),
+        inject=build_inject_app(injector, kube_faults or KubeFaults()),
     )

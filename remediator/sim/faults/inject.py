@@ -4,8 +4,9 @@
 NVLink error burst, an InfiniBand link down or symbol errors, a node condition, a GPU gone from
 the node; `clear` repairs it. The telemetry shows it at the next scrape, and the Node object
 changes where a real cluster's would (conditions; allocatable GPUs when one is lost).
-`POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave. Both answer what was done,
-or 400/404 with the reason.
+`POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave, `POST /v1/kube-faults` the
+Kubernetes API (sim/kube/api/faults.py), whose every request `GET /v1/kube-requests` lists and
+counts. All answer what was done, or 400/404 with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from remediator.sim.cloud.nodepool import NodePoolError, NodePoolService, error_response
+from remediator.sim.kube.api.faults import KUBE_FAULT, KubeFaults
 from remediator.sim.kube.api.kobj import GPU_RESOURCE
 from remediator.sim.kube.api.store import ApiError, Obj, ObjectStore
 from remediator.sim.telemetry.exporters import XID_OFF_BUS, Telemetry, UnknownNode, xid_message
@@ -354,7 +356,7 @@ def _parse(adapter: TypeAdapter[Any], raw: bytes) -> Any:
         raise BadFault(400, "invalid_fault", problems) from exc
 
 
-def build_inject_app(injector: FaultInjector) -> Starlette:
+def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starlette:
     async def post_fault(request: Request) -> Response:
         try:
             fault = _parse(FAULT, await request.body())
@@ -379,6 +381,29 @@ def build_inject_app(injector: FaultInjector) -> Starlette:
     async def list_nodepool_faults(_request: Request) -> Response:
         return JSONResponse({"faults": injector.nodepool_faults()})
 
+    async def post_kube_fault(request: Request) -> Response:
+        try:
+            fault = _parse(KUBE_FAULT, await request.body())
+        except BadFault as err:
+            return error_response(err.status, err.code, err.message)
+        message = kube_faults.apply(fault)
+        return JSONResponse(
+            {
+                "applied": fault.model_dump(exclude_none=True),
+                "message": message,
+                "faults": kube_faults.active(),
+            }
+        )
+
+    async def list_kube_faults(_request: Request) -> Response:
+        return JSONResponse({"faults": kube_faults.active()})
+
+    async def kube_requests(request: Request) -> Response:
+        raw = request.query_params.get("since", "0")
+        if not raw.isdigit():
+            return error_response(400, "invalid_since", f"since must be a number, not {raw!r}")
+        return JSONResponse(kube_faults.requests(int(raw)))
+
     async def root(_request: Request) -> Response:
         return JSONResponse(
             {
@@ -387,6 +412,9 @@ def build_inject_app(injector: FaultInjector) -> Starlette:
                     "GET /v1/faults",
                     "POST /v1/nodepool-faults",
                     "GET /v1/nodepool-faults",
+                    "POST /v1/kube-faults",
+                    "GET /v1/kube-faults",
+                    "GET /v1/kube-requests?since=SEQ",
                 ]
             }
         )
@@ -403,6 +431,9 @@ def build_inject_app(injector: FaultInjector) -> Starlette:
             Route("/v1/faults", list_faults, methods=["GET"]),
             Route("/v1/nodepool-faults", post_nodepool_fault, methods=["POST"]),
             Route("/v1/nodepool-faults", list_nodepool_faults, methods=["GET"]),
+            Route("/v1/kube-faults", post_kube_fault, methods=["POST"]),
+            Route("/v1/kube-faults", list_kube_faults, methods=["GET"]),
+            Route("/v1/kube-requests", kube_requests, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error},
     )
@@ -415,7 +446,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url", required=True, help="the inject API (inject_url in the ready file)"
     )
-    parser.add_argument("--node", required=True, help="the node to break")
+    parser.add_argument("--node", help="the node to break (node faults)")
     parser.add_argument("--gpu", type=int, metavar="N", help="the GPU index, where it applies")
     parser.add_argument("--ib-device", default="mlx5_0", help="InfiniBand device (mlx5_0…)")
     parser.add_argument(
@@ -431,10 +462,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--condition", metavar="TYPE=STATUS", help="set a node condition")
     what.add_argument("--gpu-missing", action="store_true", help="the GPU drops out of the node")
     what.add_argument("--clear", action="store_true", help="repair the node (or --gpu)")
+    what.add_argument(
+        "--kube-fault",
+        metavar="JSON",
+        help='make the Kubernetes API misbehave, e.g. \'{"type": "error", "status": 503, '
+        '"verbs": ["create"], "duration_seconds": 30}\' ({"type": "clear"} ends it)',
+    )
 
 
 def fault_body(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON a command line asks for; ValueError names what is malformed."""
+    if args.node is None:
+        raise ValueError("--node is required for a node fault")
     body: dict[str, Any] = {"node": args.node}
     gpu = {"gpu": args.gpu} if args.gpu is not None else {}
     if args.xid is not None:
@@ -464,11 +503,14 @@ def fault_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        body = fault_body(args)
+        if args.kube_fault is not None:
+            body, endpoint = json.loads(args.kube_fault), "/v1/kube-faults"
+        else:
+            body, endpoint = fault_body(args), "/v1/faults"
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    url = args.url.rstrip("/") + "/v1/faults"
+    url = args.url.rstrip("/") + endpoint
     try:
         response = httpx.post(url, json=body, timeout=args.timeout)
     except httpx.HTTPError as exc:

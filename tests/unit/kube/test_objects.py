@@ -115,7 +115,10 @@ def test_eviction_refusals() -> None:
     assert pdb.result is EvictionResult.BLOCKED_BY_PDB
     assert "web needs 2 healthy pods" in pdb.message
     throttled = classify_eviction_error(429, status("too many requests", 429), 3.0)
-    assert throttled.result is EvictionResult.ERROR and throttled.retry_after == 3.0
+    # API Priority and Fairness, not a budget: the API did not take it; wait its Retry-After.
+    assert throttled.result is EvictionResult.API_UNAVAILABLE and throttled.retry_after == 3.0
+    down = classify_eviction_error(503, status("unable to handle the request", 503), None)
+    assert down.result is EvictionResult.API_UNAVAILABLE and down.retry_after == 1.0
     many = classify_eviction_error(
         500,
         status(
@@ -129,7 +132,7 @@ def test_eviction_refusals() -> None:
     assert (
         classify_eviction_error(404, status("gone", 404), None).result is EvictionResult.NOT_FOUND
     )
-    assert classify_eviction_error(503, "<html>", None).result is EvictionResult.ERROR
+    assert classify_eviction_error(503, "<html>", None).result is EvictionResult.API_UNAVAILABLE
 
 
 def test_api_errors_map_onto_ours() -> None:

@@ -265,3 +265,29 @@ def test_a_provider_retry_after_is_honoured_however_long() -> None:
     assert isinstance(decided, Stay) and decided.retry_after == 60.0
     hour = plan(at(State.REPLACING, error="429", error_delay=3600.0, attempts=3))
     assert isinstance(hour, Stay) and hour.retry_after == 3600.0
+
+
+def test_an_unavailable_kubernetes_api_is_waited_out_as_progress_never_given_up() -> None:
+    error = "evict pod a/b: 503 The server is currently unable to handle the request"
+    last = planner.MAX_TRANSIENT_ATTEMPTS + 5
+    first = plan(at(State.DRAINING, error=error, error_delay=1.0, api_unavailable=True))
+    assert isinstance(first, Stay) and first.note == "progress"
+    assert first.reason == f"Kubernetes API unavailable: {error}, retrying"
+    assert first.detail["api_unavailable"] is True and first.fields == {"attempts": 1}
+    # The same trouble again writes no second line; it never holds, and Retry-After wins.
+    signature = first.detail["signature"]
+    again = plan(
+        at(
+            State.DRAINING,
+            error=error,
+            error_delay=30.0,
+            api_unavailable=True,
+            attempts=last,
+            last_progress=signature,
+        )
+    )
+    assert isinstance(again, Stay) and again.note is None and again.retry_after == 30.0
+    capped = plan(
+        at(State.DRAINING, error=error, error_delay=1.0, api_unavailable=True, attempts=9)
+    )
+    assert isinstance(capped, Stay) and capped.retry_after == planner.API_BACKOFF_SECONDS
