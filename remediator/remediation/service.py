@@ -24,7 +24,7 @@ from remediator.actions.checkpoint import plan_checkpoint, request_checkpoints
 from remediator.actions.drain import Drainer, OnTimeout
 from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out
-from remediator.actions.outcome import Done, Failed, Outcome
+from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.pods import OPT_OUT_LABEL, movable
 from remediator.actions.quarantine import ANN_REMEDIATION_ID, QUARANTINE_TAINT, Why, quarantine
 from remediator.actions.release import release
@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 DEFAULT_GRACE_SECONDS = 120.0
 DEFAULT_DRAIN_TIMEOUT = 600.0
 MAX_MOVES_PER_TICK = 12
+# How often a released capacity hold looks for a spare node again.
+CAPACITY_POLL_SECONDS = 5.0
 # The states that need no action until a human (or the console) moves them on.
 HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
 
@@ -116,6 +118,12 @@ def last_queued_action(record: RemediationRecord) -> str | None:
         if event.action in ("queued_cordon", "queued_release"):
             return event.action
     return None
+
+
+def released_into_current(record: RemediationRecord) -> bool:
+    """The remediation entered its current state by a human's release."""
+    moves = [e for e in record.events if e.to_state is not None]
+    return bool(moves) and moves[-1].action == "released" and moves[-1].to_state is record.state
 
 
 def replacement_key(record: RemediationRecord) -> str:
@@ -357,6 +365,11 @@ class RemediationService:
         if replaces and record.pool and checked not in self._capacity_checked:
             # Before the first eviction: draining a node nobody can replace only loses work.
             capacity = check_capacity(self._provider, record.pool)
+            if isinstance(capacity, Held) and released_into_current(record):
+                # On-call released the capacity hold: wait for a spare node instead of
+                # bouncing straight back into the hold the human just lifted.
+                reason = f"{capacity.reason}; released by on-call: waiting for a spare node"
+                return Waiting(reason, CAPACITY_POLL_SECONDS, capacity.facts)
             if not isinstance(capacity, Done):
                 return capacity
             self._capacity_checked.add(checked)

@@ -100,6 +100,7 @@ class RemediationFilter:
 
     `node` matches exactly, `node_search` is a case-insensitive substring; the time range is
     [created_from, created_to). `in_flight_first` lists open remediations before the rest.
+    `finished_from` keeps those that finished (succeeded, failed, cancelled) at or after it.
     """
 
     node: str | None = None
@@ -113,6 +114,7 @@ class RemediationFilter:
     created_to: datetime | None = None
     dry_run: bool | None = None
     in_flight_first: bool = False
+    finished_from: datetime | None = None
 
 
 class Page(NamedTuple):
@@ -216,7 +218,8 @@ class RepairTimes:
 
 @dataclass(frozen=True)
 class Overview:
-    """`by_state` counts every open remediation, and finished ones from the recent window."""
+    """`by_state` counts every open remediation, and finished ones from the recent window;
+    `failed_last_24h` those failed now whose failure came within the last 24 hours."""
 
     by_state: Mapping[State, int]
     failed_last_24h: int

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -236,6 +237,20 @@ class Repository:
             except NotFoundError:
                 return None
 
+    def with_events(self, records: Sequence[RemediationRecord]) -> tuple[RemediationRecord, ...]:
+        """The same records with their timelines, in two queries (for short lists that need
+        the history, like the console's waiting list)."""
+        ids = [r.id for r in records]
+        timelines: dict[int, list[EventRecord]] = {i: [] for i in ids}
+        with session_scope(self.session_factory) as session:
+            for event in session.scalars(
+                select(RemediationEvent)
+                .where(RemediationEvent.remediation_id.in_(ids))
+                .order_by(RemediationEvent.remediation_id, RemediationEvent.at, RemediationEvent.id)
+            ):
+                timelines[event.remediation_id].append(_event_record(event))
+        return tuple(replace(r, events=tuple(timelines[r.id])) for r in records)
+
     def list_open(self) -> tuple[RemediationRecord, ...]:
         """Every open remediation, oldest first: what a restarted engine resumes."""
         query = (
@@ -338,11 +353,23 @@ class Repository:
         with session_scope(self.session_factory) as session:
             return {pool or "": count for pool, count in session.execute(query)}
 
+    def count(self, filters: RemediationFilter) -> int:
+        query = select(func.count()).where(
+            Remediation.cluster == self.cluster, *_filter_clauses(filters)
+        )
+        with session_scope(self.session_factory) as session:
+            return int(session.execute(query).scalar_one())
+
     def overview(self, closed_window: timedelta = timedelta(days=7)) -> Overview:
+        """The overview's counts; the failed one is exactly what the list shows for
+        `state=failed` and `finished_from` 24 hours ago, so the tile and its link agree."""
         now = self._clock.now()
+        failed = RemediationFilter(
+            states=frozenset({State.FAILED}), finished_from=now - timedelta(hours=24)
+        )
         return Overview(
             self.counts_by_state(closed_since=now - closed_window),
-            self.failed_since(now - timedelta(hours=24)),
+            self.count(failed),
             self.open_by_pool(),
         )
 
@@ -788,6 +815,8 @@ def _filter_clauses(filters: RemediationFilter) -> list[ColumnElement[bool]]:
         clauses.append(Remediation.created_at < filters.created_to)
     if filters.dry_run is not None:
         clauses.append(Remediation.dry_run.is_(filters.dry_run))
+    if filters.finished_from is not None:
+        clauses.append(Remediation.finished_at >= filters.finished_from)
     return clauses
 
 

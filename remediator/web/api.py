@@ -93,6 +93,9 @@ def list_filters(
     created_to: datetime | None = None,
     dry_run: bool | None = None,
     in_flight_first: bool = True,
+    finished_from: Annotated[
+        datetime | None, Query(description="finished (succeeded, failed, cancelled) since")
+    ] = None,
 ) -> RemediationFilter:
     return RemediationFilter(
         node=node,
@@ -106,6 +109,7 @@ def list_filters(
         created_to=_utc(created_to, "created_to"),
         dry_run=dry_run,
         in_flight_first=in_flight_first,
+        finished_from=_utc(finished_from, "finished_from"),
     )
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta
+from typing import Any
 
-from remediator.remediation.states import OPEN, State
+from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
 from remediator.web import views
 from remediator.web.agent_views import Liveness, agent_out
@@ -34,6 +35,19 @@ def runbook_url(slug: str | None) -> str | None:
 
 
 def remediation_out(record: RemediationRecord, now: datetime) -> RemediationOut:
+    """The guidance fields (current step, what a human could do) need the timeline: they are
+    left empty for records read without it (every remediation has at least one event)."""
+    guidance: dict[str, Any] = {}
+    if record.events:
+        guidance = {
+            "current_step": views.current_step(record),
+            "needs_human": (
+                views.waiting_reason(record) if record.state in views.NEEDS_HUMAN else None
+            ),
+            "next_actions": [
+                {"command": a.command, "effect": a.effect} for a in views.next_actions(record)
+            ],
+        }
     return RemediationOut.model_validate(
         {
             **{
@@ -45,6 +59,7 @@ def remediation_out(record: RemediationRecord, now: datetime) -> RemediationOut:
             "ladder": [dict(step) for step in record.ladder],
             "duration_seconds": views.elapsed(record, now),
             "runbook_url": runbook_url(views.record_runbook(record)),
+            **guidance,
         }
     )
 
@@ -186,7 +201,7 @@ def overview_out(deps: WebDeps) -> OverviewOut:
     agents = [agent_out(a, now, _silent_after(deps)) for a in deps.repository.agent_statuses()]
     counts = overview.by_state
     return OverviewOut(
-        in_flight=sum(n for state, n in counts.items() if state in OPEN),
+        in_flight=sum(n for state, n in counts.items() if state in views.WORKING),
         awaiting_approval=counts.get(State.AWAITING_APPROVAL, 0),
         held_by_opt_out=counts.get(State.HELD_BY_OPT_OUT, 0),
         held=counts.get(State.HELD, 0),

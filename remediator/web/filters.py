@@ -15,7 +15,18 @@ from remediator.store.records import RemediationFilter
 MAX_INT = 2**31 - 1
 MAX_TEXT = 253
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-TEXT_FIELDS = ("node", "q", "pool", "signal_kind", "xid", "policy", "from", "to", "dry_run")
+TEXT_FIELDS = (
+    "node",
+    "q",
+    "pool",
+    "signal_kind",
+    "xid",
+    "policy",
+    "from",
+    "to",
+    "finished_from",
+    "dry_run",
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,7 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> ParsedFilters:
         else:
             problems.append(f"XID must be a number, not {values['xid']!r}")
     times: dict[str, datetime] = {}
-    for key in ("from", "to"):
+    for key in ("from", "to", "finished_from"):
         if key in values:
             try:
                 times[key] = parse_time(values[key])
@@ -93,5 +104,6 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> ParsedFilters:
         created_to=times.get("to"),
         dry_run=dry_run,
         in_flight_first=params.get("order", ["in_flight"])[-1] != "newest",
+        finished_from=times.get("finished_from"),
     )
     return ParsedFilters(filters, values, frozenset(s.value for s in states), tuple(problems))

@@ -7,6 +7,7 @@ repeats an action).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import date, timedelta
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -18,7 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from remediator.policy.durations import parse_duration
 from remediator.remediation import commands
-from remediator.remediation.states import OPEN, WAITING_FOR_HUMAN, State
+from remediator.remediation.states import State
 from remediator.signals.model import SignalKind
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.web import charts, console, csrf, views
@@ -52,7 +53,7 @@ CHART_DAYS = 14
 REPAIR_SAMPLE = 2_000
 PAGE_SIZE = 50
 COOKIE_MAX_AGE = 12 * 3600
-WORKING = frozenset(OPEN - WAITING_FOR_HUMAN)
+WAITING_SHOWN = 50
 Reason = Annotated[str, Form(max_length=500, pattern=PRINTABLE)]
 DONE_MESSAGES = {
     "approve": "Approved: the engine quarantines the node on its next tick.",
@@ -100,6 +101,11 @@ def error_page(request: Request, status: int, reason: str) -> HTMLResponse:
     return render(request, "error.html", None, status=status, code=status, reason=reason)
 
 
+def _list_url(states: Iterable[State], **params: str) -> str:
+    query = [("state", s.value) for s in sorted(states)] + list(params.items())
+    return "/remediations?" + urlencode(query)
+
+
 def _safe_next(target: str | None) -> str:
     """Only a path on this site, so the login form cannot bounce someone elsewhere."""
     if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
@@ -114,14 +120,8 @@ def make_pages_router() -> APIRouter:
     def overview(request: Request, deps: Deps, principal: Reader) -> HTMLResponse:
         now = deps.clock.now()
         repo = deps.repository
-        waiting = repo.list(RemediationFilter(states=WAITING_FOR_HUMAN), limit=20).rows
-        working = repo.list(RemediationFilter(states=WORKING), limit=20).rows
-        failed = repo.list(
-            RemediationFilter(
-                states=frozenset({State.FAILED}), created_from=now - timedelta(days=7)
-            ),
-            limit=10,
-        ).rows
+        waiting = repo.list(RemediationFilter(states=views.NEEDS_HUMAN), limit=WAITING_SHOWN)
+        working = repo.list(RemediationFilter(states=views.WORKING), limit=WAITING_SHOWN)
         days = chart_days(now.date(), CHART_DAYS)
         repair = repo.time_to_repair(since=now - timedelta(days=7), window=REPAIR_SAMPLE)
         active = deps.policies.active
@@ -130,9 +130,14 @@ def make_pages_router() -> APIRouter:
             "overview.html",
             principal,
             summary=console.overview_out(deps),
-            waiting=waiting,
-            working=working,
-            failed=failed,
+            waiting=[views.waiting_item(r) for r in repo.with_events(waiting.rows)],
+            waiting_more=_list_url(views.NEEDS_HUMAN) if waiting.next_cursor else None,
+            working=working.rows,
+            working_more=_list_url(views.WORKING) if working.next_cursor else None,
+            working_url=_list_url(views.WORKING),
+            failed_url=_list_url(
+                {State.FAILED}, finished_from=(now - timedelta(hours=24)).isoformat()
+            ),
             per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
             repair=charts.repair_times(repair.overall, repair.by_step),
             pool_limit=active.settings.max_unhealthy.per_pool if active else None,
@@ -182,7 +187,8 @@ def make_pages_router() -> APIRouter:
             r=record,
             detail=console.remediation_detail(deps, texts, record, now),
             timeline=views.timeline(record, now),
-            commands=views.available_commands(record) if principal.can_act else [],
+            commands=views.next_actions(record) if principal.can_act else [],
+            current_step=views.current_step(record),
             signal_rows=[
                 (
                     s,
@@ -203,9 +209,12 @@ def make_pages_router() -> APIRouter:
         command: str,
         reason: Reason = "",
         cooldown: Annotated[str, Form(max_length=32)] = "",
+        confirm: Annotated[str, Form(max_length=8)] = "",
     ) -> Response:
         if command not in commands.COMMANDS:
             raise WebError(404, f"no such command {command!r}")
+        if command == "cancel" and confirm != "yes":
+            raise WebError(422, "cancelling needs the confirmation box ticked")
         try:
             held_off = parse_duration(cooldown.strip()) if cooldown.strip() else None
         except ValueError as exc:

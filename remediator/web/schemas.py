@@ -34,6 +34,11 @@ class EventOut(BaseModel):
     actor: str
 
 
+class NextActionOut(BaseModel):
+    command: str
+    effect: str = Field(description="what the command would do to the node, in plain words")
+
+
 class RemediationOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -71,6 +76,16 @@ class RemediationOut(BaseModel):
     finished_at: datetime | None
     duration_seconds: float = Field(description="detection to finish, or to now while open")
     runbook_url: str | None = None
+    current_step: int | None = Field(
+        default=None,
+        description="index into `ladder` of the rung being executed, held or failed; this and "
+        "the next two fields are filled where the timeline is read (one remediation, the "
+        "waiting list), not in pages of the list",
+    )
+    needs_human: str | None = Field(
+        default=None, description="why a human must act (held, awaiting approval or failed)"
+    )
+    next_actions: list[NextActionOut] = Field(default_factory=list)
 
 
 class PodOut(BaseModel):

@@ -16,7 +16,8 @@ import yaml
 
 from remediator.policy.loader import PolicySet
 from remediator.remediation.commands import entered_from
-from remediator.remediation.states import CANCELLABLE, State
+from remediator.remediation.planner import STEP_NAMES, STEP_STATES, next_work_state, parse_ladder
+from remediator.remediation.states import CANCELLABLE, OPEN, WAITING_FOR_HUMAN, State
 from remediator.signals import xid
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import EventRecord, RemediationRecord
@@ -183,6 +184,8 @@ def record_runbook(record: RemediationRecord) -> str | None:
     if record.state is State.HELD_BY_OPT_OUT:
         return "held-by-opt-out"
     if record.state is State.HELD:
+        if capacity_hold(record):
+            return "no-spare-capacity"
         held_in = entered_from(record, State.HELD)
         return "drain-stuck-pdb" if held_in is State.DRAINING else "remediation-stuck"
     if record.state is State.FAILED:
@@ -213,16 +216,7 @@ def xid_explanation(code: int | None) -> str | None:
 
 def available_commands(record: RemediationRecord) -> list[str]:
     """The buttons worth showing; the command itself still checks (the state may move first)."""
-    found: list[str] = []
-    if record.state is State.AWAITING_APPROVAL:
-        found.append("approve")
-    if record.state in (State.HELD, State.HELD_BY_OPT_OUT):
-        found.append("release")
-    if record.state is State.FAILED:
-        found.append("retry")
-    if record.state in CANCELLABLE:
-        found.append("cancel")
-    return found
+    return [action.command for action in next_actions(record)]
 
 
 def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:
@@ -290,3 +284,117 @@ def detail_items(detail: Mapping[str, Any], limit: int = 240) -> list[tuple[str,
         text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
         items.append((key, text if len(text) <= limit else text[: limit - 1] + "…"))
     return items
+
+
+NEEDS_HUMAN = frozenset(WAITING_FOR_HUMAN | {State.FAILED})
+# Open and moving without a human: what the "in flight" tile counts and its table lists.
+WORKING = frozenset(OPEN - WAITING_FOR_HUMAN)
+
+
+def _entry_detail(record: RemediationRecord, state: State) -> Mapping[str, Any]:
+    """The detail of the newest transition into `state` (empty when there is none)."""
+    for event in reversed(record.events):
+        if event.to_state is state:
+            return _facts(event.detail)
+    return {}
+
+
+def capacity_hold(record: RemediationRecord) -> bool:
+    """Held before the drain because the pool had no spare node (the capacity check's facts)."""
+    return record.state is State.HELD and "spare_capacity" in _entry_detail(record, State.HELD)
+
+
+def current_step(record: RemediationRecord) -> int | None:
+    """The index of the ladder rung being executed (or held, or failed in), None when no rung
+    is: before approval, and once finished. Verification belongs to the replace rung."""
+    state = record.state
+    if state in (State.HELD, State.FAILED):
+        state = entered_from(record, state) or state
+    elif state is State.HELD_BY_OPT_OUT:
+        state = next_work_state(parse_ladder(record.ladder), state) or State.QUARANTINED
+    if state is State.VERIFYING:
+        state = State.REPLACING
+    for index, step in enumerate(record.ladder):
+        if STEP_STATES.get(str(step.get("action"))) is state:
+            return index
+    return None
+
+
+@dataclass(frozen=True)
+class NextAction:
+    """A command that would move a remediation on, and what it would do to the cluster."""
+
+    command: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.command}: {self.effect}"
+
+
+def waiting_reason(record: RemediationRecord) -> str:
+    if record.state is State.AWAITING_APPROVAL:
+        return f"policy {record.policy} asks a human to approve before it touches the node"
+    if record.state is State.FAILED:
+        return record.error or "failed without a recorded error"
+    return record.hold_reason or f"{record.state.value} without a recorded reason"
+
+
+def _step_name(state: State | None) -> str:
+    return STEP_NAMES.get(state, state.value) if state else "the step"
+
+
+def next_actions(record: RemediationRecord) -> list[NextAction]:
+    """What each available command would do to this remediation's node, in plain words."""
+    node = record.node
+    found: list[NextAction] = []
+    if record.state is State.AWAITING_APPROVAL:
+        ladder = " → ".join(str(step.get("action")) for step in record.ladder)
+        found.append(NextAction("approve", f"starts the ladder on {node}: {ladder}"))
+    if record.state is State.HELD_BY_OPT_OUT:
+        pods = [p for p in _entry_detail(record, State.HELD_BY_OPT_OUT).get("pods") or ()]
+        step = next_work_state(parse_ladder(record.ladder), record.state)
+        victims = ", ".join(map(str, pods)) if pods else f"the opted-out pods on {node}"
+        found.append(
+            NextAction(
+                "release",
+                f"evicts {victims} (overrides the opt-out; goes on to {_step_name(step)})",
+            )
+        )
+    if record.state is State.HELD:
+        if capacity_hold(record):
+            pool = _entry_detail(record, State.HELD).get("pool") or record.pool
+            effect = f"waits for a spare node in pool {pool}, then drains {node}"
+        else:
+            effect = f"runs {_step_name(entered_from(record, State.HELD))} on {node} again"
+        found.append(NextAction("release", effect))
+    if record.state is State.FAILED:
+        step = entered_from(record, State.FAILED)
+        effect = (
+            f"asks the node pool for a new replacement of {node}"
+            if step is State.REPLACING
+            else f"runs {_step_name(step)} on {node} again"
+        )
+        found.append(NextAction("retry", effect))
+    if record.state in CANCELLABLE:
+        touched = record.state not in (State.DETECTED, State.AWAITING_APPROVAL)
+        effect = (
+            f"stops here; the engine uncordons {node}"
+            if touched and not record.dry_run
+            else "stops here; the node was not touched"
+        )
+        found.append(NextAction("cancel", effect))
+    return found
+
+
+@dataclass(frozen=True)
+class WaitingItem:
+    record: RemediationRecord
+    reason: str
+    actions: tuple[NextAction, ...]
+    runbook: str | None
+
+
+def waiting_item(record: RemediationRecord) -> WaitingItem:
+    return WaitingItem(
+        record, waiting_reason(record), tuple(next_actions(record)), record_runbook(record)
+    )

@@ -96,8 +96,18 @@ def test_provider_faults_are_retried_or_held_never_doubled(engine: Engine) -> No
     workloads = [p for p in engine.pods_on(node) if p["metadata"]["namespace"] == "training"]
     assert workloads and not any(p["metadata"].get("deletionTimestamp") for p in workloads)
 
-    engine.nodepool_fault({"type": "spare_capacity", "pool": POOL, "spare": 1})
+    # Released while the pool is still empty: it waits in draining for a spare node instead of
+    # bouncing straight back into the hold the human just lifted, and evicts nothing meanwhile.
     commands.run(engine.repository, "release", held.id, actor="oncall@example.com")
+
+    def waiting_for_capacity() -> bool:
+        record = engine.repository.get(held.id)
+        assert record is not None and record.state is State.DRAINING, record
+        return any("waiting for a spare node" in str(e.detail) for e in record.events)
+
+    wait_for(waiting_for_capacity, what="the released hold to wait for capacity")
+    assert not any(p["metadata"].get("deletionTimestamp") for p in engine.pods_on(node))
+    engine.nodepool_fault({"type": "spare_capacity", "pool": POOL, "spare": 1})
     done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=90)
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
     assert engine.spare(POOL) == 0 and len(operations(done)) == 1

@@ -4,6 +4,7 @@ authentication and CSRF on every mutating route, the push endpoints, probes and 
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -190,13 +191,41 @@ def test_policies_show_active_set_and_last_error(client: TestClient, console: Co
 
 def test_overview_counts(reader: TestClient) -> None:
     body = reader.get("/api/v1/overview", headers=READONLY).json()
-    assert body["in_flight"] == 4
+    assert body["in_flight"] == 1  # draining; the three waiting for a human have tiles of their own
     assert body["awaiting_approval"] == 1
     assert body["held_by_opt_out"] == 1
     assert body["held"] == 1
     assert body["failed_last_24h"] == 1
     assert body["open_by_pool"] == {"pool-a": 2, "pool-b": 2}
     assert body["controller"]["paused"] is False
+
+
+def test_overview_tiles_count_what_their_links_list(reader: TestClient) -> None:
+    page = reader.get("/", headers=READONLY).text
+    tiles = re.findall(r'<a class="tile [^"]*" href="([^"]+)"><div class="n">(\d+)</div>', page)
+    assert len(tiles) == 5
+    for href, count in tiles:
+        listed = reader.get(html.unescape(href), headers=READONLY).text
+        rows = re.findall(r'<tr class="[^"]*" data-id="(\d+)">', listed)
+        assert len(rows) == int(count), href
+
+
+def test_waiting_list_shows_every_remediation_that_needs_a_human(
+    reader: TestClient, shared_console: Console
+) -> None:
+    page = reader.get("/", headers=READONLY).text
+    waiting = page[page.index('id="waiting"') : page.index("<h2>In flight</h2>")]
+    ids = shared_console.ids
+    found = set(re.findall(r'<tr data-id="(\d+)">', waiting))
+    assert found == {str(ids[k]) for k in ("approval", "opt_out", "failed", "held")}
+    assert "no spare capacity in pool-b" in waiting
+    assert "retry</strong></a>: asks the node pool for a new replacement of gpu-node-04" in waiting
+    assert "PodDisruptionBudget serve/api allows 0" in waiting
+    assert 'href="/runbooks/drain-stuck-pdb"' in waiting
+    detail = reader.get(f"/api/v1/remediations/{ids['failed']}", headers=READONLY).json()
+    assert detail["needs_human"] == "node pool API: no spare capacity in pool-b"
+    assert [a["command"] for a in detail["next_actions"]] == ["retry", "cancel"]
+    assert detail["ladder"][detail["current_step"]]["action"] == "replace"
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -401,10 +430,26 @@ def test_form_refusal_renders_the_reason(client: TestClient, console: Console) -
     _login(client, OPERATOR_TOKEN)
     response = client.post(
         f"/remediations/{console.ids['done']}/cancel",
-        data={"csrf_token": csrf.token_for(OPERATOR_TOKEN)},
+        data={"csrf_token": csrf.token_for(OPERATOR_TOKEN), "confirm": "yes"},
     )
     assert response.status_code == 409
     assert "already finished" in response.text
+
+
+def test_cancel_from_a_page_needs_the_confirmation(client: TestClient, console: Console) -> None:
+    _login(client, OPERATOR_TOKEN)
+    rid = console.ids["draining"]
+    assert 'name="confirm" value="yes" required' in client.get(f"/remediations/{rid}").text
+    form = {"csrf_token": csrf.token_for(OPERATOR_TOKEN)}
+    unconfirmed = client.post(f"/remediations/{rid}/cancel", data=form)
+    assert unconfirmed.status_code == 422
+    assert "confirmation" in unconfirmed.text
+    assert console.repository.get(rid).state is State.DRAINING  # type: ignore[union-attr]
+    confirmed = client.post(
+        f"/remediations/{rid}/cancel", data={**form, "confirm": "yes"}, follow_redirects=False
+    )
+    assert confirmed.status_code == 303
+    assert console.repository.get(rid).state is State.CANCELLED  # type: ignore[union-attr]
 
 
 # -- push, probes, metrics, docs ----------------------------------------------------------------

@@ -178,3 +178,98 @@ def test_detail_items_are_short() -> None:
     assert items[0] == ("pods", "3")
     assert len(items[1][1]) == 240 and items[1][1].endswith("…")
     assert items[2] == ("n", "1, 2")
+
+
+LADDER = (
+    {"action": "notify"},
+    {"action": "cordon"},
+    {"action": "checkpoint"},
+    {"action": "drain"},
+    {"action": "replace"},
+)
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ((State.AWAITING_APPROVAL,), None),
+        ((State.QUARANTINED,), 1),
+        ((State.QUARANTINED, State.CHECKPOINTING, State.DRAINING), 3),
+        ((State.QUARANTINED, State.DRAINING, State.REPLACING, State.VERIFYING), 4),
+        ((State.QUARANTINED, State.DRAINING, State.HELD), 3),
+        ((State.QUARANTINED, State.DRAINING, State.REPLACING, State.FAILED), 4),
+        ((State.QUARANTINED, State.HELD_BY_OPT_OUT), 2),
+        ((State.QUARANTINED, State.DRAINING, State.SUCCEEDED), None),
+    ],
+)
+def test_current_step_is_the_rung_the_state_belongs_to(
+    states: tuple[State, ...], expected: int | None
+) -> None:
+    # The first rung is `notify`: the old page always showed it as current.
+    assert views.current_step(record(states[-1], path(*states), ladder=LADDER)) == expected
+
+
+def test_waiting_list_says_what_each_action_does() -> None:
+    opt_out = (
+        *path(State.QUARANTINED),
+        event(
+            3,
+            90,
+            State.QUARANTINED,
+            State.HELD_BY_OPT_OUT,
+            "held_by_opt_out",
+            {"pods": ["eval/eval-longrun-0"], "label": "remediator.io/disable-auto-replace"},
+        ),
+    )
+    held = record(State.HELD_BY_OPT_OUT, opt_out, ladder=LADDER, hold_reason="1 pod opts out")
+    item = views.waiting_item(held)
+    assert item.reason == "1 pod opts out"
+    assert str(item.actions[0]).startswith("release: evicts eval/eval-longrun-0")
+    assert item.actions[-1].command == "cancel"
+    assert item.runbook == "held-by-opt-out"
+
+    failed = record(
+        State.FAILED,
+        path(State.QUARANTINED, State.DRAINING, State.REPLACING, State.FAILED),
+        ladder=LADDER,
+        error="node pool API: no spare capacity",
+    )
+    item = views.waiting_item(failed)
+    assert item.reason == "node pool API: no spare capacity"
+    assert [str(a) for a in item.actions] == [
+        "retry: asks the node pool for a new replacement of gpu-node-1",
+        "cancel: stops here; the engine uncordons gpu-node-1",
+    ]
+
+    approval = views.waiting_item(
+        record(State.AWAITING_APPROVAL, path(State.AWAITING_APPROVAL), ladder=LADDER)
+    )
+    assert str(approval.actions[0]) == (
+        "approve: starts the ladder on gpu-node-1: notify → cordon → checkpoint → drain → replace"
+    )
+    assert str(approval.actions[1]) == "cancel: stops here; the node was not touched"
+
+
+def test_a_capacity_hold_links_its_own_runbook_and_says_release_waits() -> None:
+    events = (
+        *path(State.QUARANTINED, State.DRAINING),
+        event(
+            4,
+            200,
+            State.DRAINING,
+            State.HELD,
+            "drain_held",
+            {"reason": "no spare", "pool": "pool-a", "spare_capacity": 0},
+        ),
+    )
+    held = record(State.HELD, events, ladder=LADDER, hold_reason="no spare")
+    assert views.capacity_hold(held)
+    assert views.record_runbook(held) == "no-spare-capacity"
+    assert str(views.next_actions(held)[0]) == (
+        "release: waits for a spare node in pool pool-a, then drains gpu-node-1"
+    )
+    pdb = (*path(State.QUARANTINED, State.DRAINING, State.HELD),)
+    assert views.record_runbook(record(State.HELD, pdb)) == "drain-stuck-pdb"
+    assert str(views.next_actions(record(State.HELD, pdb))[0]) == (
+        "release: runs drain on gpu-node-1 again"
+    )
