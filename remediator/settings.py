@@ -47,6 +47,12 @@ class WebSettings(BaseModel):
     readonly_tokens: list[SecretStr] = Field(default_factory=list)
     # Machine senders (node agents, Alertmanager): post signals and heartbeats, nothing else.
     push_tokens: list[SecretStr] = Field(default_factory=list)
+    # Where people reach the console; an https URL makes the session cookie Secure even when
+    # TLS ends at a proxy in front of us.
+    external_url: str | None = None
+    # Request bodies past this are refused with 413 before anything parses them.
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
 
 
 class NotifySettings(BaseModel):

@@ -357,3 +357,47 @@ class ArchivedNode(Base):
     cordoned: Mapped[bool] = mapped_column(Boolean)
 
     __table_args__ = (Index("ix_signal_archive_nodes_cluster_at", "cluster", "at"),)
+
+
+class AuditEntry(Base):
+    """One human command as it was asked, whatever came of it: who (the name they gave and
+    the token's fingerprint, never the token), from where, why and when. Never updated or
+    deleted once written (triggers refuse it), so pause and resume keep their history."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(256))
+    token_id: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(64))
+    command: Mapped[str] = mapped_column(String(32))
+    remediation_id: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_audit_log_cluster_at", "cluster", "at", "id"),
+        Index("ix_audit_log_cluster_remediation", "cluster", "remediation_id", "at"),
+    )
+
+
+class WebSession(Base):
+    """A console login: the browser holds a random id, this row holds only its hash, the
+    token's fingerprint and role, so a stolen database or cookie never yields a token, and
+    logging out revokes the id for good."""
+
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    token_id: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_web_sessions_expires", "expires_at"),)

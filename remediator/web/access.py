@@ -7,18 +7,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from remediator.web import csrf
+from remediator.web import csrf, sessions
 from remediator.web.auth import (
     ACTOR_HEADER,
-    NAME_COOKIE,
-    TOKEN_COOKIE,
+    SESSION_COOKIE,
     Principal,
     authenticate,
     bearer_token,
 )
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
-from remediator.web.oncall import ConsoleMetrics
+from remediator.web.metrics import ConsoleMetrics
 from remediator.web.problems import WebError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -39,9 +38,9 @@ def policy_texts(request: Request) -> PolicyTexts:
     return texts
 
 
-def login_token(request: Request) -> str | None:
-    """The token this request is authenticated with: the header first, then the cookie."""
-    return bearer_token(request.headers.get("authorization")) or request.cookies.get(TOKEN_COOKIE)
+def csrf_secret(request: Request) -> str | None:
+    """What this request's CSRF token is derived from: the bearer token, else the session id."""
+    return bearer_token(request.headers.get("authorization")) or request.cookies.get(SESSION_COOKIE)
 
 
 def principal_of(request: Request) -> Principal | None:
@@ -49,12 +48,7 @@ def principal_of(request: Request) -> Principal | None:
     header = bearer_token(request.headers.get("authorization"))
     if header is not None:
         return authenticate(settings, header, name=request.headers.get(ACTOR_HEADER))
-    return authenticate(
-        settings,
-        request.cookies.get(TOKEN_COOKIE),
-        name=request.cookies.get(NAME_COOKIE),
-        via_cookie=True,
-    )
+    return sessions.principal(request, settings)
 
 
 async def require_principal(request: Request) -> Principal:
@@ -84,8 +78,8 @@ async def require_operator(
         ):
             value = (await request.form()).get(csrf.FORM_FIELD)
             presented = value if isinstance(value, str) else None
-        token = request.cookies.get(TOKEN_COOKIE) or ""
-        if not csrf.valid(token, presented):
+        session_id = request.cookies.get(SESSION_COOKIE) or ""
+        if not csrf.valid(session_id, presented):
             raise WebError(403, "missing or wrong CSRF token: reload the page and try again")
     return principal
 

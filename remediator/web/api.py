@@ -10,21 +10,24 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
 from remediator.remediation import commands
 from remediator.remediation.states import State
 from remediator.signals.model import SignalKind
 from remediator.store import cursor as cursors
+from remediator.store.audit import MAX_AUDIT_PAGE, AuditLog, AuditQuery, AuditRecord
 from remediator.store.records import Page, RemediationFilter
 from remediator.web import console
-from remediator.web.access import Deps, Metrics, Operator, Texts, require_reader
+from remediator.web.access import Deps, Texts, require_reader
 from remediator.web.deps import WebDeps
 from remediator.web.filters import MAX_INT
-from remediator.web.oncall import run_command, run_controller_command
+from remediator.web.oncall import Asker, run_command, run_controller_command
 from remediator.web.problems import WebError
 from remediator.web.schemas import (
     PRINTABLE,
+    AuditOut,
+    AuditPageOut,
     CommandIn,
     ControllerCommandIn,
     ControllerOut,
@@ -77,6 +80,11 @@ def fetch_page(deps: WebDeps, filters: RemediationFilter, cursor: str | None, li
         return deps.repository.list(filters, cursor, limit)
     except (cursors.InvalidCursor, OverflowError) as exc:
         raise WebError(400, f"invalid cursor: {exc}") from exc
+
+
+def audit_rows(request: Request, query: AuditQuery) -> tuple[AuditRecord, ...]:
+    audit: AuditLog = request.app.state.audit
+    return audit.list(query)
 
 
 def list_filters(
@@ -160,6 +168,25 @@ def make_api_router() -> APIRouter:
     def get_controller(deps: Deps) -> ControllerOut:
         return ControllerOut.model_validate(deps.repository.controller_status())
 
+    @router.get("/audit", dependencies=[Depends(require_reader)])
+    def get_audit(
+        request: Request,
+        command: Annotated[str | None, Query(max_length=32, pattern=r"^[a-z-]+$")] = None,
+        remediation_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+        before: Annotated[
+            int | None, Query(ge=1, le=MAX_ID, description="id of the last row seen")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 100,
+    ) -> AuditPageOut:
+        """Every human command, newest first, done or refused: who, token id, from where, why."""
+        rows = audit_rows(
+            request, AuditQuery((command,) if command else (), remediation_id, before, limit)
+        )
+        return AuditPageOut(
+            items=[AuditOut.model_validate(r) for r in rows],
+            next_before=rows[-1].id if len(rows) == limit else None,
+        )
+
     for name in commands.COMMANDS:
         router.add_api_route(
             f"/remediations/{{remediation_id}}/{name}",
@@ -181,28 +208,22 @@ def make_api_router() -> APIRouter:
 
 def _remediation_command(name: str) -> Callable[..., RemediationOut]:
     def run(
-        deps: Deps,
-        metrics: Metrics,
-        principal: Operator,
+        ask: Asker,
         remediation_id: RemediationId,
         body: Annotated[CommandIn | None, Body()] = None,
     ) -> RemediationOut:
         reason = body.reason if body else None
         cooldown = body.cooldown if body else None
-        record = run_command(deps, metrics, name, remediation_id, principal.actor, reason, cooldown)
-        return console.remediation_out(record, deps.clock.now())
+        record = run_command(ask, name, remediation_id, reason, cooldown)
+        return console.remediation_out(record, ask.deps.clock.now())
 
     run.__doc__ = commands.COMMANDS[name][0].__doc__
     return run
 
 
 def _controller_command(name: str) -> Callable[..., ControllerOut]:
-    def run(
-        deps: Deps, metrics: Metrics, principal: Operator, body: ControllerCommandIn
-    ) -> ControllerOut:
-        status = run_controller_command(
-            deps, metrics, name, principal.actor, body.reason, body.drop_queued
-        )
+    def run(ask: Asker, body: ControllerCommandIn) -> ControllerOut:
+        status = run_controller_command(ask, name, body.reason, body.drop_queued)
         return ControllerOut.model_validate(status)
 
     run.__doc__ = commands.CONTROLLER_COMMANDS[name].__doc__

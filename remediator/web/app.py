@@ -7,6 +7,7 @@ the login page rather than shown a bare 401.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -23,7 +24,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remediator.signals.sources.push import make_signals_router
+from remediator.store.audit import AuditLog
 from remediator.store.db import session_scope
+from remediator.store.sessions import SessionStore
 from remediator.web import pages, runbooks
 from remediator.web.access import Deps, require_pusher
 from remediator.web.agents import make_agents_router
@@ -31,10 +34,12 @@ from remediator.web.api import make_api_router
 from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
-from remediator.web.oncall import ConsoleMetrics
+from remediator.web.metrics import ConsoleMetrics
+from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
 from remediator.web.schemas import HealthOut
 
+log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 # The console's own pages load nothing from elsewhere and must never be framed: a framed page
 # would let another site trick an operator into clicking Approve (clickjacking). The API docs
@@ -66,6 +71,23 @@ def _error(request: Request, status: int, reason: str, detail: object = None) ->
     return pages.error_page(request, status, reason)
 
 
+def _refused(request: Request, status: int, reason: str) -> None:
+    """Count and log a refused request: path and address, never the token it carried."""
+    metrics: ConsoleMetrics = request.app.state.metrics
+    kind = "unauthenticated" if status == 401 else "forbidden"
+    metrics.auth_failures.labels(kind).inc()
+    address = client_address(request)
+    log.warning(
+        "%s %s refused (%d) for %s: %s",
+        request.method,
+        request.url.path,
+        status,
+        address,
+        reason,
+        extra={"source": address, "status": status, "path": request.url.path},
+    )
+
+
 def readiness_problems(deps: WebDeps) -> list[str]:
     """Ready: the database answers and, on the leader, so does the cluster."""
     problems: list[str] = []
@@ -94,9 +116,14 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.state.metrics = ConsoleMetrics(deps.registry)
     app.state.policy_texts = PolicyTexts()
     app.state.runbooks = runbooks.Runbooks(deps.runbooks_dir or runbooks.find_dir())
+    repo = deps.repository
+    app.state.audit = AuditLog(repo.session_factory, repo.cluster, deps.clock)
+    app.state.sessions = SessionStore(repo.session_factory, repo.cluster, deps.clock)
 
     @app.exception_handler(WebError)
     async def _web_error(request: Request, exc: WebError) -> Response:
+        if exc.status in (401, 403):
+            _refused(request, exc.status, exc.reason)
         return _error(request, exc.status, exc.reason)
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,7 +1,8 @@
 """Who is asking: bearer tokens from the config, each read-only, operator or push-only.
 
-Browsers log in once by pasting a token; it then rides in an HttpOnly, SameSite=Strict cookie.
-API clients send `Authorization: Bearer …`. Tokens are compared in constant time and never shown:
+Browsers log in once by pasting a token and get an opaque server-side session (see
+store/sessions): the cookie is a random id, never the token. API clients send
+`Authorization: Bearer …`. Tokens are compared in constant time and never shown:
 the timeline names a person by the name they gave plus the token's short fingerprint, so two
 people sharing one token can still be told apart and a leaked log never leaks a token.
 """
@@ -18,8 +19,7 @@ from pydantic import SecretStr
 
 from remediator.settings import WebSettings
 
-TOKEN_COOKIE = "remediator_token"
-NAME_COOKIE = "remediator_name"
+SESSION_COOKIE = "remediator_session"
 ACTOR_HEADER = "X-Remediator-Actor"
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9@._+ -]")
 

@@ -1,69 +1,142 @@
-"""Runs an on-call command for the API and the pages alike: the command, its metric, and the
-mapping of refusals to HTTP answers (404 unknown, 409 not allowed now)."""
+"""Runs an on-call command for the API and the pages alike: the command, its audit row, its
+metric and log line, and the mapping of refusals to HTTP answers (404 unknown, 409 not allowed
+now). Every command asked is audited, done or refused."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Annotated
 
-from prometheus_client import CollectorRegistry, Counter
+from fastapi import Depends, Request
 
 from remediator.errors import NotFoundError
 from remediator.remediation import commands
+from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
+from remediator.web.access import Operator, web_deps
+from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
+from remediator.web.metrics import ConsoleMetrics
 from remediator.web.problems import WebError
 
+log = logging.getLogger("remediator.audit")
 
-class ConsoleMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.commands = Counter(
-            "remediator_console_commands",
-            "On-call commands received through the console or API, by outcome.",
-            ["command", "outcome"],
-            registry=registry,
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """Who asked for a command and from where, with what the command needs to run."""
+
+    deps: WebDeps
+    metrics: ConsoleMetrics
+    audit: AuditLog
+    principal: Principal
+    source: str
+
+
+def asked(request: Request, principal: Operator) -> Asked:
+    return Asked(
+        web_deps(request),
+        request.app.state.metrics,
+        request.app.state.audit,
+        principal,
+        client_address(request),
+    )
+
+
+Asker = Annotated[Asked, Depends(asked)]
+
+
+def _record(
+    ask: Asked,
+    command: str,
+    outcome: str,
+    reason: str | None,
+    remediation_id: int | None = None,
+    detail: str | None = None,
+) -> None:
+    ask.metrics.commands.labels(command, outcome).inc()
+    ask.audit.append(
+        NewAudit(
+            actor=ask.principal.actor,
+            token_id=ask.principal.fingerprint,
+            source=ask.source,
+            command=command,
+            outcome=outcome,
+            remediation_id=remediation_id,
+            reason=reason,
+            detail=detail,
         )
+    )
+    target = f"remediation {remediation_id}" if remediation_id is not None else "controller"
+    log.info(
+        "%s %s by %s from %s: %s%s",
+        command,
+        target,
+        ask.principal.actor,
+        ask.source,
+        outcome,
+        f" ({detail})" if detail else "",
+        extra={
+            "command": command,
+            "remediation_id": remediation_id,
+            "actor": ask.principal.actor,
+            "token_id": ask.principal.fingerprint,
+            "source": ask.source,
+            "outcome": outcome,
+            "reason": reason,
+        },
+    )
 
 
 def run_command(
-    deps: WebDeps,
-    metrics: ConsoleMetrics,
+    ask: Asked,
     command: str,
     remediation_id: int,
-    actor: str,
     reason: str | None,
     cooldown: timedelta | None = None,
 ) -> RemediationRecord:
     try:
         record = commands.run(
-            deps.repository, command, remediation_id, actor=actor, reason=reason, cooldown=cooldown
+            ask.deps.repository,
+            command,
+            remediation_id,
+            actor=ask.principal.actor,
+            reason=reason,
+            cooldown=cooldown,
         )
     except NotFoundError as exc:
-        metrics.commands.labels(command, "not_found").inc()
+        _record(ask, command, "not_found", reason, remediation_id, str(exc))
         raise WebError(404, str(exc)) from exc
     except commands.CommandRefused as exc:
-        metrics.commands.labels(command, "refused").inc()
+        _record(ask, command, "refused", reason, remediation_id, str(exc))
         raise WebError(409, str(exc)) from exc
-    metrics.commands.labels(command, "done").inc()
+    done = f"now {record.state.value}"
+    if cooldown is not None:
+        done += f", hold off {cooldown}"
+    _record(ask, command, "done", reason, remediation_id, done)
     return record
 
 
 def run_controller_command(
-    deps: WebDeps,
-    metrics: ConsoleMetrics,
-    command: str,
-    actor: str,
-    reason: str,
-    drop_queued: bool = False,
+    ask: Asked, command: str, reason: str, drop_queued: bool = False
 ) -> ControllerStatus:
     options = {"drop_queued": True} if drop_queued else {}
     if options and command != "reset-breaker":
         raise WebError(422, "only reset-breaker can drop the queued remediations")
     try:
         status = commands.CONTROLLER_COMMANDS[command](
-            deps.repository, actor=actor, reason=reason, **options
+            ask.deps.repository, actor=ask.principal.actor, reason=reason, **options
         )
     except commands.CommandRefused as exc:
-        metrics.commands.labels(command, "refused").inc()
+        _record(ask, command, "refused", reason, detail=str(exc))
         raise WebError(409, str(exc)) from exc
-    metrics.commands.labels(command, "done").inc()
+    _record(
+        ask, command, "done", reason, detail="queued remediations dropped" if drop_queued else None
+    )
     return status

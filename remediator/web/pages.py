@@ -7,13 +7,14 @@ repeats an action).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import date, timedelta
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Path, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -21,26 +22,27 @@ from remediator.policy.durations import parse_duration
 from remediator.remediation import commands
 from remediator.remediation.states import State
 from remediator.signals.model import SignalKind
+from remediator.store.audit import AuditQuery
 from remediator.store.records import RemediationFilter, RemediationRecord
-from remediator.web import charts, console, csrf, views
+from remediator.web import charts, console, csrf, sessions, views
 from remediator.web.access import (
     Deps,
     Metrics,
-    Operator,
     Reader,
     Texts,
-    login_token,
+    csrf_secret,
     principal_of,
     web_deps,
 )
-from remediator.web.api import RemediationId, fetch_page
-from remediator.web.auth import NAME_COOKIE, TOKEN_COOKIE, Principal, authenticate, clean_name
+from remediator.web.api import MAX_ID, RemediationId, audit_rows, fetch_page
+from remediator.web.auth import SESSION_COOKIE, Principal, authenticate
 from remediator.web.filters import parse_filters
-from remediator.web.oncall import run_command, run_controller_command
+from remediator.web.oncall import Asker, client_address, run_command, run_controller_command
 from remediator.web.problems import WebError
 from remediator.web.runbooks import Runbooks
 from remediator.web.schemas import PRINTABLE
 
+log = logging.getLogger(__name__)
 TEMPLATES = Jinja2Templates(directory=FilePath(__file__).parent / "templates")
 TEMPLATES.env.filters["duration"] = views.format_duration
 TEMPLATES.env.filters["ago"] = views.relative
@@ -52,8 +54,8 @@ CHART_DAYS = 14
 # The newest successes the repair chart reads: enough for a steady p90, bounded on a busy fleet.
 REPAIR_SAMPLE = 2_000
 PAGE_SIZE = 50
-COOKIE_MAX_AGE = 12 * 3600
 WAITING_SHOWN = 50
+SWITCHES_SHOWN = 5
 Reason = Annotated[str, Form(max_length=500, pattern=PRINTABLE)]
 DONE_MESSAGES = {
     "approve": "Approved: the engine quarantines the node on its next tick.",
@@ -78,7 +80,7 @@ def render(
     **context: Any,
 ) -> HTMLResponse:
     deps = web_deps(request)
-    token = login_token(request)
+    secret = csrf_secret(request)
     controller = deps.repository.controller_status() if principal else None
     breaker_queued: tuple[RemediationRecord, ...] = ()
     if controller is not None and controller.breaker_tripped:
@@ -86,7 +88,7 @@ def render(
         breaker_queued = deps.repository.list(queued, limit=BANNER_NODES).rows
     base = {
         "principal": principal,
-        "csrf_token": csrf.token_for(token) if token and principal else "",
+        "csrf_token": csrf.token_for(secret) if secret and principal else "",
         "now": deps.clock.now(),
         "cluster": deps.settings.cluster_name,
         "controller": controller,
@@ -141,6 +143,9 @@ def make_pages_router() -> APIRouter:
             per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
             repair=charts.repair_times(repair.overall, repair.by_step),
             pool_limit=active.settings.max_unhealthy.per_pool if active else None,
+            switches=audit_rows(
+                request, AuditQuery(tuple(commands.CONTROLLER_COMMANDS), limit=SWITCHES_SHOWN)
+            ),
         )
 
     @router.get("/remediations", response_class=HTMLResponse)
@@ -202,9 +207,7 @@ def make_pages_router() -> APIRouter:
 
     @router.post("/remediations/{remediation_id}/{command}")
     def remediation_command(
-        deps: Deps,
-        metrics: Metrics,
-        principal: Operator,
+        ask: Asker,
         remediation_id: RemediationId,
         command: str,
         reason: Reason = "",
@@ -219,22 +222,12 @@ def make_pages_router() -> APIRouter:
             held_off = parse_duration(cooldown.strip()) if cooldown.strip() else None
         except ValueError as exc:
             raise WebError(422, f"cooldown: {exc}") from exc
-        run_command(
-            deps,
-            metrics,
-            command,
-            remediation_id,
-            principal.actor,
-            reason.strip() or None,
-            held_off,
-        )
+        run_command(ask, command, remediation_id, reason.strip() or None, held_off)
         return RedirectResponse(f"/remediations/{remediation_id}?done={command}", 303)
 
     @router.post("/controller/{command}")
     def controller_command(
-        deps: Deps,
-        metrics: Metrics,
-        principal: Operator,
+        ask: Asker,
         command: str,
         reason: Reason = "",
         drop_queued: Annotated[bool, Form()] = False,
@@ -243,7 +236,7 @@ def make_pages_router() -> APIRouter:
             raise WebError(404, f"no such command {command!r}")
         if not reason.strip():
             raise WebError(422, "say why: the reason is shown to everyone who sees the pause")
-        run_controller_command(deps, metrics, command, principal.actor, reason.strip(), drop_queued)
+        run_controller_command(ask, command, reason.strip(), drop_queued)
         return RedirectResponse(f"/?done={command}", 303)
 
     @router.get("/nodes/{name}", response_class=HTMLResponse)
@@ -255,6 +248,32 @@ def make_pages_router() -> APIRouter:
     ) -> HTMLResponse:
         return render(
             request, "node.html", principal, node=console.node_out(deps, name, deps.clock.now())
+        )
+
+    @router.get("/audit", response_class=HTMLResponse)
+    def audit_page(
+        request: Request,
+        principal: Reader,
+        command: Annotated[str | None, Query(max_length=32, pattern=r"^[a-z-]*$")] = None,
+        remediation: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+        before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    ) -> HTMLResponse:
+        rows = audit_rows(
+            request, AuditQuery((command,) if command else (), remediation, before, PAGE_SIZE)
+        )
+        older = None
+        if len(rows) == PAGE_SIZE:
+            kept = [(k, v) for k, v in request.query_params.multi_items() if k != "before"]
+            older = "/audit?" + urlencode([*kept, ("before", str(rows[-1].id))])
+        return render(
+            request,
+            "audit.html",
+            principal,
+            rows=rows,
+            command=command or "",
+            commands=[*commands.COMMANDS, *commands.CONTROLLER_COMMANDS],
+            older=older,
+            paged=before is not None,
         )
 
     @router.get("/policies", response_class=HTMLResponse)
@@ -285,33 +304,30 @@ def make_pages_router() -> APIRouter:
     def login(
         request: Request,
         deps: Deps,
+        metrics: Metrics,
         token: Annotated[str, Form(max_length=4096)],
         name: Annotated[str, Form(max_length=200)] = "",
         next: Annotated[str, Form(max_length=2000)] = "/",
     ) -> Response:
-        principal = authenticate(deps.settings.web, token.strip())
+        principal = authenticate(deps.settings.web, token.strip(), name=name)
         if principal is None or not principal.can_read:  # push-only tokens never log in
+            metrics.auth_failures.labels("login").inc()
+            log.warning(
+                "console login refused from %s",
+                client_address(request),
+                extra={"source": client_address(request), "reason": "unknown token"},
+            )
             return render(
                 request, "login.html", None, status=401, next=_safe_next(next), failed=True
             )
         response = RedirectResponse(_safe_next(next), 303)
-        secure = request.url.scheme == "https"
-        for key, value in ((TOKEN_COOKIE, token.strip()), (NAME_COOKIE, clean_name(name) or "")):
-            response.set_cookie(
-                key,
-                value,
-                max_age=COOKIE_MAX_AGE,
-                httponly=True,
-                samesite="strict",
-                secure=secure,
-            )
+        sessions.open_session(request, response, principal, deps.settings.web)
         return response
 
     @router.post("/logout", dependencies=[Depends(_logout_guard)])
-    def logout() -> Response:
+    def logout(request: Request, deps: Deps) -> Response:
         response = RedirectResponse("/login", 303)
-        response.delete_cookie(TOKEN_COOKIE)
-        response.delete_cookie(NAME_COOKIE)
+        sessions.close_session(request, response, deps.settings.web)
         return response
 
     return router
@@ -323,7 +339,8 @@ async def _logout_guard(request: Request, principal: Reader) -> None:
         form = await request.form()
         presented = form.get(csrf.FORM_FIELD)
         if not csrf.valid(
-            request.cookies.get(TOKEN_COOKIE, ""), presented if isinstance(presented, str) else None
+            request.cookies.get(SESSION_COOKIE, ""),
+            presented if isinstance(presented, str) else None,
         ):
             raise WebError(403, "missing or wrong CSRF token")
 

@@ -227,3 +227,23 @@ class ControllerCommandIn(BaseModel):
 class HealthOut(BaseModel):
     status: str
     problems: list[str] = []
+
+
+class AuditOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    at: datetime
+    actor: str
+    token_id: str = Field(description="the token's fingerprint (first 8 hex of its SHA-256)")
+    source: str = Field(description="the client address the command came from")
+    command: str
+    remediation_id: int | None
+    reason: str | None
+    outcome: str = Field(description="done, refused or not_found")
+    detail: str | None
+
+
+class AuditPageOut(BaseModel):
+    items: list[AuditOut]
+    next_before: int | None = Field(description="pass as `before` for the next (older) page")

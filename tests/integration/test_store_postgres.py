@@ -42,6 +42,8 @@ TABLES = {
     "policy_sets",
     "controller_state",
     "source_health",
+    "audit_log",
+    "web_sessions",
 }
 R = TypeVar("R")
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"

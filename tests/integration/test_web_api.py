@@ -24,7 +24,7 @@ from remediator.store import db
 from remediator.store.repository import Repository
 from remediator.web import csrf
 from remediator.web.app import create_app
-from remediator.web.auth import TOKEN_COOKIE, fingerprint
+from remediator.web.auth import SESSION_COOKIE, fingerprint
 from remediator.web.deps import WebDeps
 from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, START, Console, Seeder
 
@@ -372,18 +372,21 @@ def test_reads_need_a_token(reader: TestClient, shared_console: Console) -> None
     assert page.headers["location"] == "/login?next=%2Fremediations%3Fstate%3Dheld"
 
 
-def _login(client: TestClient, token: str) -> None:
+def _login(client: TestClient, token: str) -> str:
+    """Logs in; returns the CSRF token the pages carry for this session."""
     response = client.post(
         "/login", data={"token": token, "name": "carol", "next": "/"}, follow_redirects=False
     )
     assert response.status_code == 303
     assert response.headers["location"] == "/"
-    cookie = response.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie
+    cookie = response.headers["set-cookie"]
+    assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+    assert token not in cookie, "the cookie is an opaque session id, never the token"
+    return csrf.token_for(client.cookies[SESSION_COOKIE])
 
 
 def test_forms_need_the_csrf_token(client: TestClient, console: Console) -> None:
-    _login(client, OPERATOR_TOKEN)
+    token = _login(client, OPERATOR_TOKEN)
     rid = console.ids["approval"]
     forged = client.post(f"/remediations/{rid}/approve", data={"reason": "x"})
     assert forged.status_code == 403
@@ -392,7 +395,6 @@ def test_forms_need_the_csrf_token(client: TestClient, console: Console) -> None
         f"/remediations/{rid}/approve", data={"reason": "x", "csrf_token": "0" * 64}
     )
     assert wrong.status_code == 403
-    token = csrf.token_for(OPERATOR_TOKEN)
     page = client.get(f"/remediations/{rid}")
     assert f'value="{token}"' in page.text
     done = client.post(
@@ -407,17 +409,17 @@ def test_forms_need_the_csrf_token(client: TestClient, console: Console) -> None
 
 
 def test_api_with_the_cookie_needs_the_csrf_header(client: TestClient, console: Console) -> None:
-    _login(client, OPERATOR_TOKEN)
+    token = _login(client, OPERATOR_TOKEN)
     path = f"/api/v1/remediations/{console.ids['draining']}/cancel"
     assert client.post(path).status_code == 403
-    ok = client.post(path, headers={csrf.HEADER: csrf.token_for(OPERATOR_TOKEN)})
+    ok = client.post(path, headers={csrf.HEADER: token})
     assert ok.status_code == 200
 
 
 def test_login_refuses_unknown_tokens_and_foreign_redirects(client: TestClient) -> None:
     refused = client.post("/login", data={"token": "guess"}, follow_redirects=False)
     assert refused.status_code == 401
-    assert TOKEN_COOKIE not in refused.headers.get("set-cookie", "")
+    assert SESSION_COOKIE not in refused.headers.get("set-cookie", "")
     bounced = client.post(
         "/login",
         data={"token": READONLY_TOKEN, "next": "//evil.example/x"},
@@ -427,20 +429,20 @@ def test_login_refuses_unknown_tokens_and_foreign_redirects(client: TestClient) 
 
 
 def test_form_refusal_renders_the_reason(client: TestClient, console: Console) -> None:
-    _login(client, OPERATOR_TOKEN)
+    token = _login(client, OPERATOR_TOKEN)
     response = client.post(
         f"/remediations/{console.ids['done']}/cancel",
-        data={"csrf_token": csrf.token_for(OPERATOR_TOKEN), "confirm": "yes"},
+        data={"csrf_token": token, "confirm": "yes"},
     )
     assert response.status_code == 409
     assert "already finished" in response.text
 
 
 def test_cancel_from_a_page_needs_the_confirmation(client: TestClient, console: Console) -> None:
-    _login(client, OPERATOR_TOKEN)
+    token = _login(client, OPERATOR_TOKEN)
     rid = console.ids["draining"]
     assert 'name="confirm" value="yes" required' in client.get(f"/remediations/{rid}").text
-    form = {"csrf_token": csrf.token_for(OPERATOR_TOKEN)}
+    form = {"csrf_token": token}
     unconfirmed = client.post(f"/remediations/{rid}/cancel", data=form)
     assert unconfirmed.status_code == 422
     assert "confirmation" in unconfirmed.text

@@ -26,6 +26,7 @@ OPERATIONS = (
     "GET /api/v1/policies",
     "GET /api/v1/overview",
     "GET /api/v1/controller",
+    "GET /api/v1/audit",
     "POST /api/v1/remediations/{remediation_id}/approve",
     "POST /api/v1/remediations/{remediation_id}/cancel",
     "POST /api/v1/remediations/{remediation_id}/retry",
