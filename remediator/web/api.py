@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
 from remediator.remediation import commands
 from remediator.remediation.states import State
+from remediator.signals import bounds
 from remediator.signals.model import SignalKind
 from remediator.store import cursor as cursors
 from remediator.store.audit import MAX_AUDIT_PAGE, AuditLog, AuditQuery, AuditRecord
@@ -53,8 +54,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     )
 }
 
+# A Kubernetes node name, checked where it enters (the same bound signals keep).
+NODE_NAME = f"^{bounds.NODE_NAME.pattern}$"
 RemediationId = Annotated[int, Path(ge=1, le=MAX_ID)]
 Text = Annotated[str | None, Query(max_length=253, pattern=PRINTABLE)]
+NodeName = Annotated[
+    str, Path(max_length=253, pattern=NODE_NAME, description="a Kubernetes node name")
+]
 
 
 def _utc(value: datetime | None, name: str) -> datetime | None:
@@ -88,7 +94,7 @@ def audit_rows(request: Request, query: AuditQuery) -> tuple[AuditRecord, ...]:
 
 
 def list_filters(
-    node: Text = None,
+    node: Annotated[str | None, Query(max_length=253, pattern=NODE_NAME)] = None,
     q: Annotated[
         str | None, Query(max_length=253, pattern=PRINTABLE, description="substring of node")
     ] = None,
@@ -150,9 +156,7 @@ def make_api_router() -> APIRouter:
         return console.remediation_detail(deps, texts, record, deps.clock.now())
 
     @router.get("/nodes/{name}", dependencies=[Depends(require_reader)])
-    def get_node(
-        deps: Deps, name: Annotated[str, Path(max_length=253, pattern=PRINTABLE)]
-    ) -> NodeOut:
+    def get_node(deps: Deps, name: NodeName) -> NodeOut:
         """Every remediation and signal of the node, and whether it is a repeat offender."""
         return console.node_out(deps, name, deps.clock.now())
 

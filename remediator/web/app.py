@@ -13,10 +13,17 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
+import swagger_ui_bundle
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
@@ -34,6 +41,7 @@ from remediator.web.api import make_api_router
 from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
+from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
@@ -41,9 +49,11 @@ from remediator.web.schemas import HealthOut
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-# The console's own pages load nothing from elsewhere and must never be framed: a framed page
-# would let another site trick an operator into clicking Approve (clickjacking). The API docs
-# page (Swagger UI) brings its own inline script and assets, so it is left out.
+SWAGGER_UI = Path(swagger_ui_bundle.swagger_ui_path)
+# The console's pages, the API docs included (Swagger UI is served from the swagger-ui-bundle
+# package with our own initializer, no inline script), load nothing from elsewhere and must
+# never be framed: a framed page would let another site trick an operator into clicking
+# Approve (clickjacking).
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -53,7 +63,6 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-UNGUARDED = ("/api/docs",)
 
 
 def _wants_json(request: Request) -> bool:
@@ -108,10 +117,11 @@ def create_app(deps: WebDeps) -> FastAPI:
         title="remediator",
         summary="GPU node remediation: history, on-call commands and signal intake.",
         version="1",
-        docs_url="/api/docs",
+        docs_url=None,
         redoc_url=None,
         openapi_url="/api/v1/openapi.json",
     )
+    app.add_middleware(BodyLimit, limit=deps.settings.web.max_body_bytes)
     app.state.deps = deps
     app.state.metrics = ConsoleMetrics(deps.registry)
     app.state.policy_texts = PolicyTexts()
@@ -128,7 +138,10 @@ def create_app(deps: WebDeps) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        return _error(request, exc.status_code, str(exc.detail))
+        response = _error(request, exc.status_code, str(exc.detail))
+        for name, value in (exc.headers or {}).items():  # 405's Allow, for one
+            response.headers[name] = value
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -143,9 +156,11 @@ def create_app(deps: WebDeps) -> FastAPI:
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         response = await call_next(request)
-        if not request.url.path.startswith(UNGUARDED):
-            for name, value in SECURITY_HEADERS.items():
-                response.headers.setdefault(name, value)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        if not request.url.path.startswith(NO_STORE_EXEMPT):
+            # History and tokens' answers must not linger in a shared or browser cache.
+            response.headers.setdefault("Cache-Control", "no-store")
         return response
 
     app.include_router(make_api_router())
@@ -161,6 +176,12 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/api/docs/assets", StaticFiles(directory=SWAGGER_UI), name="swagger-ui")
+
+    @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)
+    def api_docs(request: Request) -> HTMLResponse:
+        """Swagger UI from the installed swagger-ui-bundle: works air-gapped, same CSP."""
+        return pages.TEMPLATES.TemplateResponse(request, "api_docs.html", {})
 
     @app.get("/healthz", tags=["probes"])
     def healthz() -> HealthOut:
@@ -176,5 +197,20 @@ def create_app(deps: WebDeps) -> FastAPI:
     @app.get("/metrics", tags=["probes"], response_class=PlainTextResponse)
     def metrics(deps: Deps) -> Response:
         return Response(generate_latest(deps.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # Probes answer HEAD too (load balancers and uptime checkers use it); own operation ids.
+    for path, probe, extra in (
+        ("/healthz", healthz, {}),
+        ("/readyz", readyz, {"responses": {503: {"model": HealthOut}}}),
+        ("/metrics", metrics, {"response_class": PlainTextResponse}),
+    ):
+        app.add_api_route(
+            path,
+            probe,
+            methods=["HEAD"],
+            tags=["probes"],
+            operation_id=f"head_{path.strip('/')}",
+            **extra,
+        )
 
     return app

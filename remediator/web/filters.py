@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 from remediator.remediation.states import State
+from remediator.signals import bounds
 from remediator.signals.model import SignalKind
 from remediator.store.records import RemediationFilter
 
@@ -74,6 +75,9 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> ParsedFilters:
             states.add(State(raw))
         except ValueError:
             problems.append(f"unknown state {raw!r}")
+    if "node" in values and (problem := bounds.node_name_problem(values["node"])):
+        values.pop("node")
+        problems.append(f"node: {problem}")
     kind = values.get("signal_kind")
     if kind is not None and kind not in {k.value for k in SignalKind}:
         problems.append(f"unknown signal kind {kind!r}")

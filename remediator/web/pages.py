@@ -14,7 +14,7 @@ from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Path, Query, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -34,7 +34,7 @@ from remediator.web.access import (
     principal_of,
     web_deps,
 )
-from remediator.web.api import MAX_ID, RemediationId, audit_rows, fetch_page
+from remediator.web.api import MAX_ID, NodeName, RemediationId, audit_rows, fetch_page
 from remediator.web.auth import SESSION_COOKIE, Principal, authenticate
 from remediator.web.filters import parse_filters
 from remediator.web.oncall import Asker, client_address, run_command, run_controller_command
@@ -244,7 +244,7 @@ def make_pages_router() -> APIRouter:
         request: Request,
         deps: Deps,
         principal: Reader,
-        name: Annotated[str, Path(max_length=253, pattern=PRINTABLE)],
+        name: NodeName,
     ) -> HTMLResponse:
         return render(
             request, "node.html", principal, node=console.node_out(deps, name, deps.clock.now())

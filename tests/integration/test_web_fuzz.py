@@ -1,6 +1,7 @@
 """Schema-based fuzzing of our own OpenAPI: schemathesis generates requests, valid and not, for
-every API operation, sent as an operator against a seeded history on a real database (commands
-really run). No answer may be a 5xx.
+every API operation, sent as an operator and with no token against a seeded history on a real
+database (commands really run). No answer may be a 5xx, any answer the schema describes must
+match it, and a 405 must say what is allowed.
 
 Each operation is driven through Hypothesis directly with the operation's strategy (schemathesis'
 own pytest plugin does not run under this pytest); one pytest case per operation keeps failures
@@ -12,7 +13,12 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+)
 
 from tests.fixtures.web import OPERATOR_TOKEN, Console
 
@@ -39,9 +45,14 @@ OPERATIONS = (
     "POST /api/v1/agents/heartbeat",
     "GET /api/v1/agents",
     "GET /healthz",
+    "HEAD /healthz",
     "GET /readyz",
+    "HEAD /readyz",
     "GET /metrics",
+    "HEAD /metrics",
 )
+AUTH = {"operator": {"Authorization": f"Bearer {OPERATOR_TOKEN}"}, "anonymous": {}}
+CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
 
 
 def _operations(console: Console) -> dict[str, schemathesis.APIOperation]:
@@ -58,10 +69,13 @@ def test_schema_lists_every_fuzzed_operation(shared_console: Console) -> None:
     assert set(_operations(shared_console)) == set(OPERATIONS)
 
 
+@pytest.mark.parametrize("auth", sorted(AUTH))
 @pytest.mark.parametrize("name", OPERATIONS)
-def test_no_server_errors(shared_console: Console, name: str) -> None:
+def test_no_server_errors_or_schema_violations(
+    shared_console: Console, name: str, auth: str
+) -> None:
     operation = _operations(shared_console)[name]
-    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    headers = AUTH[auth]
 
     @given(case=operation.as_strategy())
     @settings(
@@ -73,9 +87,13 @@ def test_no_server_errors(shared_console: Console, name: str) -> None:
     )
     def fuzz(case: schemathesis.Case) -> None:
         response = case.call(headers=headers)
-        assert response.status_code < 500, (
+        what = (
             f"{case.method} {case.formatted_path} query={case.query} body={case.body!r} → "
             f"{response.status_code}: {response.text[:500]}"
         )
+        assert response.status_code < 500, what
+        if response.status_code == 405:
+            assert response.headers.get("allow"), what
+        case.validate_response(response, checks=CHECKS, headers=headers)
 
     fuzz()
