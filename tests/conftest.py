@@ -6,4 +6,5 @@ pytest_plugins: list[str] = [
     "tests.fixtures.postgres",
     "tests.fixtures.sim",
     "tests.fixtures.web",
+    "tests.fixtures.browser",
 ]

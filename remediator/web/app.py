@@ -13,7 +13,6 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
-import swagger_ui_bundle
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -49,9 +48,8 @@ from remediator.web.schemas import HealthOut
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-SWAGGER_UI = Path(swagger_ui_bundle.swagger_ui_path)
-# The console's pages, the API docs included (Swagger UI is served from the swagger-ui-bundle
-# package with our own initializer, no inline script), load nothing from elsewhere and must
+# The console's pages, the API docs included (Swagger UI is shipped in static/swagger-ui and
+# started by our own file, no inline script), load nothing from elsewhere and must
 # never be framed: a framed page would let another site trick an operator into clicking
 # Approve (clickjacking).
 SECURITY_HEADERS = {
@@ -176,11 +174,10 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.mount("/api/docs/assets", StaticFiles(directory=SWAGGER_UI), name="swagger-ui")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)
     def api_docs(request: Request) -> HTMLResponse:
-        """Swagger UI from the installed swagger-ui-bundle: works air-gapped, same CSP."""
+        """Swagger UI from our own static files: works air-gapped, under the same CSP."""
         return pages.TEMPLATES.TemplateResponse(request, "api_docs.html", {})
 
     @app.get("/healthz", tags=["probes"])

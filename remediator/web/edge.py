@@ -13,7 +13,7 @@ import json
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-NO_STORE_EXEMPT = ("/static/", "/api/docs/assets/")
+NO_STORE_EXEMPT = ("/static/",)
 
 
 def too_large_reason(limit: int) -> str:

@@ -5,41 +5,15 @@ Screenshots of every page land in test-artifacts/console/ for a person to look a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from remediator.remediation.states import State
+from tests.fixtures.browser import login, new_page, shot
 from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, Console, serve
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
-TIMEOUT_MS = 30_000
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.skip("Debian chromium is not installed")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture
@@ -48,41 +22,22 @@ def base_url(console: Console) -> Iterator[str]:
         yield url
 
 
-def _page(browser: Browser) -> Page:
-    page = browser.new_page(viewport={"width": 1360, "height": 900})
-    page.set_default_timeout(TIMEOUT_MS)
-    return page
-
-
-def _shot(page: Page, name: str, *, full_page: bool = True) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
-
-
-def _login(page: Page, base_url: str, token: str, name: str, target: str = "/") -> None:
-    page.goto(base_url + target)
-    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
-    page.fill("#token", token)
-    page.fill("#name", name)
-    page.click("button[type=submit]")
-
-
 @pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
 def test_on_call_walkthrough(browser: Browser, console: Console, base_url: str) -> None:
-    page = _page(browser)
+    page = new_page(browser)
     page.goto(base_url + "/")
-    _shot(page, "01-login")
-    _login(page, base_url, OPERATOR_TOKEN, "alice")
+    shot(page, "01-login")
+    login(page, base_url, OPERATOR_TOKEN, "alice")
 
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
     waiting_tile = page.locator("a.tile", has_text="waiting for approval")
     expect(waiting_tile.locator(".n")).to_have_text("1")
     expect(page.locator("svg.chart").first).to_be_visible()
-    _shot(page, "02-overview")
+    shot(page, "02-overview")
 
     page.click("header nav >> text=Remediations")
     expect(page.locator("table.remediations tbody tr")).to_have_count(6)
-    _shot(page, "03-list")
+    shot(page, "03-list")
 
     page.fill("form.filters input[name=q]", "node-02")
     page.click("form.filters button[type=submit]")
@@ -90,12 +45,12 @@ def test_on_call_walkthrough(browser: Browser, console: Console, base_url: str) 
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("gpu-node-02")
     expect(rows.first).to_contain_text("awaiting approval")
-    _shot(page, "04-list-filtered")
+    shot(page, "04-list-filtered")
 
     page.click(f"table.remediations a[href='/remediations/{console.ids['approval']}']")
     expect(page.locator("table.timeline")).to_contain_text("awaiting approval")
     expect(page.locator("table.timeline")).to_contain_text("controller-0")
-    _shot(page, "05-detail-waiting")
+    shot(page, "05-detail-waiting")
 
     page.fill("form[action$='/approve'] input[name=reason]", "GPU 3 checked, go ahead")
     page.click("form[action$='/approve'] button")
@@ -104,7 +59,7 @@ def test_on_call_walkthrough(browser: Browser, console: Console, base_url: str) 
     last = page.locator("table.timeline tbody tr").last
     expect(last).to_contain_text("alice (operator token")
     expect(last).to_contain_text("GPU 3 checked, go ahead")
-    _shot(page, "06-detail-approved")
+    shot(page, "06-detail-approved")
 
     record = console.repository.get(console.ids["approval"])
     assert record is not None and record.state is State.QUARANTINED
@@ -115,36 +70,36 @@ def test_on_call_walkthrough(browser: Browser, console: Console, base_url: str) 
     expect(page.get_by_text("checkpointed", exact=True)).to_be_visible()
     expect(page.get_by_text("gpu-node-91")).to_be_visible()
     expect(page.locator("pre")).to_contain_text("name: xid-79-fallen-off-bus")
-    _shot(page, "07-detail-done")
+    shot(page, "07-detail-done")
 
     page.goto(f"{base_url}/remediations/{console.ids['held']}")
     expect(page.locator(".problem")).to_contain_text("PodDisruptionBudget")
     expect(page.locator("a[href='/runbooks/drain-stuck-pdb']")).to_be_visible()
     expect(page.locator("form[action$='/release'] button")).to_be_visible()
-    _shot(page, "07-detail-held")
+    shot(page, "07-detail-held")
 
     page.goto(f"{base_url}/remediations/{console.ids['done']}")
     page.click("h1 a[href='/nodes/gpu-node-01']")
     expect(page.get_by_role("heading", name="Node gpu-node-01")).to_be_visible()
-    _shot(page, "08-node")
+    shot(page, "08-node")
 
     page.goto(base_url + "/policies")
-    _shot(page, "09-policies", full_page=False)
+    shot(page, "09-policies", full_page=False)
     page.click("table a[href='#p-xid-79-fallen-off-bus']")
     page.click("#p-xid-79-fallen-off-bus summary")
     expect(page.locator("#p-xid-79-fallen-off-bus pre")).to_contain_text("codes: [79]")
-    _shot(page, "09-policy-open", full_page=False)
+    shot(page, "09-policy-open", full_page=False)
 
     page.goto(base_url + "/runbooks/xid-79")
     expect(page.get_by_role("heading", name="XID 79: GPU has fallen off the bus")).to_be_visible()
-    _shot(page, "10-runbook")
+    shot(page, "10-runbook")
     page.close()
 
 
 @pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
 def test_read_only_sees_no_actions(browser: Browser, console: Console, base_url: str) -> None:
-    page = _page(browser)
-    _login(page, base_url, READONLY_TOKEN, "bob", f"/remediations/{console.ids['approval']}")
+    page = new_page(browser)
+    login(page, base_url, READONLY_TOKEN, "bob", f"/remediations/{console.ids['approval']}")
     expect(page.locator("table.timeline")).to_be_visible()
     expect(page.locator("form[action$='/approve']")).to_have_count(0)
     page.goto(base_url + "/")

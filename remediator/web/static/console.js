@@ -1,4 +1,5 @@
-// Relative times drift while a page stays open at 3 a.m.: refresh them every 30 s.
+// Small enhancements, no framework: relative times that keep up, table column names for the
+// phone layout, filters folded on phones, and live updates of pages with open remediations.
 (function () {
   function text(seconds) {
     var s = Math.abs(seconds), d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600),
@@ -16,4 +17,28 @@
     });
   }
   setInterval(tick, 30000);
+
+  // The phone layout shows each cell with its column's name (CSS reads data-label).
+  function label(root) {
+    root.querySelectorAll("table").forEach(function (table) {
+      var names = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
+        return th.textContent.trim();
+      });
+      if (!names.length) return;
+      table.querySelectorAll("tbody tr").forEach(function (tr) {
+        Array.prototype.forEach.call(tr.children, function (td, i) {
+          if (!td.hasAttribute("data-label") && names[i] && !td.hasAttribute("colspan")) {
+            td.setAttribute("data-label", names[i]);
+          }
+        });
+      });
+    });
+  }
+  label(document);
+
+  if (window.matchMedia && window.matchMedia("(max-width: 700px)").matches) {
+    document.querySelectorAll("details.fold[data-fold-on-phone]").forEach(function (d) {
+      d.open = false;
+    });
+  }
 })();
