@@ -1,4 +1,5 @@
-"""audit log of human commands (append-only) and server-side console sessions
+"""audit log of human commands (append-only), server-side console sessions, and an index for
+the node page's "replacement of" link
 
 Revision ID: 0004
 Revises: 0001
@@ -69,6 +70,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id_hash", name=op.f("pk_web_sessions")),
     )
     op.create_index("ix_web_sessions_expires", "web_sessions", ["expires_at"])
+    op.create_index("ix_remediations_cluster_new_node", "remediations", ["cluster", "new_node"])
     if op.get_bind().dialect.name == "postgresql":
         op.execute(PG_APPEND_ONLY)
         op.execute(
@@ -96,5 +98,6 @@ def downgrade() -> None:
     else:
         op.execute("DROP TRIGGER audit_log_no_update")
         op.execute("DROP TRIGGER audit_log_no_delete")
+    op.drop_index("ix_remediations_cluster_new_node", table_name="remediations")
     op.drop_table("web_sessions")
     op.drop_table("audit_log")

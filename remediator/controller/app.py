@@ -28,7 +28,7 @@ from remediator.actions.notify import Notification, NotificationKind, WebhookNot
 from remediator.clock import Clock, SystemClock
 from remediator.controller.jobs import PUSH_JOB, JobSpec, build_scheduler, wake
 from remediator.controller.metrics import ControllerMetrics
-from remediator.errors import RemediatorError
+from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
@@ -493,6 +493,13 @@ class Controller:
             return str(exc)
         return None
 
+    def read_node(self, name: str) -> Node | None:
+        """The node as the cluster has it now, for the console's node page."""
+        try:
+            return self.kube.get_node(name)
+        except NotFoundError:
+            return None
+
     def start_web(self) -> str:
         host, port = split_listen(self.settings.web.listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -509,6 +516,7 @@ class Controller:
             is_leader=self.is_leader,
             check_cluster=self.cluster_problem,
             clock=self.clock,
+            read_node=self.read_node,
         )
         config = uvicorn.Config(create_app(deps), log_config=None, access_log=False)
         server = uvicorn.Server(config)

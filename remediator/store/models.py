@@ -134,6 +134,8 @@ class Remediation(Base):
         Index("ix_remediations_cluster_policy", "cluster", "policy", "created_at"),
         Index("ix_remediations_cluster_signal_kind", "cluster", "signal_kind", "created_at"),
         Index("ix_remediations_cluster_xid", "cluster", "xid_code", "created_at"),
+        # The node page's "replacement of" link: which remediation brought this node in.
+        Index("ix_remediations_cluster_new_node", "cluster", "new_node"),
         # Time to repair reads the newest succeeded remediations by finish time.
         Index("ix_remediations_cluster_state_finished", "cluster", "state", "finished_at"),
         Index("ix_remediations_cluster_suppressed", "cluster", "suppressed_until"),

@@ -665,20 +665,41 @@ class Repository:
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int = 500,
+        after: tuple[datetime, int] | None = None,
     ) -> tuple[SignalEntry, ...]:
-        """The node's observed signals, newest first, within [since, until)."""
+        """The node's observed signals, newest first, within [since, until); `after` is the
+        (observed_at, id) of the last signal of the previous page."""
         query = select(ObservedSignal).where(
-            ObservedSignal.cluster == self.cluster, ObservedSignal.node == node
+            ObservedSignal.cluster == self.cluster, *_signal_window(node, since, until)
         )
-        if since is not None:
-            query = query.where(ObservedSignal.observed_at >= since)
-        if until is not None:
-            query = query.where(ObservedSignal.observed_at < until)
+        if after is not None:
+            query = query.where(tuple_(ObservedSignal.observed_at, ObservedSignal.id) < after)
         query = query.order_by(ObservedSignal.observed_at.desc(), ObservedSignal.id.desc()).limit(
             limit
         )
         with session_scope(self.session_factory) as session:
             return tuple(_signal_entry(r) for r in session.scalars(query))
+
+    def count_signals(
+        self, node: str, *, since: datetime | None = None, until: datetime | None = None
+    ) -> int:
+        query = select(func.count()).where(
+            ObservedSignal.cluster == self.cluster, *_signal_window(node, since, until)
+        )
+        with session_scope(self.session_factory) as session:
+            return int(session.execute(query).scalar_one())
+
+    def replacement_of(self, node: str) -> RemediationRecord | None:
+        """The newest remediation whose replacement is `node` (the node it replaced)."""
+        query = (
+            select(Remediation)
+            .where(Remediation.cluster == self.cluster, Remediation.new_node == node)
+            .order_by(Remediation.created_at.desc(), Remediation.id.desc())
+            .limit(1)
+        )
+        with session_scope(self.session_factory) as session:
+            row = session.scalars(query).first()
+            return _remediation(row) if row else None
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -817,6 +838,17 @@ def _filter_clauses(filters: RemediationFilter) -> list[ColumnElement[bool]]:
         clauses.append(Remediation.dry_run.is_(filters.dry_run))
     if filters.finished_from is not None:
         clauses.append(Remediation.finished_at >= filters.finished_from)
+    return clauses
+
+
+def _signal_window(
+    node: str, since: datetime | None, until: datetime | None
+) -> list[ColumnElement[bool]]:
+    clauses: list[ColumnElement[bool]] = [ObservedSignal.node == node]
+    if since is not None:
+        clauses.append(ObservedSignal.observed_at >= since)
+    if until is not None:
+        clauses.append(ObservedSignal.observed_at < until)
     return clauses
 
 

@@ -16,14 +16,14 @@ from remediator.remediation import commands
 from remediator.remediation.states import State
 from remediator.signals import bounds
 from remediator.signals.model import SignalKind
-from remediator.store import cursor as cursors
 from remediator.store.audit import MAX_AUDIT_PAGE, AuditLog, AuditQuery, AuditRecord
-from remediator.store.records import Page, RemediationFilter
+from remediator.store.records import RemediationFilter
 from remediator.web import console
 from remediator.web.access import Deps, Texts, require_reader
-from remediator.web.deps import WebDeps
 from remediator.web.filters import MAX_INT
+from remediator.web.nodes import NODE_PAGE, NodeQuery, node_out
 from remediator.web.oncall import Asker, run_command, run_controller_command
+from remediator.web.paging import MAX_ID, fetch_page
 from remediator.web.problems import WebError
 from remediator.web.schemas import (
     PRINTABLE,
@@ -41,7 +41,6 @@ from remediator.web.schemas import (
     RemediationPageOut,
 )
 
-MAX_ID = 2**63 - 1
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text}
     for code, text in (
@@ -73,24 +72,19 @@ def _utc(value: datetime | None, name: str) -> datetime | None:
         raise WebError(422, f"{name}: {value.isoformat()} is out of range") from exc
 
 
-def fetch_page(deps: WebDeps, filters: RemediationFilter, cursor: str | None, limit: int) -> Page:
-    """One page of the list; a cursor the store cannot use (tampered, from another ordering,
-    ids beyond BIGINT) is the client's mistake: 400, never 500."""
-    try:
-        if cursor is not None:
-            position = cursors.decode(cursor)
-            if position.id is not None and not 0 <= position.id <= MAX_ID:
-                raise cursors.InvalidCursor("position out of range")
-            if position.created_at is not None:
-                position.created_at.astimezone(UTC)  # year 1 at +14:00 has no UTC time
-        return deps.repository.list(filters, cursor, limit)
-    except (cursors.InvalidCursor, OverflowError) as exc:
-        raise WebError(400, f"invalid cursor: {exc}") from exc
-
-
 def audit_rows(request: Request, query: AuditQuery) -> tuple[AuditRecord, ...]:
     audit: AuditLog = request.app.state.audit
     return audit.list(query)
+
+
+def node_query(
+    window_from: Annotated[datetime | None, Query(alias="from")] = None,
+    window_to: Annotated[datetime | None, Query(alias="to")] = None,
+    remediations_cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
+    signals_cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = NODE_PAGE,
+) -> NodeQuery:
+    return NodeQuery(window_from, window_to, remediations_cursor, signals_cursor, limit)
 
 
 def list_filters(
@@ -156,9 +150,12 @@ def make_api_router() -> APIRouter:
         return console.remediation_detail(deps, texts, record, deps.clock.now())
 
     @router.get("/nodes/{name}", dependencies=[Depends(require_reader)])
-    def get_node(deps: Deps, name: NodeName) -> NodeOut:
-        """Every remediation and signal of the node, and whether it is a repeat offender."""
-        return console.node_out(deps, name, deps.clock.now())
+    def get_node(
+        deps: Deps, name: NodeName, query: Annotated[NodeQuery, Depends(node_query)]
+    ) -> NodeOut:
+        """The node now (from the cluster), its remediations and signals within the window
+        (default: the last 7 days), each paged, and whether it is a repeat offender."""
+        return node_out(deps, name, deps.clock.now(), query)
 
     @router.get("/policies", dependencies=[Depends(require_reader)])
     def get_policies(deps: Deps) -> PoliciesOut:

@@ -16,7 +16,6 @@ from remediator.web.deps import WebDeps
 from remediator.web.schemas import (
     ControllerOut,
     EventOut,
-    NodeOut,
     OverviewOut,
     PodOut,
     PoliciesOut,
@@ -25,7 +24,6 @@ from remediator.web.schemas import (
     PolicySourceOut,
     RemediationDetailOut,
     RemediationOut,
-    SignalEntryOut,
     SourceOut,
 )
 
@@ -135,26 +133,6 @@ def remediation_detail(
     )
 
 
-def node_out(deps: WebDeps, name: str, now: datetime) -> NodeOut:
-    history = deps.repository.node_history(name)
-    rule = views.repeat_rule(deps.policies.active)
-    count = views.repeat_offender(history.remediations, now, rule)
-    nth, within = rule
-    agent = deps.repository.agent_status(name)
-    return NodeOut(
-        agent=agent_out(agent, now, _silent_after(deps)) if agent else None,
-        node=name,
-        repeat_offender=count is not None,
-        remediations_in_window=sum(1 for r in history.remediations if r.created_at >= now - within),
-        repeat_rule=f"{nth} remediations within {views.format_duration(within.total_seconds())}",
-        remediations=[remediation_out(r, now) for r in history.remediations],
-        signals=[
-            SignalEntryOut(id=s.id, remediation_id=s.remediation_id, signal=s.signal)
-            for s in history.signals
-        ],
-    )
-
-
 def policies_out(deps: WebDeps) -> PoliciesOut:
     active = deps.policies.active
     error = deps.policies.last_error
@@ -191,14 +169,14 @@ def policies_out(deps: WebDeps) -> PoliciesOut:
     )
 
 
-def _silent_after(deps: WebDeps) -> timedelta:
+def silent_after(deps: WebDeps) -> timedelta:
     return timedelta(seconds=deps.settings.agent_silent_after_seconds)
 
 
 def overview_out(deps: WebDeps) -> OverviewOut:
     overview = deps.repository.overview()
     now = deps.clock.now()
-    agents = [agent_out(a, now, _silent_after(deps)) for a in deps.repository.agent_statuses()]
+    agents = [agent_out(a, now, silent_after(deps)) for a in deps.repository.agent_statuses()]
     counts = overview.by_state
     return OverviewOut(
         in_flight=sum(n for state, n in counts.items() if state in views.WORKING),

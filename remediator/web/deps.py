@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import PolicyError
+from remediator.kube.objects import Node
 from remediator.policy.loader import PolicySet
 from remediator.settings import Settings
 from remediator.signals.sources.push import SignalInbox
@@ -36,7 +37,9 @@ def _cluster_unchecked() -> str | None:
 @dataclass
 class WebDeps:
     """`check_cluster` is asked only while `is_leader()`: it returns why the cluster API cannot
-    be reached, or None when it can. `runbooks_dir` None means: find runbooks/ (see runbooks)."""
+    be reached, or None when it can. `read_node` reads a node from the cluster (None: no such
+    node; raises RemediatorError when the cluster cannot say); left None, the node page says
+    the console has no cluster access. `runbooks_dir` None means: find runbooks/."""
 
     settings: Settings
     repository: Repository
@@ -47,3 +50,4 @@ class WebDeps:
     check_cluster: Callable[[], str | None] = _cluster_unchecked
     clock: Clock = field(default_factory=SystemClock)
     runbooks_dir: Path | None = None
+    read_node: Callable[[str], Node | None] | None = None

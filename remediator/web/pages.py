@@ -34,9 +34,17 @@ from remediator.web.access import (
     principal_of,
     web_deps,
 )
-from remediator.web.api import MAX_ID, NodeName, RemediationId, audit_rows, fetch_page
+from remediator.web.api import (
+    MAX_ID,
+    NodeName,
+    RemediationId,
+    audit_rows,
+    fetch_page,
+    node_query,
+)
 from remediator.web.auth import SESSION_COOKIE, Principal, authenticate
 from remediator.web.filters import parse_filters
+from remediator.web.nodes import NodeQuery, node_out
 from remediator.web.oncall import Asker, client_address, run_command, run_controller_command
 from remediator.web.problems import WebError
 from remediator.web.runbooks import Runbooks
@@ -48,6 +56,7 @@ TEMPLATES.env.filters["duration"] = views.format_duration
 TEMPLATES.env.filters["ago"] = views.relative
 TEMPLATES.env.filters["utc"] = views.absolute
 TEMPLATES.env.globals["tone"] = lambda state: views.STATE_TONE.get(State(state), "off")
+TEMPLATES.env.globals["signal_value"] = views.signal_value
 TEMPLATES.env.globals["states"] = [s.value for s in State]
 TEMPLATES.env.globals["signal_kinds"] = [k.value for k in SignalKind]
 CHART_DAYS = 14
@@ -245,9 +254,29 @@ def make_pages_router() -> APIRouter:
         deps: Deps,
         principal: Reader,
         name: NodeName,
+        query: Annotated[NodeQuery, Depends(node_query)],
     ) -> HTMLResponse:
+        node = node_out(deps, name, deps.clock.now(), query)
+        here = [(k, v) for k, v in request.query_params.multi_items()]
+
+        def more(key: str, cursor: str | None) -> str | None:
+            if cursor is None:
+                return None
+            kept = [(k, v) for k, v in here if k != key]
+            return f"/nodes/{name}?" + urlencode([*kept, (key, cursor)])
+
         return render(
-            request, "node.html", principal, node=console.node_out(deps, name, deps.clock.now())
+            request,
+            "node.html",
+            principal,
+            node=node,
+            window_from=node.window_from.strftime("%Y-%m-%dT%H:%M"),
+            window_to=node.window_to.strftime("%Y-%m-%dT%H:%M"),
+            remediations_more=more("remediations_cursor", node.remediations_next),
+            signals_more=more("signals_cursor", node.signals_next),
+            paged=query.remediations_cursor is not None or query.signals_cursor is not None,
+            first_url=f"/nodes/{name}?"
+            + urlencode([(k, v) for k, v in here if not k.endswith("_cursor")]),
         )
 
     @router.get("/audit", response_class=HTMLResponse)

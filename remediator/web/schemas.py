@@ -121,15 +121,48 @@ class SignalEntryOut(BaseModel):
     id: int
     remediation_id: int | None
     signal: Signal
+    value_text: str = Field(default="", description="the value with its unit, as shown")
+
+
+class NodeStatusOut(BaseModel):
+    """The node as the cluster has it now; `error` says why that could not be read."""
+
+    found: bool
+    ready: bool | None = None
+    cordoned: bool | None = None
+    taints: list[str] = Field(default_factory=list)
+    pool: str | None = None
+    gpus: int | None = None
+    gpu_product: str | None = None
+    problems: list[str] = Field(
+        default_factory=list, description="conditions other than Ready that are not False"
+    )
+    error: str | None = None
+
+
+class NodeLinkOut(BaseModel):
+    remediation_id: int
+    node: str
 
 
 class NodeOut(BaseModel):
     node: str
     repeat_offender: bool
-    remediations_in_window: int
+    remediations_in_window: int = Field(description="within the repeat rule's window")
     repeat_rule: str
+    status: NodeStatusOut
+    window_from: datetime
+    window_to: datetime
     remediations: list[RemediationOut]
+    remediations_total: int = Field(description="in the time window, across all pages")
+    remediations_next: str | None = Field(description="pass as `remediations_cursor`")
     signals: list[SignalEntryOut]
+    signals_total: int = Field(description="in the time window, across all pages")
+    signals_next: str | None = Field(description="pass as `signals_cursor`")
+    replacement_of: NodeLinkOut | None = Field(
+        description="the node this one replaced, and the remediation that did it"
+    )
+    replaced_by: list[NodeLinkOut] = Field(description="nodes that replaced this one")
     agent: AgentOut | None = None  # None: no node agent ever reported from this node
 
 

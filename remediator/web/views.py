@@ -6,7 +6,7 @@ Nothing here reads the clock or the database; `now` is always passed in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -214,11 +214,6 @@ def xid_explanation(code: int | None) -> str | None:
     )
 
 
-def available_commands(record: RemediationRecord) -> list[str]:
-    """The buttons worth showing; the command itself still checks (the state may move first)."""
-    return [action.command for action in next_actions(record)]
-
-
 def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:
     """The tightest `repeat` any active policy escalates on, else NVSentinel's default."""
     rules = [
@@ -227,15 +222,6 @@ def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:
         if p.match.repeat is not None
     ]
     return min(rules, default=DEFAULT_REPEAT)
-
-
-def repeat_offender(
-    remediations: Sequence[RemediationRecord], now: datetime, rule: tuple[int, timedelta]
-) -> int | None:
-    """How many remediations fell within the rule's window, when that reaches the rule's count."""
-    nth, within = rule
-    recent = sum(1 for r in remediations if r.created_at >= now - within)
-    return recent if recent >= nth else None
 
 
 def policy_source(files: Mapping[str, str], name: str) -> tuple[str, str] | None:
@@ -398,3 +384,34 @@ def waiting_item(record: RemediationRecord) -> WaitingItem:
     return WaitingItem(
         record, waiting_reason(record), tuple(next_actions(record)), record_runbook(record)
     )
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value == int(value) and abs(value) >= 1000 else f"{value:g}"
+
+
+def signal_value(signal: Signal) -> str:
+    """A signal's value with its unit (what each source's query measures), "" when it has none.
+    An XID's value is its code, shown as the code already."""
+    value = signal.value
+    if value is None or signal.kind in (SignalKind.XID, SignalKind.GPU_MISSING):
+        return ""
+    number = _number(value)
+    problem = signal.labels.get("problem", "")
+    match signal.kind:
+        case SignalKind.THERMAL:
+            return f"{number} °C"
+        case SignalKind.NVLINK:
+            return f"{number} NVLink errors in the window"
+        case SignalKind.ECC:
+            return f"{number} double-bit ECC errors"
+        case SignalKind.INFINIBAND if problem == "link_down":
+            return f"port state {number}"
+        case SignalKind.INFINIBAND if problem == "symbol_errors":
+            return f"{number} symbol errors per hour"
+        case SignalKind.INFINIBAND:
+            return f"{number} link errors"
+        case SignalKind.ROW_REMAP:
+            return "row remap failed" if value else "no row remap failure"
+        case _:
+            return number

@@ -1,0 +1,148 @@
+"""The node page's answer to "what happened to node X": the node as the cluster has it now,
+and its remediations and signals within a time window, paged (nothing silently cut off),
+with the replacement links between an old node and its successor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from remediator.errors import RemediatorError
+from remediator.kube.objects import Node
+from remediator.store import cursor as cursors
+from remediator.store.records import RemediationFilter
+from remediator.web import console, views
+from remediator.web.agent_views import agent_out
+from remediator.web.console import silent_after
+from remediator.web.deps import WebDeps
+from remediator.web.paging import MAX_ID, fetch_page
+from remediator.web.problems import WebError
+from remediator.web.schemas import NodeLinkOut, NodeOut, NodeStatusOut, SignalEntryOut
+
+GPU_PRODUCT = "nvidia.com/gpu.product"
+DEFAULT_WINDOW = timedelta(days=7)
+NODE_PAGE = 50
+
+
+@dataclass(frozen=True)
+class NodeQuery:
+    """The window [start, end) and where each list's page starts (cursors from the last
+    answer)."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    remediations_cursor: str | None = None
+    signals_cursor: str | None = None
+    limit: int = NODE_PAGE
+
+
+def node_status(node: Node | None, pool_label: str) -> NodeStatusOut:
+    if node is None:
+        return NodeStatusOut(found=False, error="the cluster has no node of this name (now)")
+    return NodeStatusOut(
+        found=True,
+        ready=node.ready,
+        cordoned=node.unschedulable,
+        taints=[f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in node.taints],
+        pool=node.labels.get(pool_label) or None,
+        gpus=node.gpus,
+        gpu_product=node.labels.get(GPU_PRODUCT),
+        problems=[
+            f"{c.type}={c.status}" + (f" ({c.reason})" if c.reason else "")
+            for c in node.conditions
+            if c.type != "Ready" and c.status != "False"
+        ],
+    )
+
+
+def read_status(deps: WebDeps, name: str) -> NodeStatusOut:
+    if deps.read_node is None:
+        return NodeStatusOut(found=False, error="this console has no access to the cluster")
+    try:
+        return node_status(deps.read_node(name), deps.settings.pool_label)
+    except RemediatorError as exc:
+        return NodeStatusOut(found=False, error=f"cluster unreachable: {exc}")
+
+
+def _window(query: NodeQuery, now: datetime) -> tuple[datetime, datetime | None]:
+    """[start, end); no end asked means up to now and whatever arrives meanwhile."""
+    end = _utc(query.end) if query.end else None
+    start = _utc(query.start) if query.start else (end or now) - DEFAULT_WINDOW
+    if end is not None and start >= end:
+        raise WebError(422, "the window's start must come before its end")
+    return start, end
+
+
+def _utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise WebError(422, f"{value.isoformat()} is out of range") from exc
+
+
+def _signals_after(cursor: str | None) -> tuple[datetime, int] | None:
+    if cursor is None:
+        return None
+    try:
+        position = cursors.decode(cursor)
+    except cursors.InvalidCursor as exc:
+        raise WebError(400, f"invalid cursor: {exc}") from exc
+    if position.created_at is None or position.id is None or not 0 <= position.id <= MAX_ID:
+        raise WebError(400, "invalid cursor: no position")
+    return position.created_at, position.id
+
+
+def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeOut:
+    repo = deps.repository
+    start, end = _window(query, now)
+    in_window = RemediationFilter(node=name, created_from=start, created_to=end)
+    page = fetch_page(deps, in_window, query.remediations_cursor, query.limit)
+    signals = repo.signals_for_node(
+        name,
+        since=start,
+        until=end,
+        limit=query.limit + 1,
+        after=_signals_after(query.signals_cursor),
+    )
+    shown = signals[: query.limit]
+    signals_next = (
+        cursors.encode(cursors.Cursor("all", shown[-1].signal.observed_at, shown[-1].id))
+        if len(signals) > query.limit
+        else None
+    )
+    rule = views.repeat_rule(deps.policies.active)
+    nth, within = rule
+    recent = repo.count(RemediationFilter(node=name, created_from=now - within))
+    replaced = repo.replacement_of(name)
+    successors = repo.list(RemediationFilter(node=name), limit=NODE_PAGE).rows
+    agent = repo.agent_status(name)
+    return NodeOut(
+        node=name,
+        agent=agent_out(agent, now, silent_after(deps)) if agent else None,
+        repeat_offender=recent >= nth,
+        remediations_in_window=recent,
+        repeat_rule=f"{nth} remediations within {views.format_duration(within.total_seconds())}",
+        status=read_status(deps, name),
+        window_from=start,
+        window_to=end or now,
+        remediations=[console.remediation_out(r, now) for r in page.rows],
+        remediations_total=repo.count(in_window),
+        remediations_next=page.next_cursor,
+        signals=[
+            SignalEntryOut(
+                id=s.id,
+                remediation_id=s.remediation_id,
+                signal=s.signal,
+                value_text=views.signal_value(s.signal),
+            )
+            for s in shown
+        ],
+        signals_total=repo.count_signals(name, since=start, until=end),
+        signals_next=signals_next,
+        replacement_of=(
+            NodeLinkOut(remediation_id=replaced.id, node=replaced.node) if replaced else None
+        ),
+        replaced_by=[
+            NodeLinkOut(remediation_id=r.id, node=r.new_node) for r in successors if r.new_node
+        ],
+    )
