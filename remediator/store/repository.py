@@ -8,6 +8,7 @@ as a silent double step. The unique partial index on open remediations per node 
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -432,6 +433,25 @@ class Repository:
             if (stats := summarise(spent)) is not None
         }
         return RepairTimes(overall, by_step)
+
+    def change_marker(self) -> str:
+        """A short string that changes whenever a remediation moves or gets a timeline line,
+        the controller is paused, resumed or its breaker moves, or a source goes up or down:
+        what the console polls to know a page is stale. Cheap: two index-only reads."""
+        with session_scope(self.session_factory) as session:
+            last_event = session.execute(
+                select(func.max(RemediationEvent.id)).where(
+                    RemediationEvent.cluster == self.cluster
+                )
+            ).scalar_one()
+            controller = session.get(ControllerState, self.cluster)
+            switches = (
+                (controller.paused, controller.breaker_tripped, controller.paused_at)
+                if controller
+                else None
+            )
+        sources = tuple((s.source, s.up) for s in self.source_health())
+        return hashlib.sha256(repr((last_event, switches, sources)).encode()).hexdigest()[:16]
 
     # -- controller state --------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from remediator.web.schemas import (
     ControllerCommandIn,
     ControllerOut,
     ErrorOut,
+    LiveOut,
     NodeOut,
     OverviewOut,
     PoliciesOut,
@@ -164,6 +165,11 @@ def make_api_router() -> APIRouter:
     @router.get("/overview", dependencies=[Depends(require_reader)])
     def get_overview(deps: Deps) -> OverviewOut:
         return console.overview_out(deps)
+
+    @router.get("/live", dependencies=[Depends(require_reader)])
+    def get_live(deps: Deps) -> LiveOut:
+        """What the console's pages poll: when `version` changes, a page may be stale."""
+        return LiveOut(version=deps.repository.change_marker())
 
     @router.get("/controller", dependencies=[Depends(require_reader)])
     def get_controller(deps: Deps) -> ControllerOut:

@@ -110,6 +110,12 @@ def readiness_problems(deps: WebDeps) -> list[str]:
     return problems
 
 
+def sources_down(deps: WebDeps) -> list[str]:
+    """Down signal sources, named with their error: the console still serves without them
+    (history, commands), so they are reported, never a reason to fail the probe."""
+    return [f"{s.source}: {s.error or 'down'}" for s in deps.repository.source_health() if not s.up]
+
+
 def create_app(deps: WebDeps) -> FastAPI:
     app = FastAPI(
         title="remediator",
@@ -188,7 +194,11 @@ def create_app(deps: WebDeps) -> FastAPI:
     @app.get("/readyz", tags=["probes"], responses={503: {"model": HealthOut}})
     def readyz(deps: Deps) -> Response:
         problems = readiness_problems(deps)
-        body = HealthOut(status="unready" if problems else "ready", problems=problems)
+        body = HealthOut(
+            status="unready" if problems else "ready",
+            problems=problems,
+            sources_down=sources_down(deps) if not problems else [],
+        )
         return JSONResponse(body.model_dump(), 503 if problems else 200)
 
     @app.get("/metrics", tags=["probes"], response_class=PlainTextResponse)

@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 
 from remediator.policy.durations import parse_duration
 from remediator.remediation import commands
-from remediator.remediation.states import State
+from remediator.remediation.states import TERMINAL, State
 from remediator.signals.model import SignalKind
 from remediator.store.audit import AuditQuery
 from remediator.store.records import RemediationFilter, RemediationRecord
@@ -103,8 +103,14 @@ def render(
         "controller": controller,
         "breaker_queued": breaker_queued,
         "banner_limit": BANNER_NODES,
+        "sources_down": (
+            [s for s in deps.repository.source_health() if not s.up] if principal else []
+        ),
+        "live": False,
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),
     }
+    if context.get("live"):
+        base["live_version"] = deps.repository.change_marker()
     return TEMPLATES.TemplateResponse(request, template, base | context, status_code=status)
 
 
@@ -152,6 +158,7 @@ def make_pages_router() -> APIRouter:
             per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
             repair=charts.repair_times(repair.overall, repair.by_step),
             pool_limit=active.settings.max_unhealthy.per_pool if active else None,
+            live=True,
             switches=audit_rows(
                 request, AuditQuery(tuple(commands.CONTROLLER_COMMANDS), limit=SWITCHES_SHOWN)
             ),
@@ -173,6 +180,7 @@ def make_pages_router() -> APIRouter:
             "list.html",
             principal,
             rows=page.rows,
+            live=any(r.is_open for r in page.rows),
             parsed=parsed,
             next_url=next_url,
             first_url="/remediations?"
@@ -199,6 +207,7 @@ def make_pages_router() -> APIRouter:
             "detail.html",
             principal,
             r=record,
+            live=record.state not in TERMINAL,
             detail=console.remediation_detail(deps, texts, record, now),
             timeline=views.timeline(record, now),
             commands=views.next_actions(record) if principal.can_act else [],
@@ -270,6 +279,7 @@ def make_pages_router() -> APIRouter:
             "node.html",
             principal,
             node=node,
+            live=any(r.state not in TERMINAL for r in node.remediations),
             window_from=node.window_from.strftime("%Y-%m-%dT%H:%M"),
             window_to=node.window_to.strftime("%Y-%m-%dT%H:%M"),
             remediations_more=more("remediations_cursor", node.remediations_next),

@@ -260,6 +260,14 @@ class ControllerCommandIn(BaseModel):
 class HealthOut(BaseModel):
     status: str
     problems: list[str] = []
+    sources_down: list[str] = Field(
+        default_factory=list,
+        description="signal sources that do not answer: reported, but not a reason to be unready",
+    )
+
+
+class LiveOut(BaseModel):
+    version: str = Field(description="changes whenever a page could show something new")
 
 
 class AuditOut(BaseModel):

@@ -1,6 +1,7 @@
 """The console in Chromium at phone width (390 x 844) and at desktop width: no page scrolls
 sideways, tables collapse to rows, filters fold away; the waiting list with a failed
-remediation; the audit page after each command; the API docs with the network cut off.
+remediation; the audit page after each command; the API docs with the network cut off; a state
+change that appears without a reload.
 Screenshots of every page at both widths land in test-artifacts/console/."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
+from remediator.remediation.states import State
 from tests.fixtures.browser import DESKTOP, PHONE, login, new_page, shot
 from tests.fixtures.web import OPERATOR_TOKEN, Console, serve
 
@@ -165,4 +167,43 @@ def test_api_docs_work_air_gapped_under_the_csp(browser: Browser, base_url: str)
     shot(page, "desktop-api-docs")
     assert elsewhere == [], f"the docs page reached outside: {elsewhere}"
     assert [v for v in violations if "script" in v] == [], violations
+    page.context.close()
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_a_state_change_appears_without_reload(
+    browser: Browser, console: Console, base_url: str
+) -> None:
+    page = new_page(browser)
+    login(page, base_url, OPERATOR_TOKEN, "alice")
+    rid = console.ids["draining"]
+    page.goto(f"{base_url}/remediations/{rid}")
+    expect(page.locator("h1 .badge")).to_have_text("draining")
+    page.evaluate("window.__notReloaded = true")
+    console.clock.advance(40)
+    console.repository.transition(
+        rid, State.DRAINING, State.REPLACING, action="drain_done", actor="controller-0"
+    )
+    expect(page.locator("h1 .badge")).to_have_text("replacing")
+    expect(page.locator("table.timeline tbody tr").last).to_contain_text("drain_done")
+    assert page.evaluate("window.__notReloaded") is True, "the page was reloaded"
+
+    # The overview's waiting list and banners follow too.
+    page.goto(base_url + "/")
+    page.evaluate("window.__notReloaded = true")
+    console.repository.transition(
+        rid,
+        State.REPLACING,
+        State.HELD,
+        action="replace_held",
+        actor="controller-0",
+        hold_reason="node pool API unreachable",
+    )
+    console.repository.record_source_health("prometheus", up=False, error="timed out")
+    expect(page.locator(f"table.waiting tr[data-id='{rid}']")).to_contain_text(
+        "node pool API unreachable"
+    )
+    expect(page.locator(".banner.source-down")).to_contain_text("prometheus is down")
+    assert page.evaluate("window.__notReloaded") is True
+    shot(page, "desktop-overview-live")
     page.context.close()

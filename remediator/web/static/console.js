@@ -35,10 +35,57 @@
     });
   }
   label(document);
+  document.addEventListener("live-updated", function (e) { label(e.target); tick(); });
 
   if (window.matchMedia && window.matchMedia("(max-width: 700px)").matches) {
     document.querySelectorAll("details.fold[data-fold-on-phone]").forEach(function (d) {
       d.open = false;
     });
   }
+})();
+
+// Live: a page showing open remediations asks every few seconds whether anything changed
+// (one tiny JSON answer) and only then fetches itself again and swaps the banners and main
+// content in place; never while someone is typing a reason or has ticked a box.
+(function () {
+  var main = document.querySelector("main[data-live]");
+  if (!main || !window.fetch || !window.DOMParser) return;
+  var every = 3000;
+  function busy() {
+    var active = document.activeElement;
+    if (active && main.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
+      return true;
+    }
+    return Array.prototype.some.call(
+      main.querySelectorAll("form input[type=text], form input[type=checkbox], textarea"),
+      function (el) { return el.type === "checkbox" ? el.checked : el.value !== ""; });
+  }
+  function swap(html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    var freshMain = fresh.querySelector("main");
+    if (!freshMain) return;
+    ["#banners"].forEach(function (sel) {
+      var now = document.querySelector(sel), next = fresh.querySelector(sel);
+      if (now && next) now.innerHTML = next.innerHTML;
+    });
+    main.innerHTML = freshMain.innerHTML;
+    main.setAttribute("data-version", freshMain.getAttribute("data-version") || "");
+    if (!freshMain.hasAttribute("data-live")) main.removeAttribute("data-live");
+    main.dispatchEvent(new CustomEvent("live-updated", { bubbles: true }));
+  }
+  function poll() {
+    if (!main.hasAttribute("data-live")) return;
+    if (document.hidden || busy()) { setTimeout(poll, every); return; }
+    fetch(main.getAttribute("data-live"), { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (body) {
+        if (!body || body.version === main.getAttribute("data-version")) return null;
+        return fetch(location.href, { credentials: "same-origin", cache: "no-store" })
+          .then(function (r) { return r.ok ? r.text() : null; })
+          .then(function (html) { if (html && !busy()) swap(html); });
+      })
+      .catch(function () { /* the next round tries again */ })
+      .then(function () { setTimeout(poll, every); });
+  }
+  setTimeout(poll, every);
 })();
