@@ -492,7 +492,7 @@ def test_push_signals_and_alertmanager(client: TestClient, console: Console) -> 
 
 
 def test_probes(client: TestClient, console: Console) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "problems": []}
+    assert client.get("/healthz").json() == {"status": "ok", "problems": [], "sources_down": []}
     assert client.get("/readyz").status_code == 200
     console.probes.cluster_problem = "connection refused"
     assert client.get("/readyz").status_code == 200  # only the leader needs the cluster
