@@ -19,7 +19,7 @@ from pathlib import Path
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, disable_created_metrics
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -38,6 +38,7 @@ from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
 from remediator.providers.http import HttpNodePoolProvider
+from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
@@ -142,6 +143,7 @@ class Controller:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.registry = registry or CollectorRegistry()
+        disable_created_metrics()  # a _created sample per series: twice the scrape, unqueried
         self.identity = settings.leader_election.identity or default_identity()
         self.actor = f"controller {self.identity}"
         self.engine = engine or make_engine(settings.database_url)
@@ -155,7 +157,10 @@ class Controller:
         self.lease_kube.set_user_agent(f"remediator/{__version__} ({self.identity})")
         self.kube_limiter = TokenBucket(api.qps, api.burst)
         self.kube = self.lease_kube.guarded(limiter=self.kube_limiter, may_write=self.is_leader)
-        self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
+        self.provider = InstrumentedProvider(
+            provider or HttpNodePoolProvider.from_settings(settings.provider),
+            ProviderMetrics(self.registry),
+        )
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
         self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
@@ -294,6 +299,7 @@ class Controller:
         for source in self.sources:
             result = source.poll(now)
             self._record_health(result)
+            self.metrics.received(result.health.name, result.signals)
             signals.extend(result.signals)
         listed = (
             s.all_nodes
@@ -310,6 +316,7 @@ class Controller:
             self._pushed.clear()
             result = self.inbox.poll(self.clock.now())
             self.metrics.source_up.labels(result.health.name).set(1)
+            self.metrics.received(result.health.name, result.signals)
             known = self.inventory.pools if self.inventory is not None else {}
             if any(s.node not in known for s in result.signals):
                 self.refresh_inventory()  # a node that joined since the last poll is known
@@ -354,6 +361,7 @@ class Controller:
         if news:
             log.warning("signals dropped before evaluation: %s", summary(news))
         self.metrics.dropped(news)
+        self.metrics.dropped_count("duplicate", sum(result.folded.values()))
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)
@@ -390,6 +398,8 @@ class Controller:
     def _record_health(self, result: SourceResult) -> None:
         health = result.health
         self.metrics.source_up.labels(health.name).set(1 if health.up else 0)
+        skipped = health.detail.get("skipped_series", "0")
+        self.metrics.dropped_count("invalid_series", int(skipped) if skipped.isdigit() else 0)
         if not health.up:
             log.warning("source down: %s", health.error, extra={"source": health.name})
         self.repository.record_source_health(health.name, up=health.up, error=health.error)
@@ -476,13 +486,7 @@ class Controller:
         now = self.clock.now()
         silent_after = timedelta(seconds=self.settings.agent_silent_after_seconds)
         self.metrics.agents(self.repository.agent_statuses(), now, silent_after)
-        left = self.metrics.refresh(fencing, self.repository.controller_status(), now)
-        if not self.is_leader():
-            return  # outcomes are counted once, by the leader, like its own transitions
-        for remediation_id in left:
-            record = self.repository.get(remediation_id)
-            if record is not None and record.state is State.CANCELLED:
-                self.metrics.cancelled(record)
+        self.metrics.refresh(fencing, self.repository.controller_status(), now)
 
     # -- the web console ---------------------------------------------------------------------
 
@@ -500,14 +504,9 @@ class Controller:
         except NotFoundError:
             return None
 
-    def start_web(self) -> str:
-        host, port = split_listen(self.settings.web.listen)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-        deps = WebDeps(
+    def web_deps(self) -> WebDeps:
+        """What the console needs from this controller."""
+        return WebDeps(
             settings=self.settings,
             repository=self.repository,
             policies=self.policies,
@@ -517,8 +516,18 @@ class Controller:
             check_cluster=self.cluster_problem,
             clock=self.clock,
             read_node=self.read_node,
+            # Cancels are counted where they happen, by the replica that served the command.
+            finished=self.metrics.cancelled,
         )
-        config = uvicorn.Config(create_app(deps), log_config=None, access_log=False)
+
+    def start_web(self) -> str:
+        host, port = split_listen(self.settings.web.listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        config = uvicorn.Config(create_app(self.web_deps()), log_config=None, access_log=False)
         server = uvicorn.Server(config)
         thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="web", daemon=True

@@ -12,6 +12,7 @@ from remediator.policy.budget import HoldCause
 from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen, entered_at
 from remediator.remediation.states import OPEN, State
+from remediator.signals.model import Signal
 from remediator.signals.screen import Dropped, DropReason
 from remediator.store.records import AgentStatus, ControllerStatus, RemediationRecord
 
@@ -112,15 +113,30 @@ class ControllerMetrics:
         self.signals_dropped = Counter(
             "remediator_signals_dropped",
             "Signals dropped before evaluation, by reason (unknown_node, gpu_out_of_range); "
-            "one repeated within 5 minutes (a held alert, a re-scraped series) counts once.",
+            "one repeated within 5 minutes (a held alert, a re-scraped series) counts once. "
+            "Also duplicate (folded into one seen within the fold window) and invalid_series "
+            "(a Prometheus series that names no valid node or GPU).",
             ["reason"],
             registry=registry,
         )
         for reason in DropReason:
             self.signals_dropped.labels(reason.value)
+        self.signals_received = Counter(
+            "remediator_signals_received",
+            "Signals taken in, by source and kind (before folding and policies).",
+            ["source", "kind"],
+            registry=registry,
+        )
         for step in STEP_NAMES.values():
             self.step_duration.labels(step)
-        self._open_ids: set[int] = set()
+
+    def received(self, source: str, signals: Iterable[Signal]) -> None:
+        for signal in signals:
+            self.signals_received.labels(source, signal.kind.value).inc()
+
+    def dropped_count(self, reason: str, count: int) -> None:
+        if count:
+            self.signals_dropped.labels(reason).inc(count)
 
     def transition(self, seen: TransitionSeen) -> None:
         step = STEP_NAMES.get(seen.before.state)
@@ -168,10 +184,9 @@ class ControllerMetrics:
         fencing: Sequence[RemediationRecord],
         status: ControllerStatus,
         now: datetime,
-    ) -> set[int]:
+    ) -> None:
         """Set the gauges from the store (records with their events: the age is the time in
-        the current state); returns the ids that left the open and failed set since the last
-        refresh (the caller looks them up to count cancellations, a failed one's included)."""
+        the current state). Outcomes are counted at their transitions, not here."""
         counts = dict.fromkeys(GAUGED, 0)
         oldest: dict[State, datetime] = {}
         queued = {cause.value: 0 for cause in HoldCause}
@@ -193,7 +208,3 @@ class ControllerMetrics:
             self.queued.labels(cause).set(count)
         self.breaker_tripped.set(1 if status.breaker_tripped else 0)
         self.paused.set(1 if status.paused else 0)
-        current = {r.id for r in fencing}
-        left = self._open_ids - current
-        self._open_ids = current
-        return left

@@ -118,6 +118,7 @@ class IntakeResult:
     closed: tuple[RemediationRecord, ...] = ()  # queued ones whose signals cleared
     breaker_tripped: str | None = None  # the reason, when it tripped in this cycle
     dropped: tuple[Dropped, ...] = ()  # signals the cluster cannot have (signals.screen)
+    folded: Mapping[str, int] = field(default_factory=dict)  # duplicates dropped, by source
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
@@ -218,9 +219,15 @@ class Intake:
         screened = screen(signals, inventory.gpu_counts())
         signals = screened.kept
         fresh = self._folder.fold(signals, now)
+        kept = {id(s) for s in fresh}
+        folded: dict[str, int] = {}
+        for signal in signals:
+            if id(signal) not in kept:
+                folded[signal.source] = folded.get(signal.source, 0) + 1
         result = IntakeResult()
         if policies is not None and fresh:
             result = self._decide(fresh, inventory, policies, now)
+        result = replace(result, folded=folded)
         if self._archive is not None:
             # Every signal that passed the screen, before the fold (a backtest replays the fold
             # too); after deciding, so the archive never delays a remediation.

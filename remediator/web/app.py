@@ -8,6 +8,7 @@ the login page rather than shown a bare 401.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +25,7 @@ from fastapi.responses import (
     Response,
 )
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -127,6 +128,8 @@ def create_app(deps: WebDeps) -> FastAPI:
     )
     app.add_middleware(BodyLimit, limit=deps.settings.web.max_body_bytes)
     app.state.deps = deps
+    # A _created sample per series doubles /metrics for a value nobody queries.
+    disable_created_metrics()
     app.state.metrics = ConsoleMetrics(deps.registry)
     app.state.policy_texts = PolicyTexts()
     app.state.runbooks = runbooks.Runbooks(deps.runbooks_dir or runbooks.find_dir())
@@ -159,7 +162,13 @@ def create_app(deps: WebDeps) -> FastAPI:
     async def _security_headers(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        started = time.monotonic()
         response = await call_next(request)
+        # The route's template, not the path: one series per route, not one per remediation.
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        request.app.state.metrics.http.labels(
+            route, request.method, str(response.status_code)
+        ).observe(time.monotonic() - started)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         if not request.url.path.startswith(NO_STORE_EXEMPT):

@@ -16,6 +16,7 @@ from remediator.kube.objects import Node
 from remediator.policy.loader import PolicySet
 from remediator.settings import Settings
 from remediator.signals.sources.push import SignalInbox
+from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
 
 
@@ -31,6 +32,10 @@ def _never_leader() -> bool:
 
 
 def _cluster_unchecked() -> str | None:
+    return None
+
+
+def _nothing(_record: RemediationRecord) -> None:
     return None
 
 
@@ -51,3 +56,5 @@ class WebDeps:
     clock: Clock = field(default_factory=SystemClock)
     runbooks_dir: Path | None = None
     read_node: Callable[[str], Node | None] | None = None
+    # Called with a remediation a command finished (cancelled), right at the transition.
+    finished: Callable[[RemediationRecord], None] = _nothing

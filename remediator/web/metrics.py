@@ -1,8 +1,12 @@
-"""The console's own metrics: commands by outcome, refused logins and requests."""
+"""The console's own metrics: HTTP requests by route, method and code with their latency,
+commands by outcome, refused logins and requests."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+# Pages and API answers take milliseconds; a slow database or a big page, seconds.
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class ConsoleMetrics:
@@ -18,5 +22,13 @@ class ConsoleMetrics:
             "Refused logins and requests: login (unknown token), unauthenticated (no or "
             "unknown token), forbidden (role or CSRF).",
             ["kind"],
+            registry=registry,
+        )
+        self.http = Histogram(
+            "remediator_http_request_duration_seconds",
+            "HTTP requests by route template, method and status code, with their latency (the "
+            "histogram's _count is the number of requests).",
+            ["route", "method", "code"],
+            buckets=HTTP_BUCKETS,
             registry=registry,
         )

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 
 from remediator.errors import NotFoundError
 from remediator.remediation import commands
+from remediator.remediation.states import TERMINAL
 from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
 from remediator.web.access import Operator, web_deps
@@ -120,6 +121,8 @@ def run_command(
     if cooldown is not None:
         done += f", hold off {cooldown}"
     _record(ask, command, "done", reason, remediation_id, done)
+    if record.state in TERMINAL:
+        ask.deps.finished(record)
     return record
 
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from remediator.controller.app import Controller
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
-from remediator.remediation import commands
 from remediator.store.records import NewRemediation
+from remediator.web.app import create_app
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import settings_for, write_policies
 
@@ -64,38 +66,36 @@ def test_a_poll_lists_the_nodes_once(
     assert sorted(inventory.pools) == sorted(shown)
 
 
-def test_only_the_leader_counts_a_cancellation(
+def test_a_cancellation_is_counted_once_at_its_transition(
     controller: Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every replica refreshes its gauges; the alerts sum the outcome counters over replicas,
-    so a follower counting cancellations too would count each one twice."""
+    """Counted by the replica whose console ran the cancel, right then: a remediation opened
+    and cancelled between two metric refreshes is counted too, and a refresh (on any replica,
+    the leader's included) never counts it again."""
     repo = controller.repository
+    token = "op-token-0123456789"
+    controller.settings.web.operator_tokens = [SecretStr(token)]
 
     def cancelled_count() -> float | None:
         return controller.registry.get_sample_value(
             "remediator_remediations_finished_total", {"outcome": "cancelled", "policy": "xid-79"}
         )
 
-    def open_and_cancel() -> None:
-        made = repo.create(
-            NewRemediation(
-                node="gpu-x",
-                policy="xid-79",
-                reason="test",
-                signals=(),
-                ladder=[],
-                signal_kind="xid",
-            ),
-            actor="test",
+    made = repo.create(
+        NewRemediation(
+            node="gpu-x", policy="xid-79", reason="test", signals=(), ladder=[], signal_kind="xid"
+        ),
+        actor="test",
+    )
+    with TestClient(create_app(controller.web_deps())) as client:
+        response = client.post(
+            f"/api/v1/remediations/{made.id}/cancel",
+            headers={"Authorization": f"Bearer {token}"},
         )
-        controller.refresh_metrics()
-        commands.run(repo, "cancel", made.id, actor="on-call")
-        controller.refresh_metrics()
-
-    open_and_cancel()
-    assert cancelled_count() is None
+    assert response.status_code == 200, response.text
+    assert cancelled_count() == 1
     monkeypatch.setattr(controller, "is_leader", lambda: True)
-    open_and_cancel()
+    controller.refresh_metrics()
     assert cancelled_count() == 1
 
 
