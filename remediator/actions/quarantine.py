@@ -73,7 +73,8 @@ def plan_quarantine(node: Node, why: Why) -> QuarantinePlan:
 def quarantine(client: KubeClient, node_name: str, why: Why, *, dry_run: bool = False) -> Outcome:
     node = client.get_node(node_name)
     plan = plan_quarantine(node, why)
-    facts = {"node": node_name, "steps": plan.describe(), "dry_run": dry_run}
+    # The GPUs taken out of service, for the console's GPU-hours lost.
+    facts = {"node": node_name, "steps": plan.describe(), "dry_run": dry_run, "gpus": node.gpus}
     if plan.owner_conflict:
         return Held(
             f"node {node_name} is already quarantined by remediation {plan.owner_conflict}",

@@ -224,3 +224,17 @@ class Overview:
     by_state: Mapping[State, int]
     failed_last_24h: int
     open_by_pool: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class QuarantineSpan:
+    """How long a remediation kept a node out of service: from the quarantine to the end
+    (succeeded: the node or its replacement is back; cancelled: released), or None while it
+    still holds the node (open, or failed). `gpus` as the quarantine counted them."""
+
+    remediation_id: int
+    policy: str
+    node: str
+    quarantined_at: datetime
+    gpus: int | None
+    ended_at: datetime | None

@@ -15,7 +15,19 @@ from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Date, Select, and_, cast, func, insert, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Date,
+    Select,
+    and_,
+    cast,
+    func,
+    insert,
+    select,
+    tuple_,
+    type_coerce,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -36,6 +48,7 @@ from remediator.store.models import (
     Remediation,
     RemediationEvent,
     SourceHealth,
+    UTCDateTime,
 )
 from remediator.store.records import (
     AgentStatus,
@@ -47,6 +60,7 @@ from remediator.store.records import (
     Overview,
     Page,
     PolicySetRecord,
+    QuarantineSpan,
     RemediationFilter,
     RemediationRecord,
     RepairTimes,
@@ -452,6 +466,61 @@ class Repository:
             )
         sources = tuple((s.source, s.up) for s in self.source_health())
         return hashlib.sha256(repr((last_event, switches, sources)).encode()).hexdigest()[:16]
+
+    def quarantine_spans(self, since: datetime) -> tuple[QuarantineSpan, ...]:
+        """The out-of-service span of every live remediation whose node was quarantined at or
+        after `since` (dry runs fence nothing and are left out)."""
+        entered = (
+            select(
+                RemediationEvent.remediation_id,
+                # Typed, so SQLite's text comes back as an aware datetime like the column.
+                type_coerce(func.min(RemediationEvent.at), UTCDateTime()).label("at"),
+            )
+            .where(
+                RemediationEvent.cluster == self.cluster,
+                RemediationEvent.to_state == State.QUARANTINED.value,
+                RemediationEvent.at >= since,
+            )
+            .group_by(RemediationEvent.remediation_id)
+            .subquery()
+        )
+        query = (
+            select(Remediation, entered.c.at)
+            .join(entered, entered.c.remediation_id == Remediation.id)
+            .where(Remediation.cluster == self.cluster, Remediation.dry_run.is_(False))
+        )
+        with session_scope(self.session_factory) as session:
+            rows = session.execute(query).all()
+            ids = [row.id for row, _ in rows]
+            counted: dict[int, int | None] = {}
+            for rid, detail in session.execute(
+                select(RemediationEvent.remediation_id, RemediationEvent.detail)
+                .where(
+                    RemediationEvent.remediation_id.in_(ids),
+                    RemediationEvent.from_state == State.QUARANTINED.value,
+                )
+                .order_by(RemediationEvent.id)
+            ):
+                gpus = (detail or {}).get("gpus")
+                counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
+            return tuple(
+                QuarantineSpan(
+                    remediation_id=row.id,
+                    policy=row.policy,
+                    node=row.node,
+                    quarantined_at=UTCDateTime().process_result_value(
+                        at, session.get_bind().dialect
+                    )
+                    or at,
+                    gpus=counted.get(row.id),
+                    ended_at=(
+                        row.finished_at
+                        if row.state in (State.SUCCEEDED.value, State.CANCELLED.value)
+                        else None
+                    ),
+                )
+                for row, at in rows
+            )
 
     # -- controller state --------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ is escaped and every bar carries a <title> so hovering shows the exact figure.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import date
 
@@ -42,19 +43,33 @@ def _nice_max(value: int) -> int:
 
 def daily_by_kind(counts: Sequence[DailyCount], days: Sequence[date]) -> Markup:
     """Stacked bars: remediations per day, one colour per signal kind."""
-    width, height, left, right, top, bottom = 720, 230, 40, 10, 34, 24
-    kinds = sorted({c.signal_kind for c in counts})
-    colour = {kind: PALETTE[i % len(PALETTE)] for i, kind in enumerate(kinds)}
-    per_day: dict[date, dict[str, int]] = {d: {} for d in days}
+    per_day: dict[date, dict[str, float]] = {d: {} for d in days}
     for c in counts:
         if c.day in per_day:
             per_day[c.day][c.signal_kind] = per_day[c.day].get(c.signal_kind, 0) + c.count
-    peak = _nice_max(max((sum(v.values()) for v in per_day.values()), default=0) or 1)
+    return daily_stacked(
+        per_day, days, "Remediations per day by signal kind", "no remediations in this window"
+    )
+
+
+def daily_stacked(
+    values: Mapping[date, Mapping[str, float]],
+    days: Sequence[date],
+    label: str,
+    empty: str,
+    unit: str = "",
+) -> Markup:
+    """Stacked bars per day, one colour per series (signal kind, policy, …)."""
+    width, height, left, right, top, bottom = 720, 230, 40, 10, 34, 24
+    kinds = sorted({k for v in values.values() for k in v})
+    colour = {kind: PALETTE[i % len(PALETTE)] for i, kind in enumerate(kinds)}
+    per_day = {d: dict(values.get(d, {})) for d in days}
+    peak = _nice_max(math.ceil(max((sum(v.values()) for v in per_day.values()), default=0)) or 1)
     plot_w, plot_h = width - left - right, height - top - bottom
     slot = plot_w / max(len(days), 1)
     parts = [
         f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="Remediations per day by signal kind" xmlns="http://www.w3.org/2000/svg">'
+        f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
     ]
     key_x = float(left)
     for kind in kinds:
@@ -62,8 +77,8 @@ def daily_by_kind(counts: Sequence[DailyCount], days: Sequence[date]) -> Markup:
             f'<rect x="{key_x:.0f}" y="6" width="10" height="10" fill="{colour[kind]}"/>'
             f'<text x="{key_x + 14:.0f}" y="15" {FONT}>{escape(kind)}</text>'
         )
-        # Each key as wide as its label (about 7 px a character at this size), so long kind
-        # names such as node_condition do not run into the next key.
+        # Each key as wide as its label (about 7 px a character at this size), so long names
+        # such as node_condition do not run into the next key.
         key_x += 14 + 7 * len(kind) + 18
     for fraction in (0, 0.5, 1):
         tick_y = top + plot_h * (1 - fraction)
@@ -86,17 +101,18 @@ def daily_by_kind(counts: Sequence[DailyCount], days: Sequence[date]) -> Markup:
             y -= h
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-                f'fill="{colour[kind]}"><title>{day.isoformat()} {escape(kind)}: {n}</title></rect>'
+                f'fill="{colour[kind]}"><title>{day.isoformat()} {escape(kind)}: '
+                f"{n:g}{unit}</title></rect>"
             )
         if i % label_every == 0 or i == len(days) - 1:
             parts.append(
                 f'<text x="{x + bar_w / 2:.1f}" y="{height - 6}" text-anchor="middle" {FONT}>'
                 f"{day.strftime('%m-%d')}</text>"
             )
-    if not counts:
+    if not kinds:
         parts.append(
             f'<text x="{width / 2}" y="{top + plot_h / 2}" text-anchor="middle" {FONT}>'
-            "no remediations in this window</text>"
+            f"{escape(empty)}</text>"
         )
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -124,7 +140,7 @@ def repair_times(overall: Percentiles | None, by_step: Mapping[str, Percentiles]
         weight = ' font-weight="600"' if step == "detection → healthy" else ""
         summary = (
             f"median {format_duration(stats.median_seconds)} · "
-            f"p90 {format_duration(stats.p90_seconds)}"
+            f"p90 {format_duration(stats.p90_seconds)} · n={stats.count}"
         )
         parts.append(
             f'<text x="{left - 8}" y="{y + 16}" text-anchor="end" {FONT}{weight}>'

@@ -27,6 +27,8 @@ from remediator.web.schemas import (
     SourceOut,
 )
 
+GPU_HOURS_WINDOW = timedelta(days=14)
+
 
 def runbook_url(slug: str | None) -> str | None:
     return f"/runbooks/{slug}" if slug else None
@@ -174,8 +176,8 @@ def silent_after(deps: WebDeps) -> timedelta:
 
 
 def overview_out(deps: WebDeps) -> OverviewOut:
-    overview = deps.repository.overview()
     now = deps.clock.now()
+    overview = deps.repository.overview()
     agents = [agent_out(a, now, silent_after(deps)) for a in deps.repository.agent_statuses()]
     counts = overview.by_state
     return OverviewOut(
@@ -190,4 +192,10 @@ def overview_out(deps: WebDeps) -> OverviewOut:
         sources=[SourceOut.model_validate(s) for s in deps.repository.source_health()],
         agents_reporting=sum(a.liveness is Liveness.REPORTING for a in agents),
         silent_agents=[a for a in agents if a.liveness is Liveness.SILENT],
+        gpu_hours_out_of_service_by_policy={
+            policy: round(hours, 3)
+            for policy, hours in views.gpu_hours_lost(
+                deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW), now
+            ).by_policy.items()
+        },
     )

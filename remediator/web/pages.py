@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -140,6 +140,9 @@ def make_pages_router() -> APIRouter:
         waiting = repo.list(RemediationFilter(states=views.NEEDS_HUMAN), limit=WAITING_SHOWN)
         working = repo.list(RemediationFilter(states=views.WORKING), limit=WAITING_SHOWN)
         days = chart_days(now.date(), CHART_DAYS)
+        lost = views.gpu_hours_lost(
+            repo.quarantine_spans(since=datetime.combine(days[0], time.min, UTC)), now
+        )
         repair = repo.time_to_repair(since=now - timedelta(days=7), window=REPAIR_SAMPLE)
         active = deps.policies.active
         return render(
@@ -156,6 +159,15 @@ def make_pages_router() -> APIRouter:
                 {State.FAILED}, finished_from=(now - timedelta(hours=24)).isoformat()
             ),
             per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
+            lost=lost,
+            days_shown=CHART_DAYS,
+            lost_chart=charts.daily_stacked(
+                lost.by_day,
+                days,
+                "GPU-hours out of service per day, by policy",
+                "no node was taken out of service in this window",
+                unit=" GPU-h",
+            ),
             repair=charts.repair_times(repair.overall, repair.by_step),
             pool_limit=active.settings.max_unhealthy.per_pool if active else None,
             live=True,

@@ -233,6 +233,11 @@ class OverviewOut(BaseModel):
     sources: list[SourceOut]
     agents_reporting: int = 0
     silent_agents: list[AgentOut] = Field(default_factory=list)
+    gpu_hours_out_of_service_by_policy: dict[str, float] = Field(
+        default_factory=dict,
+        description="GPUs times quarantine to back in service (to now while out), over the "
+        "last 14 days, by policy",
+    )
 
 
 class CommandIn(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -20,7 +20,7 @@ from remediator.remediation.planner import STEP_NAMES, STEP_STATES, next_work_st
 from remediator.remediation.states import CANCELLABLE, OPEN, WAITING_FOR_HUMAN, State
 from remediator.signals import xid
 from remediator.signals.model import Signal, SignalKind
-from remediator.store.records import EventRecord, RemediationRecord
+from remediator.store.records import EventRecord, QuarantineSpan, RemediationRecord
 
 # NVSentinel's line: five remediations of one node within a week means hardware, not bad luck.
 DEFAULT_REPEAT = (5, timedelta(days=7))
@@ -415,3 +415,40 @@ def signal_value(signal: Signal) -> str:
             return "row remap failed" if value else "no row remap failure"
         case _:
             return number
+
+
+@dataclass(frozen=True)
+class GpuHoursLost:
+    """GPU-hours taken out of service (GPUs times quarantine to back in service, or to now while
+    the node is still held) per UTC day of the quarantine and per policy; `unknown` counts the
+    spans whose node reported no GPU count (not guessed, left out of the sums)."""
+
+    by_day: Mapping[date, Mapping[str, float]]
+    by_policy: Mapping[str, float]
+    counted: int
+    unknown: int
+
+
+def gpu_hours(span: QuarantineSpan, now: datetime) -> float | None:
+    if span.gpus is None:
+        return None
+    end = span.ended_at or now
+    return span.gpus * max(0.0, (end - span.quarantined_at).total_seconds()) / 3600
+
+
+def gpu_hours_lost(spans: Iterable[QuarantineSpan], now: datetime) -> GpuHoursLost:
+    by_day: dict[date, dict[str, float]] = {}
+    by_policy: dict[str, float] = {}
+    counted = unknown = 0
+    for span in spans:
+        hours = gpu_hours(span, now)
+        if hours is None:
+            unknown += 1
+            continue
+        counted += 1
+        day = by_day.setdefault(span.quarantined_at.date(), {})
+        day[span.policy] = day.get(span.policy, 0.0) + hours
+        by_policy[span.policy] = by_policy.get(span.policy, 0.0) + hours
+    return GpuHoursLost(
+        by_day, dict(sorted(by_policy.items(), key=lambda kv: -kv[1])), counted, unknown
+    )

@@ -66,8 +66,11 @@ def test_quarantine_and_release(sim: SimHandle, kube: KubeClient) -> None:
         sim, "default", SPARE, "RemediatorQuarantine"
     )
 
-    assert isinstance(quarantine(kube, SPARE, WHY), Done)
+    done = quarantine(kube, SPARE, WHY)
+    assert isinstance(done, Done)
     node = get(sim, "node", SPARE)
+    # The GPUs taken out of service, as the node reports them, for the GPU-hours lost.
+    assert done.facts["gpus"] == int(node["status"]["capacity"]["nvidia.com/gpu"]) > 0
     assert node["spec"]["unschedulable"] is True
     assert {"key": "remediator.io/quarantine", "value": "true", "effect": "NoSchedule"} in node[
         "spec"

@@ -1,0 +1,93 @@
+"""GPU-hours out of service: the GPUs the quarantine counted on the node, times the time from
+the quarantine until the node (or its replacement) is back, or until now while it is still
+out; per policy in the API and per day and policy on the overview."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remediator.remediation.states import State
+from remediator.signals.model import SignalKind
+from remediator.web import views
+from tests.fixtures.web import READONLY_TOKEN, Console, Seeder
+
+pytestmark = pytest.mark.integration
+
+READONLY = {"Authorization": f"Bearer {READONLY_TOKEN}"}
+
+
+@pytest.fixture
+def client(console: Console) -> Iterator[TestClient]:
+    with TestClient(console.app) as test_client:
+        yield test_client
+
+
+def _quarantined(console: Console, node: str, policy: str, gpus: int | None) -> int:
+    seeder = Seeder(console)
+    rid = seeder.create(node, policy, SignalKind.XID, 79)
+    repo = console.repository
+    repo.transition(rid, State.DETECTED, State.QUARANTINED, action="started", actor="c")
+    console.clock.advance(60)
+    repo.transition(
+        rid,
+        State.QUARANTINED,
+        State.DRAINING,
+        action="quarantine_done",
+        actor="c",
+        detail={"result": "quarantined", "gpus": gpus, "node": node},
+    )
+    return rid
+
+
+def test_gpu_hours_per_policy_from_quarantine_to_back_in_service(
+    client: TestClient, console: Console
+) -> None:
+    start = console.clock.now()
+    done = _quarantined(console, "gpu-node-20", "xid-79-fallen-off-bus", 8)
+    still_out = _quarantined(console, "gpu-node-21", "gpu-overheat", 4)
+    unknown = _quarantined(console, "gpu-node-22", "gpu-overheat", None)
+    repo = console.repository
+    console.clock.advance(3600 - 180)
+    # The first is back in service one hour after its quarantine.
+    for before, after in ((State.DRAINING, State.REPLACING), (State.REPLACING, State.VERIFYING)):
+        repo.transition(done, before, after, action=after.value, actor="c")
+    repo.transition(done, State.VERIFYING, State.SUCCEEDED, action="verify_done", actor="c")
+    console.clock.advance(1800)
+
+    spans = {s.remediation_id: s for s in repo.quarantine_spans(since=start)}
+    assert set(spans) == {done, still_out, unknown}
+    now = console.clock.now()
+    assert views.gpu_hours(spans[done], now) == pytest.approx(8.0)
+    # Still out: four GPUs from its quarantine (one minute after the first) until now.
+    assert views.gpu_hours(spans[still_out], now) == pytest.approx(4 * (3600 - 60 + 1800) / 3600)
+    assert views.gpu_hours(spans[unknown], now) is None
+
+    body = client.get("/api/v1/overview", headers=READONLY).json()
+    by_policy = body["gpu_hours_out_of_service_by_policy"]
+    assert by_policy["xid-79-fallen-off-bus"] == pytest.approx(8.0)
+    assert by_policy["gpu-overheat"] == pytest.approx(4 * 5340 / 3600, abs=1e-3)
+    page = client.get("/", headers=READONLY).text
+    section = page[page.index('id="gpu-hours"') :]
+    assert "8.0 GPU-h" in section and "5.9 GPU-h" in section
+    assert "more whose node reported no GPU count (left out)" in section
+    assert "n=" in page  # time to repair shows its sample size
+
+
+def test_gpu_hours_lost_is_summed_per_day_and_policy() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from remediator.store.records import QuarantineSpan
+
+    t0 = datetime(2026, 3, 1, 23, 0, tzinfo=UTC)
+    spans = [
+        QuarantineSpan(1, "a", "n1", t0, 8, t0 + timedelta(hours=2)),
+        QuarantineSpan(2, "a", "n2", t0 + timedelta(hours=2), 8, None),
+        QuarantineSpan(3, "b", "n3", t0, None, None),
+    ]
+    lost = views.gpu_hours_lost(spans, t0 + timedelta(hours=3))
+    assert lost.by_day == {t0.date(): {"a": 16.0}, (t0 + timedelta(hours=2)).date(): {"a": 8.0}}
+    assert lost.by_policy == {"a": 24.0}
+    assert (lost.counted, lost.unknown) == (2, 1)
