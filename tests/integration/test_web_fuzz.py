@@ -33,6 +33,7 @@ OPERATIONS = (
     "GET /api/v1/overview",
     "GET /api/v1/controller",
     "GET /api/v1/audit",
+    "GET /api/v1/live",
     "POST /api/v1/remediations/{remediation_id}/approve",
     "POST /api/v1/remediations/{remediation_id}/cancel",
     "POST /api/v1/remediations/{remediation_id}/retry",
