@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
+from remediator.web.problems import ERRORS
 
 NODE_PATTERN = r"^[^\x00-\x20\x7f]+$"
 # No control characters anywhere: PostgreSQL refuses NUL in text, and the console shows these.
@@ -53,7 +54,12 @@ def silent_after(deps: Deps) -> timedelta:
 
 
 def make_agents_router() -> APIRouter:
-    router = APIRouter(tags=["agents"])
+    # Errors answer {"reason", "detail"} like the rest of the API (app's handlers): documented
+    # so, or clients and schema checks would expect FastAPI's default 422 shape.
+    router = APIRouter(
+        tags=["agents"],
+        responses={code: ERRORS[code] for code in (401, 403, 422)},
+    )
 
     @router.post("/api/v1/agents/heartbeat")
     def heartbeat(body: HeartbeatIn, deps: Deps, _principal: Pusher) -> HeartbeatOut:

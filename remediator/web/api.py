@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
@@ -24,7 +24,7 @@ from remediator.web.filters import MAX_INT
 from remediator.web.nodes import NODE_PAGE, NodeQuery, node_out
 from remediator.web.oncall import Asker, run_command, run_controller_command
 from remediator.web.paging import MAX_ID, fetch_page
-from remediator.web.problems import WebError
+from remediator.web.problems import ERRORS, WebError
 from remediator.web.schemas import (
     PRINTABLE,
     AuditOut,
@@ -32,7 +32,6 @@ from remediator.web.schemas import (
     CommandIn,
     ControllerCommandIn,
     ControllerOut,
-    ErrorOut,
     LiveOut,
     NodeOut,
     OverviewOut,
@@ -41,18 +40,6 @@ from remediator.web.schemas import (
     RemediationOut,
     RemediationPageOut,
 )
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut, "description": text}
-    for code, text in (
-        (400, "bad cursor"),
-        (401, "no or unknown token"),
-        (403, "token lacks the role"),
-        (404, "not found"),
-        (409, "state does not allow it"),
-        (422, "malformed request"),
-    )
-}
 
 # A Kubernetes node name, checked where it enters (the same bound signals keep).
 NODE_NAME = f"^{bounds.NODE_NAME.pattern}$"

@@ -1,6 +1,11 @@
-"""The one error type the console's handlers turn into JSON (under /api) or a page."""
+"""The one error type the console's handlers turn into JSON (under /api) or a page, and how
+the API documents those answers."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from remediator.web.schemas import ErrorOut
 
 
 class WebError(Exception):
@@ -10,3 +15,16 @@ class WebError(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": text}
+    for code, text in (
+        (400, "bad cursor"),
+        (401, "no or unknown token"),
+        (403, "token lacks the role"),
+        (404, "not found"),
+        (409, "state does not allow it"),
+        (422, "malformed request"),
+    )
+}
