@@ -119,12 +119,6 @@ class Node:
             gpus=_quantity((status.get("capacity") or {}).get(GPU_RESOURCE)),
         )
 
-    @property
-    def gpus(self) -> int | None:
-        """The node's `nvidia.com/gpu` capacity; None when it reports none."""
-        raw = self.capacity.get("nvidia.com/gpu")
-        return int(raw) if raw is not None and raw.isdigit() else None
-
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 
