@@ -39,6 +39,7 @@ def pages_of(console: Console) -> dict[str, str]:
         "policies": "/policies",
         "audit": "/audit",
         "runbook": "/runbooks/xid-79",
+        "backtest": "/backtest",
         "api-docs": "/api/docs",
     }
 
