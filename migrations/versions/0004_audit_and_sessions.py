@@ -2,7 +2,7 @@
 the node page's "replacement of" link
 
 Revision ID: 0004
-Revises: 0005 (the lead re-chains at merge)
+Revises: 0003
 Create Date: 2026-12-01 14:50:00
 
 Written by hand in the style of 0001: types spelled out, no model imports; audit_log gets the
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | None = "0005"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

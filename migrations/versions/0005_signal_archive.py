@@ -1,7 +1,7 @@
 """signal archive: every received signal as runs, their cycles, label sets and node inventory
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-01 14:40:00
 
 Written by hand to match the models (types spelled out, no model imports), like 0001.
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0005"
-down_revision: str | None = "0003"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
