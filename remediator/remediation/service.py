@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from remediator.actions.checkpoint import plan_checkpoint, request_checkpoints
+from remediator.actions.checkpoint import give_notice, plan_grace, rest_of_clock
 from remediator.actions.drain import Drainer, OnTimeout
 from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out
@@ -40,10 +40,11 @@ from remediator.errors import (
     TransientError,
 )
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import Node
+from remediator.kube.objects import Node, Pod
 from remediator.policy.budget import HoldCause
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
+from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
 from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
@@ -52,6 +53,7 @@ from remediator.store.repository import Repository
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 120.0
+DEFAULT_MIN_GRACE_SECONDS = 30.0
 DEFAULT_DRAIN_TIMEOUT = 600.0
 MAX_MOVES_PER_TICK = 12
 # The states that need no action until a human (or the console) moves them on.
@@ -81,14 +83,6 @@ def _illegal_noop(_: RemediationRecord, __: State) -> None:
 
 def _always() -> bool:
     return True
-
-
-def entered_at(record: RemediationRecord, state: State) -> datetime:
-    """When the remediation last entered `state`, from its timeline."""
-    for event in reversed(record.events):
-        if event.to_state is state:
-            return event.at
-    return record.updated_at
 
 
 def last_progress(record: RemediationRecord) -> str | None:
@@ -326,20 +320,42 @@ class RemediationService:
             return self._verify(record), None
         return None, None
 
+    def _grace_bounds(self, ladder: tuple[LadderStep, ...]) -> tuple[float, float] | None:
+        """(min_grace, max_grace) of the ladder's grace step; None when it has none."""
+        step = planner.step_of(ladder, "checkpoint")
+        if step is None:
+            return None
+        top = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        floor = step.min_grace_seconds
+        return (min(DEFAULT_MIN_GRACE_SECONDS, top) if floor is None else floor), top
+
     def _checkpoint(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        step = planner.step_of(ladder, "checkpoint") or LadderStep("checkpoint")
-        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        low, high = self._grace_bounds(ladder) or (DEFAULT_MIN_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)
         started = entered_at(record, State.CHECKPOINTING)
         now = self._clock.now()
         if record.dry_run:
-            pods = self._kube.list_pods_on_node(record.node)
-            ask = plan_checkpoint(pods, started, grace, now).pending
+            plan = plan_grace(self._kube.list_pods_on_node(record.node), started, now, low, high)
             return Done(
-                f"dry run: would ask {len(ask)} workload(s) to checkpoint within {grace:.0f}s",
-                {"node": record.node, "would_ask": list(ask), "dry_run": True},
+                f"dry run: would ask {len(plan.saving)} workload(s) to checkpoint and evict "
+                f"{len(plan.evict)} within a grace of {low:.0f} to {high:.0f}s",
+                {
+                    "node": record.node,
+                    "would_ask": list(plan.saving),
+                    "would_evict": sorted(p.key for p, _ in plan.evict),
+                    "dry_run": True,
+                },
             )
-        return request_checkpoints(
-            self._kube, record.node, requested_at=started, grace_seconds=grace, now=now
+        refused = self._capacity_refused(record, ladder)
+        if refused is not None:
+            return refused
+        return give_notice(
+            self._kube,
+            self._drainer,
+            record.node,
+            started_at=started,
+            min_grace=low,
+            max_grace=high,
+            now=now,
         )
 
     def _drain(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
@@ -352,21 +368,46 @@ class RemediationService:
                 f"dry run: would evict {len(pods)} pod(s) with a {grace:.0f}s grace period",
                 {"node": record.node, "would_evict": sorted(p.key for p in pods), "dry_run": True},
             )
-        replaces = planner.step_of(ladder, "replace") is not None
-        checked = (record.id, started)
-        if replaces and record.pool and checked not in self._capacity_checked:
-            # Before the first eviction: draining a node nobody can replace only loses work.
-            capacity = check_capacity(self._provider, record.pool)
-            if not isinstance(capacity, Done):
-                return capacity
-            self._capacity_checked.add(checked)
+        refused = self._capacity_refused(record, ladder)
+        if refused is not None:
+            return refused
         return self._drainer.drain(
             record.node,
             started_at=started,
             grace_seconds=int(grace),
             timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
             on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
+            grace_for=self._rest_of_grace(record, ladder),
         )
+
+    def _capacity_refused(
+        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
+    ) -> Outcome | None:
+        """Before the first eviction (the grace step's, else the drain's): draining a node that
+        nobody can replace only loses work. Checked once per entry into that step."""
+        first = State.CHECKPOINTING if planner.step_of(ladder, "checkpoint") else State.DRAINING
+        replaces = planner.step_of(ladder, "replace") is not None
+        if record.state is not first or not replaces or not record.pool:
+            return None
+        checked = (record.id, entered_at(record, first))
+        if checked in self._capacity_checked:
+            return None
+        capacity = check_capacity(self._provider, record.pool)
+        if not isinstance(capacity, Done):
+            return capacity
+        self._capacity_checked.add(checked)
+        return None
+
+    def _rest_of_grace(
+        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
+    ) -> Callable[[Pod], int] | None:
+        """After a grace step, the drain continues each pod's clock from that step's start
+        instead of granting a second grace."""
+        bounds = self._grace_bounds(ladder)
+        if bounds is None:
+            return None
+        started, now = entered_at(record, State.CHECKPOINTING), self._clock.now()
+        return lambda pod: rest_of_clock(pod, started, now, *bounds)
 
     def _replace(self, record: RemediationRecord) -> Outcome:
         if record.pool is None:
@@ -447,6 +488,14 @@ class RemediationService:
             self._due[record.id] = self._clock.monotonic() + planner.HUMAN_POLL_SECONDS
             return None
         self._due.pop(record.id, None)
+        log_transition(
+            record,
+            after,
+            action=move.action,
+            detail=move.detail,
+            seconds_in_state=max(0.0, spent),
+            actor=self.actor,
+        )
         self.on_transition(TransitionSeen(record, after, max(0.0, spent)))
         self._notify(record, after, move)
         return after
