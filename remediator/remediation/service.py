@@ -85,6 +85,10 @@ def _always() -> bool:
     return True
 
 
+def _nothing() -> None:
+    return None
+
+
 def last_progress(record: RemediationRecord) -> str | None:
     """The signature of the last progress line written in the current state."""
     for event in reversed(record.events):
@@ -161,6 +165,11 @@ class RemediationService:
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._due: dict[int, float] = {}
+        # Node → the remediation waiting on it: a watch event there ends that wait at once.
+        self._waiting_on: dict[str, int] = {}
+        self._waiting_guard = threading.Lock()
+        self._woken: set[int] = set()
+        self.on_wake: Callable[[], None] = _nothing
         self._capacity_checked: set[tuple[int, datetime]] = set()
 
     # -- driving -----------------------------------------------------------------------------
@@ -188,12 +197,38 @@ class RemediationService:
             ticked += 1
         return ticked
 
+    def next_due_in(self) -> float | None:
+        """Seconds until the earliest waiting remediation is due; None when none waits."""
+        due = list(self._due.values())
+        return max(0.0, min(due) - self._clock.monotonic()) if due else None
+
+    def wake_node(self, node: str) -> None:
+        """Something changed on `node` (a pod, the node itself): the remediation waiting on it
+        is due now, not at the end of its wait."""
+        with self._waiting_guard:
+            remediation_id = self._waiting_on.get(node)
+            if remediation_id is None:
+                return
+            # Seen by a tick that is running now only if it looked after this: mark it, so that
+            # the tick's own wait ends at once instead of missing the change.
+            self._woken.add(remediation_id)
+        self._due.pop(remediation_id, None)
+        self.on_wake()
+
+    def wake_all(self) -> None:
+        """Events may have been missed (a watch resynced): every waiter looks once."""
+        if self._due:
+            self._due.clear()
+            self.on_wake()
+
     def advance(self, remediation_id: int) -> RemediationRecord | None:
         """Move one remediation as far as it goes now; skipped when another thread has it."""
         lock = self._lock(remediation_id)
         if not lock.acquire(blocking=False):
             return None
         try:
+            with self._waiting_guard:
+                self._woken.discard(remediation_id)  # this tick looks after that change
             record = self._repo.get(remediation_id)
             for _ in range(MAX_MOVES_PER_TICK):
                 if record is None or record.state in (State.SUCCEEDED, State.CANCELLED):
@@ -227,6 +262,9 @@ class RemediationService:
 
     def _forget(self, remediation_id: int) -> None:
         self._due.pop(remediation_id, None)
+        with self._waiting_guard:
+            self._waiting_on = {n: r for n, r in self._waiting_on.items() if r != remediation_id}
+            self._woken.discard(remediation_id)
         with self._locks_guard:
             self._locks.pop(remediation_id, None)
         self._capacity_checked = {k for k in self._capacity_checked if k[0] != remediation_id}
@@ -444,7 +482,15 @@ class RemediationService:
     # -- persisting --------------------------------------------------------------------------
 
     def _stay(self, record: RemediationRecord, stay: Stay) -> None:
-        self._due[record.id] = self._clock.monotonic() + stay.retry_after
+        with self._waiting_guard:
+            for node in (record.node, record.new_node):
+                if node:
+                    self._waiting_on[node] = record.id
+            changed_meanwhile = record.id in self._woken
+        wait = 0.0 if changed_meanwhile else stay.retry_after
+        self._due[record.id] = self._clock.monotonic() + wait
+        if changed_meanwhile:
+            self.on_wake()
         try:
             if stay.note:
                 self._repo.append_event(
