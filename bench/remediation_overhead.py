@@ -228,6 +228,9 @@ def main() -> int:
 
 
 def run(controller: Controller, sim: SimHandle, wanted: int) -> list[Sample]:
+    # The simulated pool keeps a spare node or two; give it one per sample.
+    spare = {"type": "spare_capacity", "pool": "h100-train", "spare": wanted + 2}
+    httpx.post(f"{sim.inject_url}/v1/nodepool-faults", json=spare, timeout=10).raise_for_status()
     nodes = json.loads(sim.kubectl("get", "nodes", "-o", "json"))["items"]
     candidates = sorted(n["metadata"]["name"] for n in nodes if "train" in n["metadata"]["name"])
     samples: list[Sample] = []

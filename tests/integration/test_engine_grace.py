@@ -6,6 +6,7 @@ full grace."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,9 @@ def test_pods_without_the_handshake_get_sigterm_at_the_start_with_their_own_grac
 
 
 def test_a_pod_with_the_handshake_is_asked_then_evicted_with_the_rest_of_its_clock(
-    engine: Engine,
+    engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="remediator.transitions")
     trainers = [p for p in engine.pods_on(TRAIN_NODE) if p["metadata"]["namespace"] == "training"]
     assert trainers and all(
         (p["metadata"].get("annotations") or {}).get(ANN_HANDSHAKE) == "true" for p in trainers
@@ -142,3 +144,21 @@ def test_a_pod_with_the_handshake_is_asked_then_evicted_with_the_rest_of_its_clo
     assert all(periods[key.split("/")[1]] < MAX_GRACE for key in keys), periods
     done = engine.wait_state(TRAIN_NODE, State.SUCCEEDED, State.FAILED, State.HELD, timeout=90)
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+
+    # Every transition after the opening is one structured log line.
+    lines = [
+        r
+        for r in caplog.records
+        if r.name == "remediator.transitions" and getattr(r, "node", None) == TRAIN_NODE
+    ]
+    assert [(r.from_state, r.to_state) for r in lines] == [  # type: ignore[attr-defined]
+        ("detected", "quarantined"),
+        ("quarantined", "checkpointing"),
+        ("checkpointing", "draining"),
+        ("draining", "replacing"),
+        ("replacing", "verifying"),
+        ("verifying", "succeeded"),
+    ]
+    for line in lines:
+        assert line.remediation_id == done.id and line.reason  # type: ignore[attr-defined]
+        assert line.seconds_in_state >= 0  # type: ignore[attr-defined]
