@@ -8,6 +8,10 @@ Step start times come from the stored timeline, never from memory, so a restart 
 checkpoint grace nor restarts a drain timeout. The replacement's idempotency key is derived from
 the remediation's own key, so a retried request finds the operation already granted.
 
+A remediation that waits (for pods to answer or go, for a node to turn Ready) is due again at
+its retry time, or at once when a watch reports a change on its node (`wake_node`): waits end
+when the thing happens, and the retry time is only the fallback.
+
 `reconcile` is the safety net: no node stays fenced by us unless its remediation still needs it.
 """
 
