@@ -187,7 +187,10 @@ class RemediationService:
             if record.state in HUMAN_STATES or self._due.get(record.id, 0.0) > now:
                 continue
             if record.next_attempt_at is not None and record.next_attempt_at > wall:
-                continue  # a retry scheduled for later (a provider's Retry-After), kept durably
+                # A retry scheduled for later (a provider's Retry-After), kept durably; known
+                # as this one's wait so that the next run is set for it, not sooner.
+                self._due[record.id] = now + (record.next_attempt_at - wall).total_seconds()
+                continue
             if not self._may_act():
                 break
             try:
