@@ -144,7 +144,12 @@ def run(
         raise CommandRefused(f"remediation {remediation_id} changed meanwhile: {exc}") from exc
     spent = (after.updated_at - entered_at(record, record.state)).total_seconds()
     log_transition(
-        record, after, action=action, detail=detail, seconds_in_state=max(0.0, spent), actor=actor
+        record.state,
+        after,
+        action=action,
+        detail=detail,
+        seconds_in_state=max(0.0, spent),
+        actor=actor,
     )
     return after
 
@@ -178,19 +183,29 @@ def reset_breaker(
         for record in queued.rows:
             if record.queue_cause != "breaker":
                 continue
+            detail = {"command": "reset-breaker", "reason": reason}
             try:
-                repository.transition(
+                after = repository.transition(
                     record.id,
                     State.QUEUED,
                     State.CANCELLED,
                     action="dropped",
                     actor=actor,
-                    detail={"command": "reset-breaker", "reason": reason},
+                    detail=detail,
                     expected_version=record.version,
                     suppressed_until=repository.now() + DEFAULT_CANCEL_COOLDOWN,
                 )
             except (ConflictError, IllegalTransition):
                 continue  # moved meanwhile: cancelled by someone else, or admitted
+            queued_for = (after.updated_at - record.created_at).total_seconds()
+            log_transition(
+                State.QUEUED,
+                after,
+                action="dropped",
+                detail=detail,
+                seconds_in_state=max(0.0, queued_for),
+                actor=actor,
+            )
     return repository.reset_breaker(by=actor, reason=reason)
 
 

@@ -36,7 +36,7 @@ def transition_reason(action: str, detail: Mapping[str, Any]) -> str:
 
 
 def log_transition(
-    before: RemediationRecord,
+    from_state: State,
     after: RemediationRecord,
     *,
     action: str,
@@ -49,7 +49,7 @@ def log_transition(
         "remediation %d on %s: %s → %s after %.2fs: %s",
         after.id,
         after.node,
-        before.state.value,
+        from_state.value,
         after.state.value,
         seconds_in_state,
         reason,
@@ -58,7 +58,7 @@ def log_transition(
             "node": after.node,
             "policy": after.policy,
             "state": after.state.value,
-            "from_state": before.state.value,
+            "from_state": from_state.value,
             "to_state": after.state.value,
             "action": action,
             "reason": reason,

@@ -542,7 +542,7 @@ class RemediationService:
             return None
         self._due.pop(record.id, None)
         log_transition(
-            record,
+            record.state,
             after,
             action=move.action,
             detail=move.detail,

@@ -26,7 +26,7 @@ def record(state: State) -> Any:
 def test_one_json_line_carries_the_whole_transition(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="remediator.transitions"):
         log_transition(
-            record(State.CHECKPOINTING),
+            State.CHECKPOINTING,
             record(State.DRAINING),
             action="checkpoint_done",
             detail={"result": "every workload on gpu-3 has had its notice", "asked": []},
