@@ -124,7 +124,8 @@ def test_a_60s_retry_after_schedules_the_next_attempt_a_minute_out(engine: Engin
 
     wait_for(lambda: throttled() is not None, what="the throttled request")
     record = throttled()
-    assert record is not None and record.state is State.DRAINING  # the capacity check, first
+    # The capacity check, before the grace's first eviction.
+    assert record is not None and record.state is State.CHECKPOINTING
     assert record.error and "retry after 60s" in record.error
     retrying = [e for e in record.events if e.action == "retrying"]
     assert len(retrying) == 1
@@ -134,6 +135,6 @@ def test_a_60s_retry_after_schedules_the_next_attempt_a_minute_out(engine: Engin
     for _ in range(3):
         engine.controller.advance()
     again = engine.of_node(node)
-    assert again is not None and again.state is State.DRAINING
+    assert again is not None and again.state is State.CHECKPOINTING
     assert [e.action for e in again.events].count("retrying") == 1
     assert engine.spare(POOL) == before
