@@ -49,9 +49,8 @@ policies:
     actions:
       - action: cordon
       - action: checkpoint
-        grace: 1s
+        max_grace: 1s
       - action: drain
-        grace: 1s
         timeout: 2m
         on_timeout: force
       - action: replace

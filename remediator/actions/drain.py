@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -152,8 +152,15 @@ class Drainer:
         grace_seconds: int | None = DEFAULT_GRACE_SECONDS,
         timeout_seconds: float = 600.0,
         on_timeout: OnTimeout = OnTimeout.HOLD,
+        grace_for: Callable[[Pod], int] | None = None,
     ) -> Outcome:
+        """One round. `grace_for` gives each pod its own grace (the rest of its clock, after a
+        grace step), instead of `grace_seconds` for all."""
         state = self._nodes.setdefault(node, _NodeState())
+
+        def grace(pod: Pod) -> int | None:
+            return grace_for(pod) if grace_for is not None else grace_seconds
+
         pods = self._client.list_pods_on_node(node)
         now, mono = self._clock.now(), self._clock.monotonic()
         not_before = {uid: b.not_before for uid, b in state.blocked.items()}
@@ -173,7 +180,7 @@ class Drainer:
         stuck = overdue(plan.terminating, now) if timed_out else ()
         if timed_out and on_timeout is OnTimeout.FORCE:
             victims = [*plan.evict, *plan.backing_off]
-            results = self._parallel(victims, lambda p: self._force(p, grace_seconds))
+            results = self._parallel(victims, lambda p: self._force(p, grace(p)))
             results += self._parallel(list(stuck), lambda p: self._force(p, 0))
             facts = self._facts(node, pods, plan, {a.pod.uid: a for a in results}, elapsed, {})
             return Waiting(
@@ -183,23 +190,8 @@ class Drainer:
                 facts,
             )
 
-        results = self._parallel(
-            list(plan.evict),
-            lambda p: self._client.evict_pod(p.namespace, p.name, grace_seconds, p.uid),
-        )
+        results = self._evict(state, [(p, grace(p)) for p in plan.evict], mono)
         attempts = {a.pod.uid: a for a in results}
-        for attempt in results:
-            if attempt.outcome.result in (EvictionResult.EVICTED, EvictionResult.NOT_FOUND):
-                state.blocked.pop(attempt.pod.uid, None)
-                continue
-            blocked = state.blocked.setdefault(attempt.pod.uid, _Blocked())
-            blocked.attempts += 1
-            delay = backoff_seconds(blocked.attempts)
-            if attempt.outcome.retry_after is not None:
-                delay = max(delay, attempt.outcome.retry_after)
-            blocked.not_before = mono + delay
-            blocked.message = attempt.outcome.message
-            blocked.result = attempt.outcome.result.value
 
         blockers = [
             (p, state.blocked[p.uid])
@@ -245,6 +237,39 @@ class Drainer:
         return Waiting(reason, retry, facts)
 
     # -- doing -------------------------------------------------------------------------------
+
+    def evict(self, node: str, victims: Sequence[tuple[Pod, int]]) -> dict[str, EvictionOutcome]:
+        """Evict these pods now, each with its own grace, skipping those a budget refused a
+        moment ago (their backoff is the drain's to keep); outcomes by pod key. The grace step
+        uses it to send every SIGTERM at its start."""
+        state = self._nodes.setdefault(node, _NodeState())
+        mono = self._clock.monotonic()
+        due = [
+            (p, g) for p, g in victims if state.blocked.get(p.uid, _Blocked()).not_before <= mono
+        ]
+        return {a.pod.key: a.outcome for a in self._evict(state, due, mono)}
+
+    def _evict(
+        self, state: _NodeState, victims: Sequence[tuple[Pod, int | None]], mono: float
+    ) -> list[_Attempt]:
+        graces = {p.uid: g for p, g in victims}
+        results = self._parallel(
+            [p for p, _ in victims],
+            lambda p: self._client.evict_pod(p.namespace, p.name, graces[p.uid], p.uid),
+        )
+        for attempt in results:
+            if attempt.outcome.result in (EvictionResult.EVICTED, EvictionResult.NOT_FOUND):
+                state.blocked.pop(attempt.pod.uid, None)
+                continue
+            blocked = state.blocked.setdefault(attempt.pod.uid, _Blocked())
+            blocked.attempts += 1
+            delay = backoff_seconds(blocked.attempts)
+            if attempt.outcome.retry_after is not None:
+                delay = max(delay, attempt.outcome.retry_after)
+            blocked.not_before = mono + delay
+            blocked.message = attempt.outcome.message
+            blocked.result = attempt.outcome.result.value
+        return results
 
     def _budgets(
         self, refused: Iterable[Pod]

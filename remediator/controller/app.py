@@ -26,13 +26,21 @@ from sqlalchemy.exc import SQLAlchemyError
 from remediator import __version__
 from remediator.actions.notify import Notification, NotificationKind, WebhookNotifier
 from remediator.clock import Clock, SystemClock
-from remediator.controller.jobs import PUSH_JOB, JobSpec, build_scheduler, wake
+from remediator.controller.jobs import (
+    ADVANCE_JOB,
+    PUSH_JOB,
+    JobSpec,
+    build_scheduler,
+    wake,
+    wake_at,
+)
 from remediator.controller.metrics import ControllerMetrics
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
 from remediator.kube.ratelimit import TokenBucket
+from remediator.kube.waits import NodeActivity
 from remediator.policy.budget import HoldCause
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
@@ -182,6 +190,10 @@ class Controller:
             on_illegal=self.metrics.illegal,
             may_act=self.is_leader,
         )
+        self.service.on_wake = self._wake_advance
+        self.activity = NodeActivity(
+            self.kube, on_change=self.service.wake_node, on_resync=self.service.wake_all
+        )
         self._drops = RecentDrops()
         archive = settings.signal_archive
         self.archive: SignalArchive | None = (
@@ -199,6 +211,7 @@ class Controller:
         self._inventory_at = 0.0
         self._leading = threading.Event()
         self._pushed = threading.Event()
+        self._advance_wanted = threading.Event()
         self._lead_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
         self._policy_error: object | None = None
@@ -257,8 +270,8 @@ class Controller:
                     JobSpec("poll", guarded("poll", self.poll), interval),
                     JobSpec(PUSH_JOB, guarded(PUSH_JOB, self.take_pushed), PUSH_SECONDS),
                     JobSpec(
-                        "advance",
-                        guarded("advance", self.advance),
+                        ADVANCE_JOB,
+                        guarded(ADVANCE_JOB, self.advance),
                         self.settings.advance_interval_seconds,
                     ),
                     JobSpec("reconcile", guarded("reconcile", self.reconcile), RECONCILE_SECONDS),
@@ -272,6 +285,7 @@ class Controller:
             )
             scheduler.start()
             self._scheduler = scheduler
+            self.activity.start()
 
     def _stop_leading(self, wait: bool = False) -> None:
         """On a lost lease (the elector's thread) do not wait for running jobs: they see
@@ -280,11 +294,16 @@ class Controller:
             self._leading.clear()
             self.metrics.is_leader.set(0)
             scheduler, self._scheduler = self._scheduler, None
+            self.activity.stop()
         if scheduler is not None:
             log.warning(
                 "not leading any more: stopping the jobs", extra={"identity": self.identity}
             )
             scheduler.shutdown(wait=wait)
+
+    def _wake_advance(self) -> None:
+        self._advance_wanted.set()
+        wake(self._scheduler, ADVANCE_JOB)
 
     def _wake_push(self) -> None:
         self._pushed.set()
@@ -405,12 +424,22 @@ class Controller:
         self.repository.record_source_health(health.name, up=health.up, error=health.error)
 
     def advance(self) -> None:
-        """Tick the open remediations, unless a human paused automation: then no step starts
-        (a drain round already sent completes; the next one waits for the resume)."""
-        self.admit_queued()
-        if self.repository.controller_status().paused:
-            return
-        self.service.advance_due()
+        """Offer queued remediations to the budgets, then tick the open ones whose wait is
+        over, unless a human paused automation: then no step starts (a drain round already sent
+        completes; the next one waits for the resume). A wake that lands while this runs cannot
+        start it again (one instance at a time), so it looks again itself; then the next run is
+        set for the earliest wait's end."""
+        while self.is_leader():
+            self._advance_wanted.clear()
+            self.admit_queued()
+            if self.repository.controller_status().paused:
+                return
+            self.service.advance_due()
+            if not self._advance_wanted.is_set():
+                break
+        due = self.service.next_due_in()
+        if due is not None and due < self.settings.advance_interval_seconds:
+            wake_at(self._scheduler, ADVANCE_JOB, self.clock.now() + timedelta(seconds=due))
 
     def reconcile(self) -> None:
         self.service.reconcile(self.kube.list_nodes())

@@ -3,7 +3,8 @@
 A scheduler exists only while this replica leads: it is built on winning the lease and shut down
 on losing it, with an in-memory job store of its own (3.x job stores must never be shared). Each
 job runs at most one instance at a time and coalesces missed runs, so a slow cycle delays the next
-one instead of stacking up behind it. Pushed signals wake the `push` job at once.
+one instead of stacking up behind it. Pushed signals wake the `push` job at once, and the
+`advance` job runs when the engine's earliest wait ends or a watch event ends one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 PUSH_JOB = "push"
+ADVANCE_JOB = "advance"
 
 
 @dataclass(frozen=True)
@@ -50,5 +52,15 @@ def wake(scheduler: BackgroundScheduler | None, job_id: str) -> None:
         return
     try:
         scheduler.modify_job(job_id, next_run_time=datetime.now(UTC))
+    except LookupError:
+        return
+
+
+def wake_at(scheduler: BackgroundScheduler | None, job_id: str, when: datetime) -> None:
+    """Run the job at `when` (sooner than its interval would); no-op when not leading."""
+    if scheduler is None or not scheduler.running:
+        return
+    try:
+        scheduler.modify_job(job_id, next_run_time=when)
     except LookupError:
         return

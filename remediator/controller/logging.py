@@ -1,5 +1,6 @@
 """Structured logs: one JSON object per line (time, level, msg, logger, and the context a line
-carries: remediation_id, node, state, policy), so that a log pipeline can follow a remediation
+carries: remediation_id, node, state, policy; a transition adds from_state, to_state, action,
+reason, seconds_in_state and actor), so that a log pipeline can follow a remediation
 or a node without parsing prose."""
 
 from __future__ import annotations
@@ -10,7 +11,20 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-CONTEXT_FIELDS = ("remediation_id", "node", "state", "policy", "source", "identity")
+CONTEXT_FIELDS = (
+    "remediation_id",
+    "node",
+    "state",
+    "policy",
+    "source",
+    "identity",
+    "from_state",
+    "to_state",
+    "action",
+    "reason",
+    "seconds_in_state",
+    "actor",
+)
 
 
 class JsonFormatter(logging.Formatter):

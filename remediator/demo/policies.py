@@ -94,10 +94,16 @@ def _capped(value: Any, bound: timedelta) -> tuple[str, bool]:
     return format_duration(bound), True
 
 
-def _shorten_action(step: dict[str, Any], timings: DemoTimings) -> list[str]:
+def _shorten_action(step: dict[str, Any], timings: DemoTimings, graced: bool) -> list[str]:
+    """Cap one step's waits; a drain after a checkpoint step has no grace of its own (it
+    continues the checkpoint's), so only a drain without one gets a grace bound."""
+    if step.get("action") == "checkpoint" and "grace" in step:
+        step["max_grace"] = step.pop("grace")  # the older name
     bounds: dict[str, dict[str, timedelta]] = {
-        "checkpoint": {"grace": timings.checkpoint_grace},
-        "drain": {"grace": timings.drain_grace, "timeout": timings.drain_timeout},
+        "checkpoint": {"max_grace": timings.checkpoint_grace},
+        "drain": {"timeout": timings.drain_timeout}
+        if graced
+        else {"grace": timings.drain_grace, "timeout": timings.drain_timeout},
     }
     changes: list[str] = []
     for key, bound in bounds.get(str(step.get("action")), {}).items():
@@ -117,9 +123,10 @@ def shorten_policy(policy: dict[str, Any], timings: DemoTimings) -> list[str]:
         threshold["for"], changed = _capped(before, timings.threshold_for)
         if changed:
             changes.append(f"threshold for {before} → {threshold['for']}")
-    for step in policy.get("actions") or ():
-        if isinstance(step, dict):
-            changes.extend(_shorten_action(step, timings))
+    steps = [step for step in policy.get("actions") or () if isinstance(step, dict)]
+    graced = any(step.get("action") == "checkpoint" for step in steps)
+    for step in steps:
+        changes.extend(_shorten_action(step, timings, graced))
     return changes
 
 

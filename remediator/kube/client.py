@@ -20,7 +20,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,11 @@ def wrap_api_exception(exc: ApiException, what: str) -> RemediatorError:
 
 def connection_error(exc: Exception, what: str) -> ApiUnavailable:
     return ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}", UNAVAILABLE_DELAY, 0)
+
+
+class ResourceExpired(TransientError):
+    """410 Gone: the resource version a watch started from is older than the server keeps;
+    list again and watch from the new one."""
 
 
 class KubeClient:
@@ -269,6 +274,54 @@ class KubeClient:
         except ValueError as exc:
             raise TransientError(f"{what}: response is not JSON") from exc
         return parsed if isinstance(parsed, dict) else {}
+
+    # -- watches -----------------------------------------------------------------------------
+
+    def current_version(self, path: str) -> str:
+        """The collection's resourceVersion now, from a one-item list: where a watch starts."""
+        data = self._call("GET", path, f"list {path}", query=[("limit", "1")])
+        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[JSON]:
+        """The collection's watch events (`{"type", "object"}`, bookmarks included) after
+        `resource_version`, until the server ends the stream; ResourceExpired on 410 Gone,
+        whether the server answers it at once or sends it as an ERROR event."""
+        what = f"watch {path}"
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if self._limiter is not None:
+            self._limiter.take()
+        request = self._api.param_serialize(
+            "GET",
+            path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(
+                *request, _request_timeout=(self._timeout[0], timeout_seconds + 30)
+            )
+            if not 200 <= response.status <= 299:
+                response.read()
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise ResourceExpired(f"{what}: 410 {exc.reason}") from exc
+            raise wrap_api_exception(exc, what) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise connection_error(exc, what) from exc
+        stream = response.response
+        try:
+            yield from _watch_events(stream.stream(decode_content=True), what)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"{what}: stream broke: {type(exc).__name__}: {exc}") from exc
+        finally:
+            stream.release_conn()
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -513,6 +566,29 @@ class KubeClient:
             timeout=timeout,
         )
         return Lease.from_json(raw)
+
+
+def _watch_events(chunks: Iterator[bytes], what: str) -> Iterator[JSON]:
+    """Newline-delimited JSON events out of a chunked body (a line may span chunks)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as exc:
+                raise TransientError(f"{what}: an event is not JSON") from exc
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                if status.get("code") == 410:
+                    raise ResourceExpired(f"{what}: {status.get('message', '410 Gone')}")
+                raise TransientError(f"{what}: {status.get('message', 'watch error')}")
+            yield event
 
 
 def classify_eviction_error(

@@ -13,6 +13,10 @@ from remediator.policy.durations import Duration
 from remediator.signals.model import SignalKind
 
 DEFAULT_GRACE = timedelta(seconds=120)
+# Kubernetes' own default terminationGracePeriodSeconds, and the floor a policy's grace may have.
+DEFAULT_MIN_GRACE = timedelta(seconds=30)
+SHORTEST_GRACE = timedelta(seconds=1)
+LONGEST_GRACE = timedelta(hours=1)
 
 
 class _Strict(BaseModel):
@@ -109,10 +113,40 @@ class Taint(_Strict):
 
 
 class Checkpoint(_Strict):
-    """Ask workloads to save their state, then wait up to `grace` before moving on."""
+    """The one grace: at its start every workload gets its notice. Pods that declare the
+    checkpoint handshake are asked to checkpoint, all others are evicted (SIGTERM) at once; each
+    pod's clock is its own terminationGracePeriodSeconds held within [min_grace, max_grace], and
+    the drain after it continues that clock instead of starting another. `grace` is the older
+    name of `max_grace`."""
 
     action: Literal["checkpoint"]
-    grace: Duration = DEFAULT_GRACE
+    min_grace: Duration | None = None
+    max_grace: Duration = DEFAULT_GRACE
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "grace" in data:
+            if "max_grace" in data:
+                raise ValueError("give max_grace only: grace is its older name")
+            data = {**data, "max_grace": data["grace"]}
+            del data["grace"]
+        return data
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Checkpoint:
+        if not SHORTEST_GRACE <= self.max_grace <= LONGEST_GRACE:
+            raise ValueError("max_grace must be between 1s and 1h")
+        if self.min_grace is not None and not SHORTEST_GRACE <= self.min_grace <= self.max_grace:
+            raise ValueError("min_grace must be at least 1s and not above max_grace")
+        return self
+
+    @property
+    def floor(self) -> timedelta:
+        """min_grace, by default Kubernetes' 30 s (or max_grace when that is shorter)."""
+        return (
+            self.min_grace if self.min_grace is not None else min(DEFAULT_MIN_GRACE, self.max_grace)
+        )
 
 
 class Drain(_Strict):
@@ -172,6 +206,18 @@ class Policy(_Strict):
         if ranks != sorted(set(ranks)):
             raise ValueError(
                 "actions must not repeat and must follow the order " + " → ".join(STEP_ORDER)
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_grace(self) -> Policy:
+        graced = any(s.action == "checkpoint" for s in self.actions)
+        if graced and any(
+            s.action == "drain" and "grace" in s.model_fields_set for s in self.actions
+        ):
+            raise ValueError(
+                "a drain after a checkpoint step continues its grace: give min_grace/max_grace "
+                "on the checkpoint step, not a grace on the drain"
             )
         return self
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from remediator.errors import ConflictError, IllegalTransition, NotFoundError, RemediatorError
 from remediator.remediation import planner
+from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.states import CANCELLABLE, TRANSITIONS, State
 from remediator.remediation.suppression import DEFAULT_CANCEL_COOLDOWN
 from remediator.store.records import ControllerStatus, RemediationFilter, RemediationRecord
@@ -129,7 +130,7 @@ def run(
         move.fields["suppressed_until"] = until
         detail["cooldown_seconds"] = int(held_off.total_seconds())
     try:
-        return repository.transition(
+        after = repository.transition(
             remediation_id,
             record.state,
             move.target,
@@ -141,6 +142,16 @@ def run(
         )
     except (ConflictError, IllegalTransition) as exc:
         raise CommandRefused(f"remediation {remediation_id} changed meanwhile: {exc}") from exc
+    spent = (after.updated_at - entered_at(record, record.state)).total_seconds()
+    log_transition(
+        record.state,
+        after,
+        action=action,
+        detail=detail,
+        seconds_in_state=max(0.0, spent),
+        actor=actor,
+    )
+    return after
 
 
 def pause(repository: Repository, *, actor: str, reason: str) -> ControllerStatus:
@@ -172,19 +183,29 @@ def reset_breaker(
         for record in queued.rows:
             if record.queue_cause != "breaker":
                 continue
+            detail = {"command": "reset-breaker", "reason": reason}
             try:
-                repository.transition(
+                after = repository.transition(
                     record.id,
                     State.QUEUED,
                     State.CANCELLED,
                     action="dropped",
                     actor=actor,
-                    detail={"command": "reset-breaker", "reason": reason},
+                    detail=detail,
                     expected_version=record.version,
                     suppressed_until=repository.now() + DEFAULT_CANCEL_COOLDOWN,
                 )
             except (ConflictError, IllegalTransition):
                 continue  # moved meanwhile: cancelled by someone else, or admitted
+            queued_for = (after.updated_at - record.created_at).total_seconds()
+            log_transition(
+                State.QUEUED,
+                after,
+                action="dropped",
+                detail=detail,
+                seconds_in_state=max(0.0, queued_for),
+                actor=actor,
+            )
     return repository.reset_breaker(by=actor, reason=reason)
 
 

@@ -41,6 +41,7 @@ from remediator.policy.evaluate import (
 )
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Policy
+from remediator.remediation.journal import log_transition
 from remediator.remediation.planner import ladder_from_policy
 from remediator.remediation.states import State
 from remediator.remediation.suppression import suppressed_by
@@ -369,9 +370,13 @@ class Intake:
         except (ConflictError, IllegalTransition) as exc:
             log.info("queued remediation moved meanwhile: %s", exc, extra={"node": record.node})
             return None
-        log.info(
-            "queued remediation admitted",
-            extra={"remediation_id": record.id, "node": record.node, "policy": record.policy},
+        log_transition(
+            State.QUEUED,
+            after,
+            action="admitted",
+            detail={"was": record.hold_reason or ""},
+            seconds_in_state=max(0.0, (after.updated_at - record.created_at).total_seconds()),
+            actor=self._actor,
         )
         return after
 
@@ -407,19 +412,27 @@ class Intake:
                 kept.append(record)
                 continue
             try:
-                closed.append(
-                    self._repo.transition(
-                        record.id,
-                        State.QUEUED,
-                        State.CANCELLED,
-                        action="signals_cleared",
-                        actor=self._actor,
-                        detail={"reason": reason},
-                        expected_version=record.version,
-                        hold_reason=reason,
-                    )
+                after = self._repo.transition(
+                    record.id,
+                    State.QUEUED,
+                    State.CANCELLED,
+                    action="signals_cleared",
+                    actor=self._actor,
+                    detail={"reason": reason},
+                    expected_version=record.version,
+                    hold_reason=reason,
                 )
-                log.info("queued remediation closed: %s", reason, extra={"node": record.node})
+                closed.append(after)
+                log_transition(
+                    State.QUEUED,
+                    after,
+                    action="signals_cleared",
+                    detail={"reason": reason},
+                    seconds_in_state=max(
+                        0.0, (after.updated_at - record.created_at).total_seconds()
+                    ),
+                    actor=self._actor,
+                )
             except (ConflictError, IllegalTransition):
                 continue
         return kept, tuple(closed)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.policy.schema import Step
+from remediator.policy.schema import Checkpoint, Step
 from remediator.remediation.states import TRANSITIONS, State
 
 # How long a remediation waiting for a human (or for an opt-out pod to leave) sleeps between
@@ -59,6 +59,7 @@ class LadderStep:
 
     action: str
     grace_seconds: float | None = None
+    min_grace_seconds: float | None = None
     timeout_seconds: float | None = None
     on_timeout: str | None = None
     message: str | None = None
@@ -71,6 +72,7 @@ class LadderStep:
         return cls(
             action=str(raw["action"]),
             grace_seconds=_float(raw.get("grace_seconds")),
+            min_grace_seconds=_float(raw.get("min_grace_seconds")),
             timeout_seconds=_float(raw.get("timeout_seconds")),
             on_timeout=raw.get("on_timeout"),
             message=raw.get("message"),
@@ -84,12 +86,15 @@ def _float(value: Any) -> float | None:
 def ladder_from_policy(actions: Sequence[Step]) -> tuple[LadderStep, ...]:
     steps = []
     for step in actions:
-        grace = getattr(step, "grace", None)
+        # A checkpoint step's grace is its max_grace (the drain's stays `grace`).
+        grace = getattr(step, "max_grace", None) or getattr(step, "grace", None)
+        floor = step.floor if isinstance(step, Checkpoint) else None
         timeout = getattr(step, "timeout", None)
         steps.append(
             LadderStep(
                 action=step.action,
                 grace_seconds=grace.total_seconds() if grace is not None else None,
+                min_grace_seconds=floor.total_seconds() if floor is not None else None,
                 timeout_seconds=timeout.total_seconds() if timeout is not None else None,
                 on_timeout=getattr(step, "on_timeout", None),
                 message=getattr(step, "message", None),

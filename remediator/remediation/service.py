@@ -8,6 +8,10 @@ Step start times come from the stored timeline, never from memory, so a restart 
 checkpoint grace nor restarts a drain timeout. The replacement's idempotency key is derived from
 the remediation's own key, so a retried request finds the operation already granted.
 
+A remediation that waits (for pods to answer or go, for a node to turn Ready) is due again at
+its retry time, or at once when a watch reports a change on its node (`wake_node`): waits end
+when the thing happens, and the retry time is only the fallback.
+
 `reconcile` is the safety net: no node stays fenced by us unless its remediation still needs it.
 """
 
@@ -20,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from remediator.actions.checkpoint import plan_checkpoint, request_checkpoints
+from remediator.actions.checkpoint import give_notice, plan_grace, rest_of_clock
 from remediator.actions.drain import Drainer, OnTimeout
 from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out
@@ -40,10 +44,11 @@ from remediator.errors import (
     TransientError,
 )
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import Node
+from remediator.kube.objects import Node, Pod
 from remediator.policy.budget import HoldCause
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
+from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
 from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
@@ -52,6 +57,7 @@ from remediator.store.repository import Repository
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 120.0
+DEFAULT_MIN_GRACE_SECONDS = 30.0
 DEFAULT_DRAIN_TIMEOUT = 600.0
 MAX_MOVES_PER_TICK = 12
 # How often a released capacity hold looks for a spare node again.
@@ -85,12 +91,8 @@ def _always() -> bool:
     return True
 
 
-def entered_at(record: RemediationRecord, state: State) -> datetime:
-    """When the remediation last entered `state`, from its timeline."""
-    for event in reversed(record.events):
-        if event.to_state is state:
-            return event.at
-    return record.updated_at
+def _nothing() -> None:
+    return None
 
 
 def last_progress(record: RemediationRecord) -> str | None:
@@ -175,6 +177,11 @@ class RemediationService:
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._due: dict[int, float] = {}
+        # Node → the remediation waiting on it: a watch event there ends that wait at once.
+        self._waiting_on: dict[str, int] = {}
+        self._waiting_guard = threading.Lock()
+        self._woken: set[int] = set()
+        self.on_wake: Callable[[], None] = _nothing
         self._capacity_checked: set[tuple[int, datetime]] = set()
 
     # -- driving -----------------------------------------------------------------------------
@@ -188,7 +195,10 @@ class RemediationService:
             if record.state in HUMAN_STATES or self._due.get(record.id, 0.0) > now:
                 continue
             if record.next_attempt_at is not None and record.next_attempt_at > wall:
-                continue  # a retry scheduled for later (a provider's Retry-After), kept durably
+                # A retry scheduled for later (a provider's Retry-After), kept durably; known
+                # as this one's wait so that the next run is set for it, not sooner.
+                self._due[record.id] = now + (record.next_attempt_at - wall).total_seconds()
+                continue
             if not self._may_act():
                 break
             try:
@@ -202,12 +212,38 @@ class RemediationService:
             ticked += 1
         return ticked
 
+    def next_due_in(self) -> float | None:
+        """Seconds until the earliest waiting remediation is due; None when none waits."""
+        due = list(self._due.values())
+        return max(0.0, min(due) - self._clock.monotonic()) if due else None
+
+    def wake_node(self, node: str) -> None:
+        """Something changed on `node` (a pod, the node itself): the remediation waiting on it
+        is due now, not at the end of its wait."""
+        with self._waiting_guard:
+            remediation_id = self._waiting_on.get(node)
+            if remediation_id is None:
+                return
+            # Seen by a tick that is running now only if it looked after this: mark it, so that
+            # the tick's own wait ends at once instead of missing the change.
+            self._woken.add(remediation_id)
+        self._due.pop(remediation_id, None)
+        self.on_wake()
+
+    def wake_all(self) -> None:
+        """Events may have been missed (a watch resynced): every waiter looks once."""
+        if self._due:
+            self._due.clear()
+            self.on_wake()
+
     def advance(self, remediation_id: int) -> RemediationRecord | None:
         """Move one remediation as far as it goes now; skipped when another thread has it."""
         lock = self._lock(remediation_id)
         if not lock.acquire(blocking=False):
             return None
         try:
+            with self._waiting_guard:
+                self._woken.discard(remediation_id)  # this tick looks after that change
             record = self._repo.get(remediation_id)
             for _ in range(MAX_MOVES_PER_TICK):
                 if record is None or record.state in (State.SUCCEEDED, State.CANCELLED):
@@ -241,6 +277,9 @@ class RemediationService:
 
     def _forget(self, remediation_id: int) -> None:
         self._due.pop(remediation_id, None)
+        with self._waiting_guard:
+            self._waiting_on = {n: r for n, r in self._waiting_on.items() if r != remediation_id}
+            self._woken.discard(remediation_id)
         with self._locks_guard:
             self._locks.pop(remediation_id, None)
         self._capacity_checked = {k for k in self._capacity_checked if k[0] != remediation_id}
@@ -334,20 +373,42 @@ class RemediationService:
             return self._verify(record), None
         return None, None
 
+    def _grace_bounds(self, ladder: tuple[LadderStep, ...]) -> tuple[float, float] | None:
+        """(min_grace, max_grace) of the ladder's grace step; None when it has none."""
+        step = planner.step_of(ladder, "checkpoint")
+        if step is None:
+            return None
+        top = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        floor = step.min_grace_seconds
+        return (min(DEFAULT_MIN_GRACE_SECONDS, top) if floor is None else floor), top
+
     def _checkpoint(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        step = planner.step_of(ladder, "checkpoint") or LadderStep("checkpoint")
-        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        low, high = self._grace_bounds(ladder) or (DEFAULT_MIN_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)
         started = entered_at(record, State.CHECKPOINTING)
         now = self._clock.now()
         if record.dry_run:
-            pods = self._kube.list_pods_on_node(record.node)
-            ask = plan_checkpoint(pods, started, grace, now).pending
+            plan = plan_grace(self._kube.list_pods_on_node(record.node), started, now, low, high)
             return Done(
-                f"dry run: would ask {len(ask)} workload(s) to checkpoint within {grace:.0f}s",
-                {"node": record.node, "would_ask": list(ask), "dry_run": True},
+                f"dry run: would ask {len(plan.saving)} workload(s) to checkpoint and evict "
+                f"{len(plan.evict)} within a grace of {low:.0f} to {high:.0f}s",
+                {
+                    "node": record.node,
+                    "would_ask": list(plan.saving),
+                    "would_evict": sorted(p.key for p, _ in plan.evict),
+                    "dry_run": True,
+                },
             )
-        return request_checkpoints(
-            self._kube, record.node, requested_at=started, grace_seconds=grace, now=now
+        refused = self._capacity_refused(record, ladder)
+        if refused is not None:
+            return refused
+        return give_notice(
+            self._kube,
+            self._drainer,
+            record.node,
+            started_at=started,
+            min_grace=low,
+            max_grace=high,
+            now=now,
         )
 
     def _drain(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
@@ -360,26 +421,51 @@ class RemediationService:
                 f"dry run: would evict {len(pods)} pod(s) with a {grace:.0f}s grace period",
                 {"node": record.node, "would_evict": sorted(p.key for p in pods), "dry_run": True},
             )
-        replaces = planner.step_of(ladder, "replace") is not None
-        checked = (record.id, started)
-        if replaces and record.pool and checked not in self._capacity_checked:
-            # Before the first eviction: draining a node nobody can replace only loses work.
-            capacity = check_capacity(self._provider, record.pool)
-            if isinstance(capacity, Held) and released_into_current(record):
-                # On-call released the capacity hold: wait for a spare node instead of
-                # bouncing straight back into the hold the human just lifted.
-                reason = f"{capacity.reason}; released by on-call: waiting for a spare node"
-                return Waiting(reason, CAPACITY_POLL_SECONDS, capacity.facts)
-            if not isinstance(capacity, Done):
-                return capacity
-            self._capacity_checked.add(checked)
+        refused = self._capacity_refused(record, ladder)
+        if refused is not None:
+            return refused
         return self._drainer.drain(
             record.node,
             started_at=started,
             grace_seconds=int(grace),
             timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
             on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
+            grace_for=self._rest_of_grace(record, ladder),
         )
+
+    def _capacity_refused(
+        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
+    ) -> Outcome | None:
+        """Before the first eviction (the grace step's, else the drain's): draining a node that
+        nobody can replace only loses work. Checked once per entry into that step."""
+        first = State.CHECKPOINTING if planner.step_of(ladder, "checkpoint") else State.DRAINING
+        replaces = planner.step_of(ladder, "replace") is not None
+        if record.state is not first or not replaces or not record.pool:
+            return None
+        checked = (record.id, entered_at(record, first))
+        if checked in self._capacity_checked:
+            return None
+        capacity = check_capacity(self._provider, record.pool)
+        if isinstance(capacity, Held) and released_into_current(record):
+            # On-call released the capacity hold: wait for a spare node instead of bouncing
+            # straight back into the hold the human just lifted.
+            reason = f"{capacity.reason}; released by on-call: waiting for a spare node"
+            return Waiting(reason, CAPACITY_POLL_SECONDS, capacity.facts)
+        if not isinstance(capacity, Done):
+            return capacity
+        self._capacity_checked.add(checked)
+        return None
+
+    def _rest_of_grace(
+        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
+    ) -> Callable[[Pod], int] | None:
+        """After a grace step, the drain continues each pod's clock from that step's start
+        instead of granting a second grace."""
+        bounds = self._grace_bounds(ladder)
+        if bounds is None:
+            return None
+        started, now = entered_at(record, State.CHECKPOINTING), self._clock.now()
+        return lambda pod: rest_of_clock(pod, started, now, *bounds)
 
     def _replace(self, record: RemediationRecord) -> Outcome:
         if record.pool is None:
@@ -416,7 +502,15 @@ class RemediationService:
     # -- persisting --------------------------------------------------------------------------
 
     def _stay(self, record: RemediationRecord, stay: Stay) -> None:
-        self._due[record.id] = self._clock.monotonic() + stay.retry_after
+        with self._waiting_guard:
+            for node in (record.node, record.new_node):
+                if node:
+                    self._waiting_on[node] = record.id
+            changed_meanwhile = record.id in self._woken
+        wait = 0.0 if changed_meanwhile else stay.retry_after
+        self._due[record.id] = self._clock.monotonic() + wait
+        if changed_meanwhile:
+            self.on_wake()
         try:
             if stay.note:
                 self._repo.append_event(
@@ -460,6 +554,14 @@ class RemediationService:
             self._due[record.id] = self._clock.monotonic() + planner.HUMAN_POLL_SECONDS
             return None
         self._due.pop(record.id, None)
+        log_transition(
+            record.state,
+            after,
+            action=move.action,
+            detail=move.detail,
+            seconds_in_state=max(0.0, spent),
+            actor=self.actor,
+        )
         self.on_transition(TransitionSeen(record, after, max(0.0, spent)))
         self._notify(record, after, move)
         return after

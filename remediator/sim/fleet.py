@@ -11,6 +11,7 @@ it, so that the cluster below does not depend on this description of one fleet a
 from __future__ import annotations
 
 from remediator.sim.kube.api.kobj import (
+    CHECKPOINT_HANDSHAKE,
     CHECKPOINT_SECONDS,
     GANG_LABEL,
     GPU_RESOURCE,
@@ -101,7 +102,12 @@ def _training(index: int, size: int, nodes: list[str], gpus: int) -> Workload:
     template: Obj = {
         "metadata": {
             "labels": labels,
-            "annotations": {SHUTDOWN_SECONDS: "8", CHECKPOINT_SECONDS: "5"},
+            # The trainers speak the checkpoint handshake; the other workloads do not.
+            "annotations": {
+                SHUTDOWN_SECONDS: "8",
+                CHECKPOINT_SECONDS: "5",
+                CHECKPOINT_HANDSHAKE: "true",
+            },
         },
         "spec": {
             "restartPolicy": "Never",

@@ -42,9 +42,9 @@ policies:
       - action: notify
       - action: cordon
       - action: checkpoint
-        grace: 1s
+        min_grace: 1s
+        max_grace: {drain_grace}s
       - action: drain
-        grace: {drain_grace}s
         timeout: 1m
         on_timeout: force
       - action: replace
@@ -63,7 +63,7 @@ default_cooldown: 1h
 def write_policies(
     directory: Path,
     *,
-    drain_grace: int = 2,
+    drain_grace: int = 2,  # the one grace (the checkpoint step's max_grace) the pods get
     pool_percent: int = 50,
     cluster_percent: int = 50,
     max_concurrent: int = 10,
@@ -242,9 +242,8 @@ policies:
     actions:
       - action: cordon
       - action: checkpoint
-        grace: 1s
+        max_grace: 1s
       - action: drain
-        grace: 1s
         timeout: 1m
         on_timeout: force
       - action: replace

@@ -1,9 +1,10 @@
 """Each action against the real simulator, checked through stock kubectl.
 
-The 4-node fleet: h100-train-0000/0001 run a 2-node training gang (answers checkpoint requests
-after 5 s), h100-train-0002 runs an evaluation pod that opts out of automatic replacement and
-never checkpoints, a100-infer-0000 runs three replicas of an inference Deployment (pinned to
-its pool, so the drain tests remove it first: its budget could never be met on one node).
+The 4-node fleet: h100-train-0000/0001 run a 2-node training gang (speaks the checkpoint
+handshake and answers after 5 s), h100-train-0002 runs an evaluation pod that opts out of
+automatic replacement and does not speak it, a100-infer-0000 runs three replicas of an
+inference Deployment (pinned to its pool, so the drain tests remove it first: its budget could
+never be met on one node).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -20,7 +21,13 @@ import httpx
 import pytest
 import yaml
 
-from remediator.actions.checkpoint import ANN_DONE, ANN_REQUESTED, request_checkpoints
+from remediator.actions.checkpoint import (
+    ANN_DEADLINE,
+    ANN_DONE,
+    ANN_HANDSHAKE,
+    ANN_REQUESTED,
+    give_notice,
+)
 from remediator.actions.drain import Drainer, OnTimeout, drain_until_done
 from remediator.actions.optout import check_opt_out
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
@@ -113,33 +120,63 @@ def test_opt_out_holds_until_the_pod_goes(sim: SimHandle, kube: KubeClient) -> N
     assert isinstance(check_opt_out(kube, OPT_OUT_NODE), Done)
 
 
-def test_checkpoint_answered_by_the_workload(sim: SimHandle, kube: KubeClient) -> None:
+def notice(kube: KubeClient, node: str, asked_at: datetime, now: datetime | None = None) -> Outcome:
+    """One round of the grace step with a 30 s..60 s grace."""
+    return give_notice(
+        kube,
+        Drainer(kube),
+        node,
+        started_at=asked_at,
+        min_grace=30,
+        max_grace=60,
+        now=now or utcnow(),
+    )
+
+
+def test_grace_asks_the_handshake_workload_then_evicts_it_with_the_rest_of_its_clock(
+    sim: SimHandle, kube: KubeClient
+) -> None:
     asked_at = utcnow()
-    first = request_checkpoints(kube, TRAIN, requested_at=asked_at, grace_seconds=60, now=utcnow())
+    first = notice(kube, TRAIN, asked_at)
     assert isinstance(first, Waiting) and len(first.facts["asked"]) == 1
     (pod_key,) = first.facts["asked"]
     namespace, name = pod_key.split("/")
-    stamp = get(sim, "pod", "-n", namespace, name)["metadata"]["annotations"][ANN_REQUESTED]
-    assert isinstance(
-        request_checkpoints(kube, TRAIN, requested_at=asked_at, grace_seconds=60, now=utcnow()),
-        Waiting,
-    )
+    annotations = get(sim, "pod", "-n", namespace, name)["metadata"]["annotations"]
+    stamp = annotations[ANN_REQUESTED]
+    assert ANN_HANDSHAKE in annotations and ANN_DEADLINE in annotations
+    assert isinstance(notice(kube, TRAIN, asked_at), Waiting)
     assert len(events(sim, namespace, name, "CheckpointRequested")) == 1  # asked once only
 
-    done = until_settled(
-        lambda: request_checkpoints(
-            kube, TRAIN, requested_at=asked_at, grace_seconds=60, now=utcnow()
-        ),
-        timeout=30,
-    )
+    done = until_settled(lambda: notice(kube, TRAIN, asked_at), timeout=30)
     assert isinstance(done, Done) and done.facts["answered"] == [pod_key]
-    annotations = get(sim, "pod", "-n", namespace, name)["metadata"]["annotations"]
-    assert annotations[ANN_REQUESTED] == stamp and ANN_DONE in annotations
+    (row,) = done.facts["pods"]
+    assert row["state"] == "evicted" and 1 <= row["grace_seconds"] < 60
+    pod = get(sim, "pod", "-n", namespace, name)
+    assert pod["metadata"]["annotations"][ANN_REQUESTED] == stamp
+    assert ANN_DONE in pod["metadata"]["annotations"] and pod["metadata"].get("deletionTimestamp")
+
+
+def test_a_workload_without_the_handshake_is_evicted_at_once_with_its_own_grace(
+    sim: SimHandle, kube: KubeClient
+) -> None:
+    outcome = notice(kube, OPT_OUT_NODE, utcnow())
+    assert isinstance(outcome, Done), outcome
+    assert outcome.facts["asked"] == [] and outcome.facts["pending"] == []
+    # Its own terminationGracePeriodSeconds is 120: held to the policy's max_grace of 60.
+    assert outcome.facts["pods"] == [
+        {
+            "pod": "eval/eval-longrun-0",
+            "state": "evicted",
+            "sigterm_at": outcome.facts["pods"][0]["sigterm_at"],
+            "grace_seconds": 60,
+        }
+    ]
+    assert events(sim, "eval", "eval-longrun-0", "CheckpointRequested") == []
 
 
 class _WorkloadEndsAfterList(KubeClient):
     """A real client; right after listing a node's pods, the first workload there ends (a job
-    finishing between the checkpoint step's list and its patch)."""
+    finishing between the grace step's list and its patch)."""
 
     def list_pods_on_node(self, node: str) -> list[Pod]:
         pods = super().list_pods_on_node(node)
@@ -148,30 +185,22 @@ class _WorkloadEndsAfterList(KubeClient):
         return pods
 
 
-def test_checkpoint_skips_a_workload_that_ended_meanwhile(sim: SimHandle) -> None:
+def test_grace_skips_a_workload_that_ended_meanwhile(sim: SimHandle) -> None:
     with _WorkloadEndsAfterList.from_kubeconfig(sim.kubeconfig) as racing:
-        outcome = request_checkpoints(
-            racing, OPT_OUT_NODE, requested_at=utcnow(), grace_seconds=60, now=utcnow()
-        )
+        outcome = notice(racing, TRAIN, utcnow())
     assert isinstance(outcome, Done), outcome
     assert outcome.facts["asked"] == [] and outcome.facts["pending"] == []
-    assert events(sim, "eval", "eval-longrun-0", "CheckpointRequested") == []
 
 
-def test_checkpoint_grace_runs_out(kube: KubeClient) -> None:
+def test_a_handshake_that_never_comes_ends_with_the_clock_and_no_second_grace(
+    kube: KubeClient,
+) -> None:
     asked_at = utcnow()
-    waiting = request_checkpoints(
-        kube, OPT_OUT_NODE, requested_at=asked_at, grace_seconds=1, now=asked_at
-    )
-    assert isinstance(waiting, Waiting) and waiting.retry_after <= 1
-    late = request_checkpoints(
-        kube,
-        OPT_OUT_NODE,
-        requested_at=asked_at,
-        grace_seconds=1,
-        now=asked_at + timedelta(seconds=1.5),
-    )
-    assert isinstance(late, Done) and "did not answer: eval/eval-longrun-0" in late.detail
+    waiting = notice(kube, TRAIN, asked_at, now=asked_at)
+    assert isinstance(waiting, Waiting) and waiting.retry_after <= 60
+    late = notice(kube, TRAIN, asked_at, now=asked_at + timedelta(seconds=61))
+    assert isinstance(late, Done) and "did not checkpoint within their grace" in late.detail
+    assert [row["grace_seconds"] for row in late.facts["pods"]] == [1]
 
 
 WORKLOAD = """

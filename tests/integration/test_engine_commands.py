@@ -36,9 +36,8 @@ policies:
       - action: notify
       - action: cordon
       - action: checkpoint
-        grace: 1s
+        max_grace: 1s
       - action: drain
-        grace: 1s
       - action: replace
   - name: fence-only
     description: XID 74 only fences the node.

@@ -76,7 +76,8 @@ def test_xid_79_is_remediated_end_to_end(engine: Engine) -> None:
     pod_states = [p.get("state") for d in progress for p in d.get("pods", [])]
     assert "blocked" in pod_states, progress
 
-    # Each evicted pod got its SIGTERM with the policy's grace period (the kubelet's Events).
+    # Each evicted pod got its SIGTERM within the policy's one grace (the kubelet's Events): the
+    # first at once with the whole of it, those a budget held later with the rest of the clock.
     killing = engine.sim.kubectl(
         "get",
         "events",
@@ -90,7 +91,8 @@ def test_xid_79_is_remediated_end_to_end(engine: Engine) -> None:
     sigterm = {
         line.split("|")[0]
         for line in killing.splitlines()
-        if f"grace period {DRAIN_GRACE}s" in line and "sending SIGTERM" in line
+        if "sending SIGTERM" in line
+        and 1 <= int(line.split("grace period ")[1].split("s")[0]) <= DRAIN_GRACE
     }
     assert {key.split("/")[1] for key in evictable} <= sigterm, killing
 

@@ -112,7 +112,9 @@ def test_provider_faults_are_retried_or_held_never_doubled(engine: Engine) -> No
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
     assert engine.spare(POOL) == 0 and len(operations(done)) == 1
     released = [e for e in done.events if e.action == "released"]
-    assert released[0].actor == "oncall@example.com" and released[0].to_state is State.DRAINING
+    # Held before the grace step's first eviction, and released back into it.
+    assert released[0].actor == "oncall@example.com"
+    assert released[0].to_state is State.CHECKPOINTING
 
     # Ten nodes before, ten after: every replacement replaced exactly one node.
     wait_for(lambda: len(engine.controller.kube.list_nodes()) == 10, what="ten nodes")
@@ -132,7 +134,8 @@ def test_a_60s_retry_after_schedules_the_next_attempt_a_minute_out(engine: Engin
 
     wait_for(lambda: throttled() is not None, what="the throttled request")
     record = throttled()
-    assert record is not None and record.state is State.DRAINING  # the capacity check, first
+    # The capacity check, before the grace's first eviction.
+    assert record is not None and record.state is State.CHECKPOINTING
     assert record.error and "retry after 60s" in record.error
     retrying = [e for e in record.events if e.action == "retrying"]
     assert len(retrying) == 1
@@ -142,6 +145,6 @@ def test_a_60s_retry_after_schedules_the_next_attempt_a_minute_out(engine: Engin
     for _ in range(3):
         engine.controller.advance()
     again = engine.of_node(node)
-    assert again is not None and again.state is State.DRAINING
+    assert again is not None and again.state is State.CHECKPOINTING
     assert [e.action for e in again.events].count("retrying") == 1
     assert engine.spare(POOL) == before

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from remediator.actions.checkpoint import ANN_DONE, ANN_REQUESTED, plan_checkpoint
+from remediator.actions.checkpoint import (
+    ANN_DONE,
+    ANN_HANDSHAKE,
+    ANN_REQUESTED,
+    plan_grace,
+    rest_of_clock,
+)
 from remediator.actions.drain import backoff_seconds, overdue, plan_drain
 from remediator.actions.pods import opted_out, skip_reason, workloads
 from remediator.actions.quarantine import (
@@ -20,7 +26,7 @@ from remediator.actions.quarantine import (
 )
 from remediator.actions.release import plan_release
 from remediator.actions.verify import node_problems
-from remediator.kube.objects import Node, Taint
+from remediator.kube.objects import Node, Pod, Taint
 from tests.unit.actions.builders import node, pod
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -167,30 +173,61 @@ class TestDrainPlan:
         assert dying.sigterm_at == T0
 
 
-class TestCheckpointPlan:
-    def test_asks_each_workload_once(self) -> None:
+HANDSHAKE = {ANN_HANDSHAKE: "true"}
+
+
+def own_grace(p: Pod, seconds: int | None) -> Pod:
+    return replace(p, termination_grace_seconds=seconds)
+
+
+class TestGracePlan:
+    """One clock per pod from the step's start: its own grace within [min_grace, max_grace]."""
+
+    def test_pods_without_the_handshake_get_sigterm_at_the_start_with_their_own_grace(
+        self,
+    ) -> None:
+        pods = [own_grace(pod("web"), 45), own_grace(pod("batch"), 600), pod("unset")]
+        plan = plan_grace(pods, T0, T0, 30, 120)
+        assert {p.name: g for p, g in plan.evict} == {"web": 45, "batch": 120, "unset": 30}
+        assert plan.ask == () and plan.finished
+
+    def test_the_floor_raises_a_short_grace(self) -> None:
+        plan = plan_grace([own_grace(pod("quick"), 2)], T0, T0, 10, 120)
+        assert [g for _, g in plan.evict] == [10]
+
+    def test_handshake_pods_are_asked_once_and_not_evicted_while_saving(self) -> None:
         pods = [
-            pod("new"),
-            pod("asked", annotations={ANN_REQUESTED: "x"}),
-            pod("agent", owner="DaemonSet"),
+            own_grace(pod("new", annotations=HANDSHAKE), 120),
+            own_grace(pod("asked", annotations={**HANDSHAKE, ANN_REQUESTED: "x"}), 120),
+            pod("agent", owner="DaemonSet", annotations=HANDSHAKE),
         ]
-        plan = plan_checkpoint(pods, T0, 120, T0 + timedelta(seconds=5))
+        plan = plan_grace(pods, T0, T0 + timedelta(seconds=5), 30, 120)
         assert [p.name for p in plan.ask] == ["new"]
-        assert plan.pending == ("ml/asked", "ml/new")
-        assert not plan.finished
-        assert plan.remaining_seconds == 115
+        assert plan.saving == ("ml/asked", "ml/new") and plan.evict == ()
+        assert not plan.finished and plan.next_deadline_seconds == 115
 
-    def test_finished_when_all_answered(self) -> None:
-        pods = [pod("a", annotations={ANN_REQUESTED: "x", ANN_DONE: "y"})]
-        plan = plan_checkpoint(pods, T0, 120, T0)
+    def test_an_answer_is_evicted_with_the_rest_of_the_same_clock(self) -> None:
+        done = own_grace(
+            pod("a", annotations={**HANDSHAKE, ANN_REQUESTED: "x", ANN_DONE: "y"}), 120
+        )
+        plan = plan_grace([done], T0, T0 + timedelta(seconds=40), 30, 120)
         assert plan.finished and plan.answered == ("ml/a",)
+        assert [g for _, g in plan.evict] == [80]
 
-    def test_finished_when_grace_runs_out(self) -> None:
-        plan = plan_checkpoint([pod("slow")], T0, 120, T0 + timedelta(seconds=121))
-        assert plan.finished and plan.pending == ("ml/slow",)
+    def test_a_clock_that_ran_out_evicts_with_the_api_minimum_never_a_second_grace(self) -> None:
+        slow = own_grace(pod("slow", annotations={**HANDSHAKE, ANN_REQUESTED: "x"}), 120)
+        plan = plan_grace([slow], T0, T0 + timedelta(seconds=121), 30, 120)
+        assert plan.finished and plan.expired == ("ml/slow",)
+        assert [g for _, g in plan.evict] == [1]
+
+    def test_sigterm_plus_grace_never_passes_the_end_of_the_clock(self) -> None:
+        for second in range(0, 130, 7):
+            now = T0 + timedelta(seconds=second)
+            for p in (own_grace(pod("x"), 90), own_grace(pod("y", annotations=HANDSHAKE), 90)):
+                assert second + rest_of_clock(p, T0, now, 30, 120) <= max(90, second + 1)
 
     def test_no_workloads_is_finished_at_once(self) -> None:
-        assert plan_checkpoint([pod("agent", owner="DaemonSet")], T0, 120, T0).finished
+        assert plan_grace([pod("agent", owner="DaemonSet")], T0, T0, 30, 120).finished
 
 
 class TestNodeProblems:

@@ -34,18 +34,12 @@ def test_caps_long_waits_and_fills_in_the_long_defaults() -> None:
     }
     changes = shorten_policy(policy, TIMINGS)
     assert policy["match"]["threshold"]["for"] == "20s"
-    assert policy["actions"][1] == {"action": "checkpoint", "grace": "10s"}
-    assert policy["actions"][2] == {
-        "action": "drain",
-        "timeout": "45s",
-        "on_timeout": "force",
-        "grace": "10s",
-    }
+    assert policy["actions"][1] == {"action": "checkpoint", "max_grace": "10s"}
+    assert policy["actions"][2] == {"action": "drain", "timeout": "45s", "on_timeout": "force"}
     assert policy["actions"][0] == {"action": "cordon"}
     assert changes == [
         "threshold for 2m → 20s",
-        "checkpoint grace 2m → 10s",
-        "drain grace default → 10s",
+        "checkpoint max_grace 2m → 10s",
         "drain timeout 10m → 45s",
     ]
 
@@ -82,9 +76,11 @@ def test_the_shipped_policies_become_a_valid_faster_set(tmp_path: Path) -> None:
     loaded = load_policy_dir(target)
     assert {p.name for p in loaded.policies} == {p.name for p in load_policy_dir(source).policies}
     for policy in loaded.policies:
-        for step in policy.actions:
-            grace = getattr(step, "grace", None)
-            assert grace is None or grace <= timedelta(seconds=10), policy.name
+        # The grace is the checkpoint step's when there is one, else the drain's.
+        graced = next((s for s in policy.actions if s.action == "checkpoint"), None)
+        drain = next((s for s in policy.actions if s.action == "drain"), None)
+        grace = graced.max_grace if graced else getattr(drain, "grace", None)
+        assert grace is None or grace <= timedelta(seconds=10), policy.name
     overheat = loaded.policy("gpu-overheat")
     assert overheat is not None and overheat.match.threshold is not None
     assert overheat.match.threshold.for_ == timedelta(seconds=20)

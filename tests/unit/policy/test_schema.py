@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,8 @@ def test_problems_come_in_line_order_with_readable_messages(tmp_path: Path) -> N
 def test_step_defaults() -> None:
     p = policy("p", {"kind": "xid"}, actions=[{"action": "checkpoint"}, {"action": "drain"}])
     checkpoint, drain = p.actions
-    assert checkpoint.action == "checkpoint" and checkpoint.grace.total_seconds() == 120
+    assert checkpoint.action == "checkpoint" and checkpoint.max_grace.total_seconds() == 120
+    assert checkpoint.min_grace is None and checkpoint.floor.total_seconds() == 30
     assert drain.action == "drain"
     assert (drain.grace.total_seconds(), drain.timeout.total_seconds(), drain.on_timeout) == (
         120,
@@ -94,3 +96,29 @@ def test_policy_round_trips_through_its_json_form() -> None:
     assert dumped["cooldown"] == "1h30m"
     assert dumped["match"]["threshold"]["for"] == "2m"
     assert Policy.model_validate(dumped) == p
+
+
+def test_the_grace_bounds_are_checked_and_grace_is_the_older_name_of_max_grace() -> None:
+    def checkpoint(**fields: str) -> Any:
+        actions = [{"action": "checkpoint", **fields}]
+        return policy("p", {"kind": "xid"}, actions=actions).actions[0]
+
+    assert checkpoint(grace="90s").max_grace.total_seconds() == 90
+    assert checkpoint(max_grace="10s").floor.total_seconds() == 10
+    assert checkpoint(min_grace="5s", max_grace="1m").floor.total_seconds() == 5
+    for bad in (
+        {"min_grace": "2m", "max_grace": "1m"},
+        {"min_grace": "0s"},
+        {"max_grace": "2h"},
+        {"grace": "1m", "max_grace": "1m"},
+    ):
+        with pytest.raises(ValueError):
+            checkpoint(**bad)
+
+
+def test_a_drain_after_the_grace_step_cannot_grant_a_second_grace() -> None:
+    actions = [{"action": "checkpoint"}, {"action": "drain", "grace": "2m"}]
+    with pytest.raises(ValueError, match="continues its grace"):
+        policy("p", {"kind": "xid"}, actions=actions)
+    alone = policy("q", {"kind": "xid"}, actions=[{"action": "drain", "grace": "2m"}])
+    assert alone.actions[0].grace.total_seconds() == 120

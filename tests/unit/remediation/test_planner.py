@@ -44,7 +44,7 @@ def at(state: State, ladder: tuple[LadderStep, ...] = FULL, **kw: object) -> Sit
 
 def test_ladder_round_trips_through_json() -> None:
     raw = [step.to_json() for step in FULL]
-    assert raw[2] == {"action": "checkpoint", "grace_seconds": 30.0}
+    assert raw[2] == {"action": "checkpoint", "grace_seconds": 30.0, "min_grace_seconds": 30.0}
     assert raw[3]["on_timeout"] == "hold" and raw[3]["timeout_seconds"] == 120.0
     assert parse_ladder(raw) == FULL
 
