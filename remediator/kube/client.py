@@ -319,7 +319,7 @@ class KubeClient:
         try:
             yield from _watch_events(stream.stream(decode_content=True), what)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransientError(f"{what}: stream broke: {type(exc).__name__}: {exc}") from exc
+            raise connection_error(exc, f"{what}: stream broke") from exc
         finally:
             stream.release_conn()
 
