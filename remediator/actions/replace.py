@@ -19,6 +19,7 @@ POLL_SECONDS = 2.0
 
 def _facts(op: Operation) -> dict[str, str | None]:
     return {
+        **op.detail,
         "operation_id": op.id,
         "pool": op.pool,
         "node": op.node,

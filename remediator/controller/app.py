@@ -37,7 +37,7 @@ from remediator.policy.budget import HoldCause
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
-from remediator.providers.http import HttpNodePoolProvider
+from remediator.providers.select import PoolProviders
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
@@ -155,7 +155,7 @@ class Controller:
         self.lease_kube.set_user_agent(f"remediator/{__version__} ({self.identity})")
         self.kube_limiter = TokenBucket(api.qps, api.burst)
         self.kube = self.lease_kube.guarded(limiter=self.kube_limiter, may_write=self.is_leader)
-        self.provider = provider or HttpNodePoolProvider.from_settings(settings.provider)
+        self.provider = provider or PoolProviders.from_settings(settings, self.kube)
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
         self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
