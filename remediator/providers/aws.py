@@ -127,6 +127,7 @@ class Progress:
     requested_at: datetime
     old_gone: bool
     new_instance: str | None
+    launched_at: datetime | None  # the new instance's launch: its node is timed from there
     new_node: Node | None
     failed_launch: str | None  # the group's latest failed launch since the request
     now: datetime
@@ -144,11 +145,13 @@ def judge(p: Progress) -> Operation:
     base = {**base, "detail": facts}
     if p.new_node is not None and p.new_node.ready:
         return Operation(**base, state=OperationState.SUCCEEDED, new_node=p.new_node.name)
-    waited = (p.now - p.requested_at).total_seconds()
     if p.new_instance is None and p.failed_launch is not None:
         return Operation(
             **base, state=OperationState.FAILED, error=f"launch failed: {p.failed_launch}"
         )
+    if not p.old_gone and p.new_instance is None:
+        return Operation(**base, state=OperationState.PENDING)
+    waited = (p.now - (p.launched_at or p.requested_at)).total_seconds()
     if waited > p.launch_timeout:
         if p.new_instance is None:
             error = f"no instance launched to replace {detail} within {p.launch_timeout:.0f}s"
@@ -158,8 +161,6 @@ def judge(p: Progress) -> Operation:
                 f"new instance {p.new_instance} ({where}) not Ready within {p.launch_timeout:.0f}s"
             )
         return Operation(**base, state=OperationState.FAILED, error=f"launch_timeout: {error}")
-    if not p.old_gone and p.new_instance is None:
-        return Operation(**base, state=OperationState.PENDING)
     return Operation(
         **base,
         state=OperationState.PROVISIONING,
@@ -193,7 +194,7 @@ class AwsAutoScalingProvider:
             region_name=settings.region,
             connect_timeout=min(settings.timeout_seconds, 5.0),
             read_timeout=settings.timeout_seconds,
-            retries={"max_attempts": settings.max_retries + 1, "mode": "standard"},
+            retries={"total_max_attempts": settings.max_retries + 1, "mode": "standard"},
         )
         keys = settings.test_credentials
         session = boto3.session.Session(
@@ -228,40 +229,26 @@ class AwsAutoScalingProvider:
     ) -> Operation:
         tagged = self._instances([{"Name": f"tag:{KEY_TAG}", "Values": [idempotency_key]}])
         if tagged:
-            tags = _tags(tagged[0])
-            group, old = tags.get(GROUP_TAG, self.group_of(pool)), str(tagged[0]["InstanceId"])
+            old = str(tagged[0]["InstanceId"])
+            group = _tags(tagged[0]).get(GROUP_TAG, self.group_of(pool))
+            membership = self._membership(old)
         else:
-            group, old = self._start(pool, node, idempotency_key)
-        return self.get_operation(f"{group}/{old}")
-
-    def _start(self, pool: str, node: str, key: str) -> tuple[str, str]:
-        _, old = parse_provider_id(self._kube.get_node(node).provider_id)
-        found = self._aws(
-            f"describe instance {old}",
-            self._asg.describe_auto_scaling_instances,
-            InstanceIds=[old],
-        )["AutoScalingInstances"]
-        if not found:
-            raise PermanentError(f"instance {old} of node {node} is in no Auto Scaling group")
-        group = str(found[0]["AutoScalingGroupName"])
-        expected = self._groups.get(pool)
-        if expected is not None and group != expected:
-            raise PermanentError(
-                f"instance {old} of node {node} is in group {group}, not {expected} of pool {pool}"
-            )
-        requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
-        # Recorded before acting: after a crash the tag is how the same request is found again.
-        self._aws(
-            f"tag instance {old}",
-            self._ec2.create_tags,
-            Resources=[old],
-            Tags=[
-                {"Key": KEY_TAG, "Value": key},
-                {"Key": GROUP_TAG, "Value": group},
-                {"Key": REQUESTED_TAG, "Value": requested},
-            ],
-        )
-        if not str(found[0].get("LifecycleState", "")).startswith(LEAVING_LIFECYCLE):
+            _, old = parse_provider_id(self._kube.get_node(node).provider_id)
+            membership = self._membership(old)
+            if membership is None:
+                raise PermanentError(f"instance {old} of node {node} is in no Auto Scaling group")
+            group = str(membership["AutoScalingGroupName"])
+            expected = self._groups.get(pool)
+            if expected is not None and group != expected:
+                raise PermanentError(
+                    f"instance {old} of node {node} is in group {group}, "
+                    f"not {expected} of pool {pool}"
+                )
+            self._record(old, group, idempotency_key)
+        # The instance's own state decides, so a retry after a failed or lost call terminates
+        # it exactly when no earlier call did.
+        lifecycle = str((membership or {}).get("LifecycleState", "Terminated"))
+        if not lifecycle.startswith(LEAVING_LIFECYCLE):
             self._aws(
                 f"terminate {old} in {group}",
                 self._asg.terminate_instance_in_auto_scaling_group,
@@ -269,7 +256,29 @@ class AwsAutoScalingProvider:
                 InstanceId=old,
                 ShouldDecrementDesiredCapacity=False,
             )
-        return group, old
+        return self.get_operation(f"{group}/{old}")
+
+    def _membership(self, instance: str) -> dict[str, Any] | None:
+        found = self._aws(
+            f"describe instance {instance}",
+            self._asg.describe_auto_scaling_instances,
+            InstanceIds=[instance],
+        )["AutoScalingInstances"]
+        return dict(found[0]) if found else None
+
+    def _record(self, instance: str, group: str, key: str) -> None:
+        """Tags written before acting: after a crash they are how the request is found again."""
+        requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
+        self._aws(
+            f"tag instance {instance}",
+            self._ec2.create_tags,
+            Resources=[instance],
+            Tags=[
+                {"Key": KEY_TAG, "Value": key},
+                {"Key": GROUP_TAG, "Value": group},
+                {"Key": REQUESTED_TAG, "Value": requested},
+            ],
+        )
 
     def get_operation(self, op_id: str) -> Operation:
         group, sep, old = op_id.rpartition("/")
@@ -292,7 +301,8 @@ class AwsAutoScalingProvider:
             ("InService", "Pending")
         )
         launched, failed = self._launches(group, requested_at)
-        new_instance = self._claim(old, group, requested_at, launched, members)
+        chosen = self._claim(old, group, requested_at, launched, members)
+        new_instance = chosen.instance_id if chosen else None
         new_node = self._node_of(new_instance) if new_instance else None
         return judge(
             Progress(
@@ -301,6 +311,7 @@ class AwsAutoScalingProvider:
                 requested_at=requested_at,
                 old_gone=old_gone or old not in members,
                 new_instance=new_instance,
+                launched_at=chosen.launched_at if chosen else None,
                 new_node=new_node,
                 failed_launch=failed,
                 now=self._now(),
@@ -381,7 +392,7 @@ class AwsAutoScalingProvider:
         requested_at: datetime,
         launched: list[Candidate],
         members: Mapping[str, str],
-    ) -> str | None:
+    ) -> Candidate | None:
         """The replacement instance, tagged as ours the first time it is chosen."""
         ids = sorted({*members, *(c.instance_id for c in launched)} - {old})
         described = self._instances(instance_ids=ids) if ids else []
@@ -404,7 +415,7 @@ class AwsAutoScalingProvider:
                 Resources=[chosen.instance_id],
                 Tags=[{"Key": REPLACES_TAG, "Value": old}],
             )
-        return chosen.instance_id
+        return chosen
 
     def _node_of(self, instance: str) -> Node | None:
         for node in self._kube.list_nodes():
