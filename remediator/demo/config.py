@@ -26,6 +26,7 @@ class ControllerInputs:
     port: int
     operator_token: str
     prometheus_url: str | None = None
+    provider: dict[str, Any] | None = None  # the simulator's own `provider` object, if any
 
 
 def controller_settings(inputs: ControllerInputs) -> dict[str, Any]:
@@ -37,7 +38,10 @@ def controller_settings(inputs: ControllerInputs) -> dict[str, Any]:
         "prometheus_url": inputs.prometheus_url,
         "policies_dir": str(inputs.policies_dir),
         "database_url": f"sqlite:///{inputs.database_path}",
-        "provider": {"type": "http", "url": inputs.nodepool_url, "timeout_seconds": 5.0},
+        "provider": {
+            **(inputs.provider or {"type": "http", "url": inputs.nodepool_url}),
+            "timeout_seconds": 5.0,
+        },
         "web": {
             "listen": f"{inputs.host}:{inputs.port}",
             "operator_tokens": [inputs.operator_token],
