@@ -525,6 +525,18 @@ def test_helm_runbook_base_url_is_a_value() -> None:
         assert "//" not in rule["annotations"]["runbook_url"].removeprefix("https://")
 
 
+def test_helm_cloud_identity_annotates_the_service_account() -> None:
+    """IRSA / Workload Identity: the SDKs find the cloud role through the pod's account."""
+    role = "arn:aws:iam::123456789012:role/remediator"
+    account = only(
+        helm_template(
+            "--set-string", f"serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={role}"
+        ),
+        "ServiceAccount",
+    )
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
+
+
 def test_helm_private_policy_repo_credentials_reach_git_sync_only() -> None:
     deployment = only(
         helm_template("--set", "policies.git.credentialsSecret=policy-repo"), "Deployment"
