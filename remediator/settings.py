@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    Tag,
+    ValidationError,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from remediator.errors import RemediatorError
@@ -52,9 +60,30 @@ class AwsProviderSettings(BaseModel):
     test_credentials: StaticAwsCredentials | None = None
 
 
+class ClusterApiProviderSettings(BaseModel):
+    """Cluster API Machines, through the controller's own Kubernetes credentials."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["clusterapi"]
+    # pool → "NAMESPACE/NAME" of its MachineDeployment (spare capacity from its maxSurge);
+    # a pool not listed is the MachineDeployment of the same name, in any namespace.
+    deployments: dict[str, str] = Field(default_factory=dict)
+    launch_timeout_seconds: float = Field(default=900.0, gt=0)
+
+
+def _provider_type(value: Any) -> str:
+    """`type` picks the model; without one it is the HTTP contract, as before there were others."""
+    if isinstance(value, dict):
+        return str(value.get("type", "http"))
+    return str(getattr(value, "type", "http"))
+
+
 AnyProviderSettings = Annotated[
-    ProviderSettings | AwsProviderSettings,
-    Field(discriminator="type"),
+    Annotated[ProviderSettings, Tag("http")]
+    | Annotated[AwsProviderSettings, Tag("aws")]
+    | Annotated[ClusterApiProviderSettings, Tag("clusterapi")],
+    Discriminator(_provider_type),
 ]
 
 

@@ -12,7 +12,12 @@ from datetime import datetime
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.errors import PermanentError
-from remediator.providers.base import CapacityExhausted, NodePoolProvider, Operation, OperationState
+from remediator.providers.base import (
+    NodePoolProvider,
+    Operation,
+    OperationState,
+    ReplacementHeld,
+)
 
 POLL_SECONDS = 2.0
 
@@ -78,7 +83,7 @@ def replace_node(
             op = provider.request_replacement(pool, node, idempotency_key, reason)
         else:
             op = provider.get_operation(operation_id)
-    except CapacityExhausted as exc:
+    except ReplacementHeld as exc:
         return Held(str(exc), {"pool": pool, "node": node})
     except PermanentError as exc:
         return Failed(f"replacement of {node}: {exc}", {"pool": pool, "node": node})

@@ -19,7 +19,7 @@ Operation ids are `<group>/<old instance id>`. Credentials come only from boto3'
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +33,7 @@ from remediator.errors import NotFoundError, PermanentError, RemediatorError, Tr
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
 from remediator.providers.base import CapacityExhausted, Operation, OperationState
+from remediator.providers.replacement import Candidate, choose_replacement
 from remediator.settings import AwsProviderSettings
 
 KEY_TAG = "remediator.io/remediation-key"
@@ -95,27 +96,6 @@ def _tags(instance: Mapping[str, Any]) -> dict[str, str]:
 
 def _aware(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """An instance the group launched, as far as the replacement's choice needs it."""
-
-    instance_id: str
-    launched_at: datetime
-    claimed_for: str | None  # the old instance it already replaces, if any
-
-
-def choose_replacement(
-    old: str, requested_at: datetime, candidates: Sequence[Candidate]
-) -> Candidate | None:
-    """The instance that replaces `old`: the one already claimed for it, else the earliest
-    unclaimed launch at or after the request."""
-    mine = [c for c in candidates if c.claimed_for == old]
-    if mine:
-        return mine[0]
-    free = [c for c in candidates if c.claimed_for is None and c.launched_at >= requested_at]
-    return min(free, key=lambda c: (c.launched_at, c.instance_id), default=None)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,11 @@ class Operation:
         return self.state in (OperationState.SUCCEEDED, OperationState.FAILED)
 
 
-class CapacityExhausted(PermanentError):
+class ReplacementHeld(PermanentError):
+    """The platform says not now (an opt-out, a pause, no capacity): hold with the reason."""
+
+
+class CapacityExhausted(ReplacementHeld):
     """The pool has no spare node to give: replacing would only remove capacity."""
 
     def __init__(self, pool: str, message: str = "") -> None:

@@ -9,7 +9,12 @@ from collections.abc import Mapping
 
 from remediator.kube.client import KubeClient
 from remediator.providers.base import NodePoolProvider, Operation
-from remediator.settings import AnyProviderSettings, AwsProviderSettings, Settings
+from remediator.settings import (
+    AnyProviderSettings,
+    AwsProviderSettings,
+    ClusterApiProviderSettings,
+    Settings,
+)
 
 SEPARATOR = "::"
 
@@ -20,6 +25,10 @@ def build_provider(settings: AnyProviderSettings, kube: KubeClient) -> NodePoolP
         from remediator.providers.aws import AwsAutoScalingProvider
 
         return AwsAutoScalingProvider.from_settings(settings, kube)
+    if isinstance(settings, ClusterApiProviderSettings):
+        from remediator.providers.clusterapi import ClusterApiProvider
+
+        return ClusterApiProvider.from_settings(settings, kube)
     from remediator.providers.http import HttpNodePoolProvider
 
     return HttpNodePoolProvider.from_settings(settings)

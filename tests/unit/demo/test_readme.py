@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import UnionType
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -20,7 +20,10 @@ def _models(kind: Any) -> list[type[BaseModel]]:
     """The models a field holds: itself, or every member of a union of models (`provider`)."""
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return [kind]
-    members = get_args(kind) if get_origin(kind) in (Union, UnionType) else ()
+    members = tuple(
+        get_args(m)[0] if get_origin(m) is Annotated else m
+        for m in (get_args(kind) if get_origin(kind) in (Union, UnionType) else ())
+    )
     if members and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
         return list(members)
     return []

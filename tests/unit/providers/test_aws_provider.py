@@ -20,14 +20,13 @@ from remediator.errors import NotFoundError, PermanentError, TransientError
 from remediator.kube.objects import Node, NodeCondition
 from remediator.providers.aws import (
     AwsAutoScalingProvider,
-    Candidate,
     Progress,
-    choose_replacement,
     judge,
     parse_provider_id,
     wrap_client_error,
 )
 from remediator.providers.base import CapacityExhausted, OperationState
+from remediator.providers.replacement import Candidate, choose_replacement
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
