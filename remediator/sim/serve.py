@@ -214,6 +214,11 @@ def serve(options: ServeOptions) -> int:
             urls["aws_url"] = url_of(socks["aws_url"])
             apps["aws_url"] = aws.app
             provider = aws.provider(urls["aws_url"])
+        elif options.cloud == "clusterapi":
+            from remediator.sim.cloud.clusterapi import provider_setting, start_clusterapi
+
+            start_clusterapi(cluster, options.provision_delay)
+            provider = provider_setting()
         for key, sock in socks.items():
             servers.start(apps[key], sock)
         write_atomically(options.kubeconfig, yaml.safe_dump(kubeconfig(urls["kube_url"], token)))

@@ -151,3 +151,48 @@ def test_aws_replaces_an_off_the_bus_node_with_one_new_instance_and_survives_its
         assert instance_count(sim) == before + 2
     finally:
         controller.stop()
+
+
+# -- Cluster API -----------------------------------------------------------------------------
+
+
+def machines(sim: SimHandle) -> list[dict[str, Any]]:
+    listing = json.loads(sim.kubectl("get", "machines", "-A", "-o", "json"))
+    return list(listing["items"])
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_clusterapi_replaces_the_machine_and_holds_a_paused_one(
+    sim_factory: Callable[..., SimHandle],
+    migrated_database_url: str,
+    remediations: Remediations,
+    tmp_path: Path,
+) -> None:
+    sim = sim_factory(nodes=5, provision_delay=0.5, cloud="clusterapi")
+    assert sim.provider == {"type": "clusterapi"}
+    before = {m["metadata"]["name"] for m in machines(sim)}
+    # A paused Machine: Cluster API would not replace it, so the remediation holds.
+    sim.kubectl(
+        "annotate", "machine", "-n", "default", "h100-train-0001", "cluster.x-k8s.io/paused="
+    )
+    config = with_provider(
+        write_process_config(tmp_path, sim, migrated_database_url), launch_timeout_seconds=30
+    )
+    controller = ControllerProcess(tmp_path, config, "controller").wait_ready()
+    try:
+        break_node(sim, "h100-train-0000")
+        done = remediations.wait(
+            "h100-train-0000", lambda r: r.state is State.SUCCEEDED, controller
+        )
+        after = {m["metadata"]["name"] for m in machines(sim)}
+        assert before - after == {"h100-train-0000"}
+        assert after - before == {done.new_node}  # exactly one new Machine, and it is the node
+        details = [e.detail for e in done.events if "new_machine" in e.detail]
+        assert details and details[-1]["old_machine"] == "h100-train-0000"
+
+        break_node(sim, "h100-train-0001")
+        held = remediations.wait("h100-train-0001", lambda r: r.state is State.HELD, controller)
+        assert "paused" in (held.hold_reason or ""), held.hold_reason
+        assert {m["metadata"]["name"] for m in machines(sim)} == after
+    finally:
+        controller.stop()

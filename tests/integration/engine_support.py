@@ -255,7 +255,9 @@ def provider_setting(sim: SimHandle) -> dict[str, Any]:
     """The simulator's own `provider:` object, with short timeouts for the tests."""
     if sim.cloud == "http":
         return {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 2}
-    return {**sim.provider, "timeout_seconds": 2.0, "max_retries": 2}
+    if sim.cloud == "aws":
+        return {**sim.provider, "timeout_seconds": 2.0, "max_retries": 2}
+    return dict(sim.provider)
 
 
 def write_process_config(
