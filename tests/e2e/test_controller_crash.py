@@ -12,6 +12,7 @@ different step."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 from collections.abc import Callable
@@ -55,7 +56,12 @@ def launched_instances(sim: SimHandle) -> int:
 
 @pytest.mark.parametrize(
     ("migrated_database_url", "cloud", "runs"),
-    [("sqlite", "http", 20), ("postgresql", "http", 20), ("sqlite", "aws", 5)],
+    [
+        ("sqlite", "http", 20),
+        ("postgresql", "http", 20),
+        ("sqlite", "aws", 5),
+        ("sqlite", "clusterapi", 5),
+    ],
     indirect=["migrated_database_url"],
 )
 def test_sigkill_at_random_points_never_doubles_or_strands(
@@ -129,6 +135,15 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
     # Exactly one replacement per node: the pool gave out runs spares, the fleet kept its size.
     if cloud == "aws":
         assert launched_instances(sim) == launched_before + runs
+    elif cloud == "clusterapi":
+        listing = json.loads(sim.kubectl("get", "machines", "-A", "-o", "json"))["items"]
+        assert len(listing) == FLEET
+        claimed = [
+            m["metadata"]["annotations"]["remediator.io/replaces"]
+            for m in listing
+            if "remediator.io/replaces" in (m["metadata"].get("annotations") or {})
+        ]
+        assert sorted(claimed) == broken
     else:
         capacity = pools.get(f"/v1/pools/{POOL}/capacity").json()["spare_capacity"]
         assert capacity == spare - runs
