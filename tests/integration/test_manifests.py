@@ -537,6 +537,26 @@ def test_helm_cloud_identity_annotates_the_service_account() -> None:
     assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
 
 
+CAPI_GRANTS = {
+    *(("cluster.x-k8s.io", "machines", v) for v in ("get", "list", "watch", "patch", "delete")),
+    *(("cluster.x-k8s.io", "machinesets", v) for v in ("get", "list", "watch", "patch")),
+    *(("cluster.x-k8s.io", "machinedeployments", v) for v in ("get", "list", "watch")),
+}
+
+
+def test_cluster_api_rules_only_when_asked_and_the_same_both_ways(tmp_path: Path) -> None:
+    helm_role = only(helm_template("--set", "clusterApi.rbac=true"), "ClusterRole")
+    assert grants(helm_role) == CLUSTER_GRANTS | CAPI_GRANTS
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "overlays" / "prod", tmp_path)],
+        "components": [os.path.relpath(DEPLOY / "components" / "clusterapi", tmp_path)],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    assert grants(only(kustomize(tmp_path), "ClusterRole")) == CLUSTER_GRANTS | CAPI_GRANTS
+
+
 def test_helm_private_policy_repo_credentials_reach_git_sync_only() -> None:
     deployment = only(
         helm_template("--set", "policies.git.credentialsSecret=policy-repo"), "Deployment"
