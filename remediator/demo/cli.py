@@ -92,7 +92,8 @@ def register(subparsers: Any) -> None:
         "--cloud",
         choices=CLOUDS,
         default="http",
-        help="whose API replaces nodes: the generic node-pool contract (default) or AWS (moto)",
+        help="whose API replaces nodes: the generic node-pool contract (default), AWS (moto) "
+        "or Cluster API",
     )
     parser.set_defaults(func=_demo)
 
