@@ -72,6 +72,22 @@ class ClusterApiProviderSettings(BaseModel):
     launch_timeout_seconds: float = Field(default=900.0, gt=0)
 
 
+class GceProviderSettings(BaseModel):
+    """Compute Engine managed instance groups (GKE node pools). Credentials: Application Default
+    Credentials (Workload Identity); `anonymous` and `api_endpoint` are for the simulator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["gce"]
+    project: str
+    # pool → "ZONE/GROUP" of its managed instance group.
+    groups: dict[str, str] = Field(default_factory=dict)
+    api_endpoint: str | None = None
+    anonymous: bool = False
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    launch_timeout_seconds: float = Field(default=900.0, gt=0)
+
+
 def _provider_type(value: Any) -> str:
     """`type` picks the model; without one it is the HTTP contract, as before there were others."""
     if isinstance(value, dict):
@@ -82,7 +98,8 @@ def _provider_type(value: Any) -> str:
 AnyProviderSettings = Annotated[
     Annotated[ProviderSettings, Tag("http")]
     | Annotated[AwsProviderSettings, Tag("aws")]
-    | Annotated[ClusterApiProviderSettings, Tag("clusterapi")],
+    | Annotated[ClusterApiProviderSettings, Tag("clusterapi")]
+    | Annotated[GceProviderSettings, Tag("gce")],
     Discriminator(_provider_type),
 ]
 

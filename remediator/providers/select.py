@@ -13,6 +13,7 @@ from remediator.settings import (
     AnyProviderSettings,
     AwsProviderSettings,
     ClusterApiProviderSettings,
+    GceProviderSettings,
     Settings,
 )
 
@@ -29,6 +30,10 @@ def build_provider(settings: AnyProviderSettings, kube: KubeClient) -> NodePoolP
         from remediator.providers.clusterapi import ClusterApiProvider
 
         return ClusterApiProvider.from_settings(settings, kube)
+    if isinstance(settings, GceProviderSettings):
+        from remediator.providers.gce import GceProvider
+
+        return GceProvider.from_settings(settings, kube)
     from remediator.providers.http import HttpNodePoolProvider
 
     return HttpNodePoolProvider.from_settings(settings)

@@ -10,7 +10,7 @@ from typing import Any
 from remediator.sim.faults import inject as inject_module
 from remediator.sim.serve import ServeOptions, serve
 
-CLOUDS = ("http", "aws", "clusterapi")
+CLOUDS = ("http", "aws", "clusterapi", "gce")
 
 
 def register(subparsers: Any) -> None:

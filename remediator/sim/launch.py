@@ -38,6 +38,7 @@ class SimHandle:
         # The controller's `provider:` setting for this simulator's cloud, as it stands.
         self.provider: dict[str, Any] = dict(ready.get("provider") or {})
         self.aws_url = ready.get("aws_url")
+        self.gce_url = ready.get("gce_url")
         self.kubeconfig = workdir / "kubeconfig"
         self.log_path = workdir / "sim.log"
 

@@ -219,6 +219,14 @@ def serve(options: ServeOptions) -> int:
 
             start_clusterapi(cluster, options.provision_delay)
             provider = provider_setting()
+        elif options.cloud == "gce":
+            from remediator.sim.cloud.gce import start_gce
+
+            gce = start_gce(cluster, options.provision_delay)
+            socks["gce_url"] = bind(options.host, 0)
+            urls["gce_url"] = url_of(socks["gce_url"])
+            apps["gce_url"] = gce.app
+            provider = gce.provider(urls["gce_url"])
         for key, sock in socks.items():
             servers.start(apps[key], sock)
         write_atomically(options.kubeconfig, yaml.safe_dump(kubeconfig(urls["kube_url"], token)))

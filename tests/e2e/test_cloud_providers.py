@@ -196,3 +196,58 @@ def test_clusterapi_replaces_the_machine_and_holds_a_paused_one(
         assert {m["metadata"]["name"] for m in machines(sim)} == after
     finally:
         controller.stop()
+
+
+# -- Compute Engine --------------------------------------------------------------------------
+
+
+def gce_fault(sim: SimHandle, fault: dict[str, Any]) -> None:
+    response = httpx.post(f"{sim.gce_url}/_sim/faults", json=fault, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def node_uid(sim: SimHandle, name: str) -> str:
+    return sim.kubectl("get", "node", name, "-o", "jsonpath={.metadata.uid}")
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_gce_recreates_the_instance_once_and_survives_its_faults(
+    sim_factory: Callable[..., SimHandle],
+    migrated_database_url: str,
+    remediations: Remediations,
+    tmp_path: Path,
+) -> None:
+    sim = sim_factory(nodes=5, provision_delay=0.5, cloud="gce")
+    assert sim.provider["type"] == "gce" and sim.provider["anonymous"] is True
+    names = sim.kubectl("get", "nodes", "-o", "name").split()
+    old_uid = node_uid(sim, "h100-train-0000")
+    config = with_provider(
+        write_process_config(tmp_path, sim, migrated_database_url), launch_timeout_seconds=8
+    )
+    controller = ControllerProcess(tmp_path, config, "controller").wait_ready()
+    try:
+        # Throttled (429 rateLimitExceeded): retried later; the requestId keeps it one recreate.
+        gce_fault(sim, {"type": "throttle", "count": 2})
+        break_node(sim, "h100-train-0000")
+        done = remediations.wait(
+            "h100-train-0000", lambda r: r.state is State.SUCCEEDED, controller
+        )
+        assert done.new_node == "h100-train-0000"  # recreated under its own name
+        assert node_uid(sim, "h100-train-0000") != old_uid
+        assert sim.kubectl("get", "nodes", "-o", "name").split() == names
+        details = [e.detail for e in done.events if "operation" in e.detail]
+        assert details and details[-1]["instance_group"].endswith("/h100-train")
+
+        # The zone has no capacity: failed with GCE's code, nothing else recreated.
+        gce_fault(sim, {"type": "capacity", "count": 1})
+        break_node(sim, "h100-train-0001")
+        failed = remediations.wait("h100-train-0001", lambda r: r.state is State.FAILED, controller)
+        assert "ZONE_RESOURCE_POOL_EXHAUSTED" in (failed.error or ""), failed.error
+
+        # The new VM's node never turns Ready: failed at the launch timeout with the reason.
+        gce_fault(sim, {"type": "never_ready", "count": 1})
+        break_node(sim, "a100-infer-0000")
+        stuck = remediations.wait("a100-infer-0000", lambda r: r.state is State.FAILED, controller)
+        assert "launch_timeout" in (stuck.error or ""), stuck.error
+    finally:
+        controller.stop()

@@ -257,6 +257,8 @@ def provider_setting(sim: SimHandle) -> dict[str, Any]:
         return {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 2}
     if sim.cloud == "aws":
         return {**sim.provider, "timeout_seconds": 2.0, "max_retries": 2}
+    if sim.cloud == "gce":
+        return {**sim.provider, "timeout_seconds": 2.0}
     return dict(sim.provider)
 
 
