@@ -61,6 +61,7 @@ def launched_instances(sim: SimHandle) -> int:
         ("postgresql", "http", 20),
         ("sqlite", "aws", 5),
         ("sqlite", "clusterapi", 5),
+        ("sqlite", "gce", 5),
     ],
     indirect=["migrated_database_url"],
 )
@@ -144,12 +145,21 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
             if "remediator.io/replaces" in (m["metadata"].get("annotations") or {})
         ]
         assert sorted(claimed) == broken
+    elif cloud == "gce":
+        # Recreated under their own names: one recreateInstances operation per node.
+        assert {r.new_node for r in found} == set(broken)
+        project, zone = sim.provider["project"], next(iter(sim.provider["groups"].values()))
+        listing = httpx.get(
+            f"{sim.gce_url}/compute/v1/projects/{project}/zones/{zone.split('/')[0]}/operations"
+        ).json()["items"]
+        assert len(listing) == runs
     else:
         capacity = pools.get(f"/v1/pools/{POOL}/capacity").json()["spare_capacity"]
         assert capacity == spare - runs
     nodes = sim.kubectl("get", "nodes", "-o", "name").split()
     assert len(nodes) == FLEET
-    assert not {f"node/{n}" for n in broken} & set(nodes)
+    if cloud != "gce":
+        assert not {f"node/{n}" for n in broken} & set(nodes)
     assert {f"node/{r.new_node}" for r in found} <= set(nodes)
 
     # Nothing left fenced by us: no open remediation remains, so no node may carry our marks.

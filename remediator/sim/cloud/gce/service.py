@@ -274,6 +274,18 @@ def build_gce_app(gce: SimGce) -> Starlette:
             return missing(f"projects/{PROJECT}/zones/{ZONE}/operations/{name}")
         return throttled() or JSONResponse(op)
 
+    async def list_operations(request: Request) -> Response:
+        with gce._lock:
+            items = list(gce.ops.values())
+        return throttled() or JSONResponse(
+            {
+                "kind": "compute#operationList",
+                "id": f"projects/{PROJECT}/zones/{ZONE}/operations",
+                "items": items,
+                "selfLink": f"{zone_url(ZONE)}/operations",
+            }
+        )
+
     async def faults(request: Request) -> Response:
         body = await request.json()
         kind, count = body.get("type"), int(body.get("count", 1))
@@ -296,6 +308,7 @@ def build_gce_app(gce: SimGce) -> Starlette:
                 recreate,
                 methods=["POST"],
             ),
+            Route(f"{prefix}/operations", list_operations, methods=["GET"]),
             Route(f"{prefix}/operations/{{op}}", get_operation, methods=["GET"]),
             Route(f"{prefix}/operations/{{op}}/wait", get_operation, methods=["POST"]),
             Route("/_sim/faults", faults, methods=["POST"]),
