@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
         choices=CLOUDS,
         default="http",
         help="whose API replaces nodes: the generic node-pool contract (default), AWS (moto) "
-        "or Cluster API",
+        "Cluster API or Compute Engine",
     )
     parser.set_defaults(func=_demo)
 

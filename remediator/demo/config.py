@@ -33,7 +33,7 @@ def demo_provider(inputs: ControllerInputs) -> dict[str, Any]:
     """The simulator's own provider object (the HTTP contract when it names none); the providers
     that call a remote API get the demo's shorter timeout."""
     provider = dict(inputs.provider or {"type": "http", "url": inputs.nodepool_url})
-    if provider.get("type", "http") in ("http", "aws"):
+    if provider.get("type", "http") in ("http", "aws", "gce"):
         provider["timeout_seconds"] = 5.0
     return provider
 

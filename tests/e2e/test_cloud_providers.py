@@ -4,7 +4,9 @@ to a finished remediation with exactly one new machine — and the provider's fa
 in its documented state.
 
 AWS: moto serves EC2 and Auto Scaling; the simulator's nodes are the groups' instances and the
-group's launches join the cluster as new Nodes."""
+group's launches join the cluster as new Nodes. Cluster API: the simulated API server serves the
+Machine CRDs and runs a MachineSet controller. GCE: the simulator serves the Compute Engine REST
+subset the official client calls."""
 
 from __future__ import annotations
 
@@ -237,6 +239,8 @@ def test_gce_recreates_the_instance_once_and_survives_its_faults(
         assert sim.kubectl("get", "nodes", "-o", "name").split() == names
         details = [e.detail for e in done.events if "operation" in e.detail]
         assert details and details[-1]["instance_group"].endswith("/h100-train")
+        retried = [e.detail for e in done.events if e.action == "retrying"]
+        assert any("429" in str(d) for d in retried), [e.action for e in done.events]
 
         # The zone has no capacity: failed with GCE's code, nothing else recreated.
         gce_fault(sim, {"type": "capacity", "count": 1})

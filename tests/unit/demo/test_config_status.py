@@ -19,6 +19,7 @@ from remediator.demo.status import fetch_all, summarize
 from remediator.settings import (
     AwsProviderSettings,
     ClusterApiProviderSettings,
+    GceProviderSettings,
     Settings,
     load_settings,
 )
@@ -61,6 +62,15 @@ def test_controller_settings_round_trip_through_the_real_loader(tmp_path: Path) 
                 "test_credentials": {"access_key_id": "testing", "secret_access_key": "testing"},
             },
             AwsProviderSettings,
+        ),
+        (
+            {
+                "type": "gce",
+                "project": "p",
+                "api_endpoint": "http://127.0.0.1:1",
+                "anonymous": True,
+            },
+            GceProviderSettings,
         ),
     ],
 )
