@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
         "--cloud",
         choices=CLOUDS,
         default="http",
-        help="whose API replaces nodes: the generic node-pool contract (default), AWS (moto) "
+        help="whose API replaces nodes: the generic node-pool contract (default), AWS (moto), "
         "Cluster API or Compute Engine",
     )
     parser.set_defaults(func=_demo)
