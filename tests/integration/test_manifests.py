@@ -533,6 +533,7 @@ def test_helm_cloud_identity_annotates_the_service_account() -> None:
             "--set-string", f"serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={role}"
         ),
         "ServiceAccount",
+        "remediator",
     )
     assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
 
@@ -545,7 +546,7 @@ CAPI_GRANTS = {
 
 
 def test_cluster_api_rules_only_when_asked_and_the_same_both_ways(tmp_path: Path) -> None:
-    helm_role = only(helm_template("--set", "clusterApi.rbac=true"), "ClusterRole")
+    helm_role = only(helm_template("--set", "clusterApi.rbac=true"), "ClusterRole", "remediator")
     assert grants(helm_role) == CLUSTER_GRANTS | CAPI_GRANTS
     overlay = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -554,7 +555,8 @@ def test_cluster_api_rules_only_when_asked_and_the_same_both_ways(tmp_path: Path
         "components": [os.path.relpath(DEPLOY / "components" / "clusterapi", tmp_path)],
     }
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
-    assert grants(only(kustomize(tmp_path), "ClusterRole")) == CLUSTER_GRANTS | CAPI_GRANTS
+    role = only(kustomize(tmp_path), "ClusterRole", "remediator")
+    assert grants(role) == CLUSTER_GRANTS | CAPI_GRANTS
 
 
 def test_helm_private_policy_repo_credentials_reach_git_sync_only() -> None:
