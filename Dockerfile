@@ -7,7 +7,10 @@ WORKDIR /src
 RUN python -m venv /opt/remediator/venv
 COPY pyproject.toml README.md ./
 COPY remediator/ remediator/
-RUN /opt/remediator/venv/bin/pip install .
+COPY scripts/cloud-requirements.txt ./
+# boto3 without its dateutil<3 pin (see the file's header); moto is only for tests but small.
+RUN /opt/remediator/venv/bin/pip install . \
+    && /opt/remediator/venv/bin/pip install --no-deps -r cloud-requirements.txt
 
 FROM python:3.11-slim
 # git: the policy loader records the commit of the git-sync checkout it reads.

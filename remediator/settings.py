@@ -5,21 +5,103 @@ override the file so that secrets need not live in it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    Tag,
+    ValidationError,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from remediator.errors import RemediatorError
 
 
 class ProviderSettings(BaseModel):
+    """The generic node-pool HTTP contract (docs/nodepool-api.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["http"] = "http"
     url: str = "http://127.0.0.1:8081"
     token: SecretStr | None = None
     timeout_seconds: float = Field(default=10.0, gt=0)
     max_retries: int = Field(default=5, ge=0)
+
+
+class StaticAwsCredentials(BaseModel):
+    """For simulators and tests only (moto accepts any key); production leaves these unset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    access_key_id: str
+    secret_access_key: SecretStr
+
+
+class AwsProviderSettings(BaseModel):
+    """EC2 Auto Scaling groups. Credentials come only from boto3's own chain (environment,
+    IRSA web identity, instance profile); `endpoint_url` is for tests and private endpoints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["aws"]
+    region: str | None = None
+    endpoint_url: str | None = None
+    # pool → Auto Scaling group name; a pool not listed is the group of the same name.
+    groups: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    max_retries: int = Field(default=5, ge=0)
+    launch_timeout_seconds: float = Field(default=900.0, gt=0)
+    test_credentials: StaticAwsCredentials | None = None
+
+
+class ClusterApiProviderSettings(BaseModel):
+    """Cluster API Machines, through the controller's own Kubernetes credentials."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["clusterapi"]
+    # pool → "NAMESPACE/NAME" of its MachineDeployment (spare capacity from its maxSurge);
+    # a pool not listed is the MachineDeployment of the same name, in any namespace.
+    deployments: dict[str, str] = Field(default_factory=dict)
+    launch_timeout_seconds: float = Field(default=900.0, gt=0)
+
+
+class GceProviderSettings(BaseModel):
+    """Compute Engine managed instance groups (GKE node pools). Credentials: Application Default
+    Credentials (Workload Identity); `anonymous` and `api_endpoint` are for the simulator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["gce"]
+    project: str
+    # pool → "ZONE/GROUP" of its managed instance group.
+    groups: dict[str, str] = Field(default_factory=dict)
+    api_endpoint: str | None = None
+    anonymous: bool = False
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    launch_timeout_seconds: float = Field(default=900.0, gt=0)
+
+
+def _provider_type(value: Any) -> str:
+    """`type` picks the model; without one it is the HTTP contract, as before there were others."""
+    if isinstance(value, dict):
+        return str(value.get("type", "http"))
+    return str(getattr(value, "type", "http"))
+
+
+AnyProviderSettings = Annotated[
+    Annotated[ProviderSettings, Tag("http")]
+    | Annotated[AwsProviderSettings, Tag("aws")]
+    | Annotated[ClusterApiProviderSettings, Tag("clusterapi")]
+    | Annotated[GceProviderSettings, Tag("gce")],
+    Discriminator(_provider_type),
+]
 
 
 class LeaderElectionSettings(BaseModel):
@@ -96,7 +178,9 @@ class Settings(BaseSettings):
     prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
     policies_dir: Path = Path("policies")
     database_url: str = "sqlite:///remediator.db"
-    provider: ProviderSettings = Field(default_factory=ProviderSettings)
+    provider: AnyProviderSettings = Field(default_factory=ProviderSettings)
+    # pool → its own provider; pools not listed use `provider`.
+    pool_providers: dict[str, AnyProviderSettings] = Field(default_factory=dict)
     web: WebSettings = Field(default_factory=WebSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)

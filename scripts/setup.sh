@@ -36,10 +36,14 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
+    || [ scripts/cloud-requirements.txt -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
     # The machine's pip config names optional local indexes; their absence is noise, not news.
     .venv/bin/pip install -q --progress-bar off -e '.[dev]' 2>&1 \
+        | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+    # Without their declared dependencies: see the file's header for the dateutil conflict.
+    .venv/bin/pip install -q --progress-bar off --no-deps -r scripts/cloud-requirements.txt 2>&1 \
         | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
     touch "$stamp"
 fi

@@ -12,7 +12,12 @@ from datetime import datetime
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.errors import PermanentError
-from remediator.providers.base import CapacityExhausted, NodePoolProvider, Operation, OperationState
+from remediator.providers.base import (
+    NodePoolProvider,
+    Operation,
+    OperationState,
+    ReplacementHeld,
+)
 
 # A pending operation is asked about twice a second: nothing else tells us it finished.
 POLL_SECONDS = 0.5
@@ -20,6 +25,7 @@ POLL_SECONDS = 0.5
 
 def _facts(op: Operation) -> dict[str, str | None]:
     return {
+        **op.detail,
         "operation_id": op.id,
         "pool": op.pool,
         "node": op.node,
@@ -78,7 +84,7 @@ def replace_node(
             op = provider.request_replacement(pool, node, idempotency_key, reason)
         else:
             op = provider.get_operation(operation_id)
-    except CapacityExhausted as exc:
+    except ReplacementHeld as exc:
         return Held(str(exc), {"pool": pool, "node": node})
     except PermanentError as exc:
         return Failed(f"replacement of {node}: {exc}", {"pool": pool, "node": node})

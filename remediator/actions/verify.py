@@ -70,12 +70,15 @@ def verify_replacement(
     timeout_seconds: float = 600.0,
 ) -> Outcome:
     problems = node_problems(_find(client, new_node), new_node)
-    if _find(client, old_node) is not None:
+    # A provider that recreates a machine under its own name (GCE recreateInstances) reports the
+    # node as its own replacement, and only once the Node registered again.
+    if new_node != old_node and _find(client, old_node) is not None:
         problems.append(f"{old_node} is still in the cluster")
     facts: dict[str, object] = {"old_node": old_node, "new_node": new_node}
     return _judge(
         problems,
-        f"{new_node} is Ready and schedulable; {old_node} is gone",
+        f"{new_node} is Ready and schedulable"
+        + ("" if new_node == old_node else f"; {old_node} is gone"),
         started_at,
         now,
         timeout_seconds,

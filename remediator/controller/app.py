@@ -45,8 +45,8 @@ from remediator.policy.budget import HoldCause
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
-from remediator.providers.http import HttpNodePoolProvider
 from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
+from remediator.providers.select import PoolProviders
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.service import RemediationService
 from remediator.remediation.states import State
@@ -166,7 +166,7 @@ class Controller:
         self.kube_limiter = TokenBucket(api.qps, api.burst)
         self.kube = self.lease_kube.guarded(limiter=self.kube_limiter, may_write=self.is_leader)
         self.provider = InstrumentedProvider(
-            provider or HttpNodePoolProvider.from_settings(settings.provider),
+            provider or PoolProviders.from_settings(settings, self.kube),
             ProviderMetrics(self.registry),
         )
         self.notifier = WebhookNotifier.from_settings(settings.notify)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.demo.supervisor import Demo, DemoOptions
+from remediator.sim.cli import CLOUDS
 
 
 def _positive(text: str) -> float:
@@ -87,6 +88,13 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="policy directory to start from (default: the shipped policies/)",
     )
+    parser.add_argument(
+        "--cloud",
+        choices=CLOUDS,
+        default="http",
+        help="whose API replaces nodes: the generic node-pool contract (default), AWS (moto), "
+        "Cluster API or Compute Engine",
+    )
     parser.set_defaults(func=_demo)
 
 
@@ -102,5 +110,6 @@ def _demo(args: argparse.Namespace) -> int:
         signals=args.signals,
         provision_delay=args.provision_delay,
         policies=args.policies,
+        cloud=args.cloud,
     )
     return Demo(options).run()

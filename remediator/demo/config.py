@@ -26,6 +26,16 @@ class ControllerInputs:
     port: int
     operator_token: str
     prometheus_url: str | None = None
+    provider: dict[str, Any] | None = None  # the simulator's own `provider` object, if any
+
+
+def demo_provider(inputs: ControllerInputs) -> dict[str, Any]:
+    """The simulator's own provider object (the HTTP contract when it names none); the providers
+    that call a remote API get the demo's shorter timeout."""
+    provider = dict(inputs.provider or {"type": "http", "url": inputs.nodepool_url})
+    if provider.get("type", "http") in ("http", "aws", "gce"):
+        provider["timeout_seconds"] = 5.0
+    return provider
 
 
 def controller_settings(inputs: ControllerInputs) -> dict[str, Any]:
@@ -37,7 +47,7 @@ def controller_settings(inputs: ControllerInputs) -> dict[str, Any]:
         "prometheus_url": inputs.prometheus_url,
         "policies_dir": str(inputs.policies_dir),
         "database_url": f"sqlite:///{inputs.database_path}",
-        "provider": {"type": "http", "url": inputs.nodepool_url, "timeout_seconds": 5.0},
+        "provider": demo_provider(inputs),
         "web": {
             "listen": f"{inputs.host}:{inputs.port}",
             "operator_tokens": [inputs.operator_token],

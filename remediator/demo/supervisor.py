@@ -72,6 +72,7 @@ class DemoOptions:
     signals: SignalMode = "auto"
     provision_delay: float = 3.0
     policies: Path | None = None
+    cloud: str = "http"
 
 
 def _die_with_parent() -> None:
@@ -302,6 +303,7 @@ class Demo:
                 "--ready-file", str(sim_ready),
                 "--namespace", "remediator",
                 "--namespace", GUARDED_NAMESPACE,
+                "--cloud", opts.cloud,
             ),
         )  # fmt: skip
         urls = wait_for_json(sim_ready, sim, self.stop)
@@ -333,6 +335,7 @@ class Demo:
                 port=port,
                 operator_token=token,
                 prometheus_url=prometheus_url,
+                provider=urls.get("provider"),
             )
         )
         config = self.data_dir / "remediator.yaml"

@@ -395,6 +395,53 @@ class KubeClient:
         patch = {"metadata": {"annotations": dict(annotations)}}
         return self._patch_node(name, patch, MERGE_PATCH, f"annotate node {name}")
 
+    # -- custom resources (Cluster API) ------------------------------------------------------
+
+    @staticmethod
+    def _custom_path(group_version: str, plural: str, namespace: str | None, name: str) -> str:
+        where = f"/namespaces/{namespace}" if namespace else ""
+        return f"/apis/{group_version}{where}/{plural}" + (f"/{name}" if name else "")
+
+    def get_custom(self, group_version: str, plural: str, namespace: str, name: str) -> JSON:
+        path = self._custom_path(group_version, plural, namespace, name)
+        return self._call("GET", path, f"get {plural} {namespace}/{name}")
+
+    def list_custom(
+        self,
+        group_version: str,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> list[JSON]:
+        """All objects (in one namespace, or every namespace when None)."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        path = self._custom_path(group_version, plural, namespace, "")
+        data = self._call("GET", path, f"list {plural}", query=query)
+        return list(data.get("items") or ())
+
+    def patch_custom(
+        self, group_version: str, plural: str, namespace: str, name: str, patch: JSON
+    ) -> JSON:
+        """A JSON merge patch: custom resources take no strategic merge patch."""
+        path = self._custom_path(group_version, plural, namespace, name)
+        return self._call(
+            "PATCH",
+            path,
+            f"patch {plural} {namespace}/{name}",
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+
+    def delete_custom(
+        self, group_version: str, plural: str, namespace: str, name: str, uid: str | None = None
+    ) -> None:
+        """Delete; with `uid`, only that incarnation."""
+        body: JSON = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        path = self._custom_path(group_version, plural, namespace, name)
+        self._call("DELETE", path, f"delete {plural} {namespace}/{name}", body=body)
+
     # -- pods --------------------------------------------------------------------------------
 
     def list_pods_on_node(self, node: str) -> list[Pod]:

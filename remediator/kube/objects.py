@@ -91,6 +91,7 @@ class Node:
     conditions: tuple[NodeCondition, ...] = ()
     created_at: datetime | None = None
     gpus: int | None = None  # capacity `nvidia.com/gpu`; None when the node does not say
+    provider_id: str = ""  # spec.providerID: how a cloud provider names this machine
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Node:
@@ -117,6 +118,7 @@ class Node:
             ),
             created_at=parse_time(meta.get("creationTimestamp")),
             gpus=_quantity((status.get("capacity") or {}).get(GPU_RESOURCE)),
+            provider_id=str(spec.get("providerID") or ""),
         )
 
     def condition(self, type_: str) -> NodeCondition | None:

@@ -3,7 +3,8 @@ the operation, and tell how much spare capacity is left."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -19,7 +20,8 @@ class OperationState(StrEnum):
 
 @dataclass(frozen=True)
 class Operation:
-    """A replacement as the provider tracks it; `error` is "code: message" once it failed."""
+    """A replacement as the provider tracks it; `error` is "code: message" once it failed;
+    `detail` carries the provider's own names for it (instances, activities, machines)."""
 
     id: str
     pool: str
@@ -27,13 +29,18 @@ class Operation:
     state: OperationState
     new_node: str | None = None
     error: str | None = None
+    detail: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
         return self.state in (OperationState.SUCCEEDED, OperationState.FAILED)
 
 
-class CapacityExhausted(PermanentError):
+class ReplacementHeld(PermanentError):
+    """The platform says not now (an opt-out, a pause, no capacity): hold with the reason."""
+
+
+class CapacityExhausted(ReplacementHeld):
     """The pool has no spare node to give: replacing would only remove capacity."""
 
     def __init__(self, pool: str, message: str = "") -> None:

@@ -10,6 +10,8 @@ from typing import Any
 from remediator.sim.faults import inject as inject_module
 from remediator.sim.serve import ServeOptions, serve
 
+CLOUDS = ("http", "aws", "clusterapi", "gce")
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
@@ -50,6 +52,12 @@ def register(subparsers: Any) -> None:
         help="give each node a host directory here (DIR/NODE/dev/kmsg, DIR/NODE/proc/driver/"
         "nvidia/gpus/…) that injected faults write into, for node agents to read",
     )
+    run.add_argument(
+        "--cloud",
+        choices=CLOUDS,
+        default="http",
+        help="whose API replaces nodes: the generic node-pool contract (default) or a platform's",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -73,5 +81,6 @@ def _serve(args: argparse.Namespace) -> int:
             tick_interval=args.tick_interval,
             namespaces=tuple(args.namespaces or ("remediator",)),
             node_root=args.node_root.resolve() if args.node_root else None,
+            cloud=args.cloud,
         )
     )

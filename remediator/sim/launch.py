@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 class KubectlError(RuntimeError):
@@ -24,7 +25,7 @@ READY_TIMEOUT = 90.0
 
 
 class SimHandle:
-    def __init__(self, workdir: Path, proc: subprocess.Popen[bytes], ready: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, proc: subprocess.Popen[bytes], ready: dict[str, Any]) -> None:
         self.workdir = workdir
         self.proc = proc
         self.kube_url = ready["kube_url"]
@@ -33,6 +34,11 @@ class SimHandle:
         self.inject_url = ready["inject_url"]
         root = ready.get("node_root")
         self.node_root = Path(root) if root else None
+        self.cloud = str(ready.get("cloud", "http"))
+        # The controller's `provider:` setting for this simulator's cloud, as it stands.
+        self.provider: dict[str, Any] = dict(ready.get("provider") or {})
+        self.aws_url = ready.get("aws_url")
+        self.gce_url = ready.get("gce_url")
         self.kubeconfig = workdir / "kubeconfig"
         self.log_path = workdir / "sim.log"
 
@@ -78,6 +84,7 @@ def start_sim(
     provision_delay: float = 1.0,
     ready_timeout: float = READY_TIMEOUT,
     node_root: Path | None = None,
+    cloud: str = "http",
 ) -> SimHandle:
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
@@ -100,6 +107,8 @@ def start_sim(
             "--ready-file",
             str(ready_file),
             *(["--node-root", str(node_root)] if node_root is not None else []),
+            "--cloud",
+            cloud,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -52,6 +52,7 @@ class ServeOptions:
     tick_interval: float = 0.1
     namespaces: tuple[str, ...] = ("remediator",)
     node_root: Path | None = None  # per-node kernel log and driver files, for node agents
+    cloud: str = "http"
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -199,9 +200,33 @@ def serve(options: ServeOptions) -> int:
         "inject_url": cloud.inject,
     }
     urls = {key: url_of(sock) for key, sock in socks.items()}
+    provider: dict[str, object] = {"type": "http", "url": urls["nodepool_url"]}
     servers = AppServers()
     cluster.start(options.tick_interval)
+    stops: list[Callable[[], None]] = []
     try:
+        if options.cloud == "aws":
+            from remediator.sim.cloud.aws import start_aws  # moto: only when asked for
+
+            aws = start_aws(cluster, options.provision_delay)
+            stops.append(aws.stop)
+            socks["aws_url"] = bind(options.host, 0)
+            urls["aws_url"] = url_of(socks["aws_url"])
+            apps["aws_url"] = aws.app
+            provider = aws.provider(urls["aws_url"])
+        elif options.cloud == "clusterapi":
+            from remediator.sim.cloud.clusterapi import provider_setting, start_clusterapi
+
+            start_clusterapi(cluster, options.provision_delay)
+            provider = provider_setting()
+        elif options.cloud == "gce":
+            from remediator.sim.cloud.gce import start_gce
+
+            gce = start_gce(cluster, options.provision_delay)
+            socks["gce_url"] = bind(options.host, 0)
+            urls["gce_url"] = url_of(socks["gce_url"])
+            apps["gce_url"] = gce.app
+            provider = gce.provider(urls["gce_url"])
         for key, sock in socks.items():
             servers.start(apps[key], sock)
         write_atomically(options.kubeconfig, yaml.safe_dump(kubeconfig(urls["kube_url"], token)))
@@ -213,7 +238,14 @@ def serve(options: ServeOptions) -> int:
         ]
         wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive)
         node_root = {"node_root": str(options.node_root)} if options.node_root else {}
-        write_atomically(options.ready_file, json.dumps({**urls, **node_root, "pid": os.getpid()}))
+        ready = {
+            **urls,
+            **node_root,
+            "provider": provider,
+            "cloud": options.cloud,
+            "pid": os.getpid(),
+        }
+        write_atomically(options.ready_file, json.dumps(ready))
         while not stop.wait(0.5):
             if not servers.alive():
                 return 1
@@ -221,6 +253,8 @@ def serve(options: ServeOptions) -> int:
     finally:
         options.ready_file.unlink(missing_ok=True)
         servers.stop()
+        for stop_cloud in stops:
+            stop_cloud()
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,7 +1,8 @@
 """Crash safety of the real controller process: SIGKILL at random points of the full flow, 20
 times, restarting it each time. Afterwards every remediation has finished, every node was
-replaced exactly once (counted by the node pool's spare capacity and the fleet size), and no
-node is left fenced without an open remediation. On SQLite and on PostgreSQL.
+replaced exactly once (counted by the node pool's spare capacity — for AWS by the instances EC2
+launched — and the fleet size), and no node is left fenced without an open remediation. On SQLite
+and on PostgreSQL with the HTTP contract; with each real provider on SQLite, fewer kills.
 
 The signal is a node condition, so it survives the crash the way a real one would (it stays on
 the Node until the node is replaced); the policy uses one-second grace periods and the simulator
@@ -11,11 +12,13 @@ different step."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import boto3
 import httpx
 import pytest
 
@@ -28,9 +31,7 @@ from tests.integration.engine_support import ControllerProcess, write_process_co
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(600)]
 
-RUNS = 20
 POOL = "h100-train"
-NODES = [f"{POOL}-{i:04d}" for i in range(RUNS)]
 CONDITION = "GpuFallenOffBus"
 FLEET = 28  # 21 training nodes (the last runs the opt-out evaluation), 7 inference
 
@@ -40,13 +41,46 @@ def all_remediations(repository: Repository) -> list[RemediationRecord]:
     return [r for r in (repository.get(row.id) for row in rows) if r is not None]
 
 
+def launched_instances(sim: SimHandle) -> int:
+    keys = sim.provider["test_credentials"]
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=sim.provider["endpoint_url"],
+        region_name=sim.provider["region"],
+        aws_access_key_id=keys["access_key_id"],
+        aws_secret_access_key=keys["secret_access_key"],
+    )
+    pages = ec2.get_paginator("describe_instances").paginate()
+    return sum(len(r["Instances"]) for page in pages for r in page["Reservations"])
+
+
+@pytest.mark.parametrize(
+    ("migrated_database_url", "cloud", "runs"),
+    [
+        ("sqlite", "http", 20),
+        ("postgresql", "http", 20),
+        ("sqlite", "aws", 5),
+        ("sqlite", "clusterapi", 5),
+        ("sqlite", "gce", 5),
+    ],
+    indirect=["migrated_database_url"],
+)
 def test_sigkill_at_random_points_never_doubles_or_strands(
-    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+    sim_factory: Callable[..., SimHandle],
+    migrated_database_url: str,
+    cloud: str,
+    runs: int,
+    tmp_path: Path,
 ) -> None:
-    sim = sim_factory(nodes=FLEET, provision_delay=0.5)
+    broken = [f"{POOL}-{i:04d}" for i in range(runs)]
+    sim = sim_factory(nodes=FLEET, provision_delay=0.5, cloud=cloud)
     inject = httpx.Client(base_url=sim.inject_url, timeout=10.0)
     pools = httpx.Client(base_url=sim.nodepool_url, timeout=10.0)
-    spare = RUNS + 5
+    spare = runs + 5
+    if cloud == "aws":
+        fault = {"type": "spare_capacity", "pool": POOL, "spare": spare}
+        assert httpx.post(f"{sim.aws_url}/_sim/faults", json=fault).status_code == 200
+        launched_before = launched_instances(sim)
     inject.post(
         "/v1/nodepool-faults", json={"type": "spare_capacity", "pool": POOL, "spare": spare}
     )
@@ -54,7 +88,7 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
     rng = random.Random(20260301)
     kills: list[float] = []
 
-    for run, node in enumerate(NODES):
+    for run, node in enumerate(broken):
         controller = ControllerProcess(tmp_path, config, f"run-{run:02d}").wait_ready()
         fault = {
             "type": "condition",
@@ -75,7 +109,7 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
         deadline = time.monotonic() + 180
         while True:
             found = all_remediations(repository)
-            if len(found) == RUNS and all(r.state is State.SUCCEEDED for r in found):
+            if len(found) == runs and all(r.state is State.SUCCEEDED for r in found):
                 break
             if time.monotonic() > deadline:
                 states = {r.node: (r.state.value, r.error, r.hold_reason) for r in found}
@@ -86,7 +120,7 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
         engine.dispose()
 
     # One remediation per node, each a clean chain of transitions with one operation.
-    assert sorted(r.node for r in found) == NODES
+    assert sorted(r.node for r in found) == broken
     for record in found:
         moves = [e for e in record.events if e.to_state is not None]
         for before, after in itertools.pairwise(moves):
@@ -99,12 +133,33 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
         operations = {e.detail["operation_id"] for e in record.events if "operation_id" in e.detail}
         assert operations == {record.replacement_operation_id}, record.node
 
-    # Exactly one replacement per node: the pool gave out RUNS spares, the fleet kept its size.
-    capacity = pools.get(f"/v1/pools/{POOL}/capacity").json()["spare_capacity"]
-    assert capacity == spare - RUNS
+    # Exactly one replacement per node: the pool gave out runs spares, the fleet kept its size.
+    if cloud == "aws":
+        assert launched_instances(sim) == launched_before + runs
+    elif cloud == "clusterapi":
+        listing = json.loads(sim.kubectl("get", "machines", "-A", "-o", "json"))["items"]
+        assert len(listing) == FLEET
+        claimed = [
+            m["metadata"]["annotations"]["remediator.io/replaces"]
+            for m in listing
+            if "remediator.io/replaces" in (m["metadata"].get("annotations") or {})
+        ]
+        assert sorted(claimed) == broken
+    elif cloud == "gce":
+        # Recreated under their own names: one recreateInstances operation per node.
+        assert {r.new_node for r in found} == set(broken)
+        project, zone = sim.provider["project"], next(iter(sim.provider["groups"].values()))
+        listing = httpx.get(
+            f"{sim.gce_url}/compute/v1/projects/{project}/zones/{zone.split('/')[0]}/operations"
+        ).json()["items"]
+        assert len(listing) == runs
+    else:
+        capacity = pools.get(f"/v1/pools/{POOL}/capacity").json()["spare_capacity"]
+        assert capacity == spare - runs
     nodes = sim.kubectl("get", "nodes", "-o", "name").split()
     assert len(nodes) == FLEET
-    assert not {f"node/{n}" for n in NODES} & set(nodes)
+    if cloud != "gce":
+        assert not {f"node/{n}" for n in broken} & set(nodes)
     assert {f"node/{r.new_node}" for r in found} <= set(nodes)
 
     # Nothing left fenced by us: no open remediation remains, so no node may carry our marks.
@@ -121,4 +176,4 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
         if line.split("|")[1] == "true" or "remediator.io/" in line
     ]
     assert not fenced, listing
-    assert len({round(k, 1) for k in kills}) > RUNS // 2  # the kills landed all over the flow
+    assert len({round(k, 1) for k in kills}) > runs // 2  # the kills landed all over the flow

@@ -250,6 +250,17 @@ policies:
 """
 
 
+def provider_setting(sim: SimHandle) -> dict[str, Any]:
+    """The simulator's own `provider:` object, with short timeouts for the tests."""
+    if sim.cloud == "http":
+        return {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 2}
+    if sim.cloud == "aws":
+        return {**sim.provider, "timeout_seconds": 2.0, "max_retries": 2}
+    if sim.cloud == "gce":
+        return {**sim.provider, "timeout_seconds": 2.0}
+    return dict(sim.provider)
+
+
 def write_process_config(
     workdir: Path,
     sim: SimHandle,
@@ -271,7 +282,7 @@ def write_process_config(
         "kubeconfig": str(sim.kubeconfig),
         "policies_dir": str(policies),
         "database_url": database_url,
-        "provider": {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 2},
+        "provider": provider_setting(sim),
         "web": {"listen": "127.0.0.1:0", "operator_tokens": ["operator-token"]},
         "leader_election": leader_election or {"enabled": False},
         "poll_interval_seconds": 0.5,

@@ -525,6 +525,40 @@ def test_helm_runbook_base_url_is_a_value() -> None:
         assert "//" not in rule["annotations"]["runbook_url"].removeprefix("https://")
 
 
+def test_helm_cloud_identity_annotates_the_service_account() -> None:
+    """IRSA / Workload Identity: the SDKs find the cloud role through the pod's account."""
+    role = "arn:aws:iam::123456789012:role/remediator"
+    account = only(
+        helm_template(
+            "--set-string", f"serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={role}"
+        ),
+        "ServiceAccount",
+        "remediator",
+    )
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
+
+
+CAPI_GRANTS = {
+    *(("cluster.x-k8s.io", "machines", v) for v in ("get", "list", "watch", "patch", "delete")),
+    *(("cluster.x-k8s.io", "machinesets", v) for v in ("get", "list", "watch", "patch")),
+    *(("cluster.x-k8s.io", "machinedeployments", v) for v in ("get", "list", "watch")),
+}
+
+
+def test_cluster_api_rules_only_when_asked_and_the_same_both_ways(tmp_path: Path) -> None:
+    helm_role = only(helm_template("--set", "clusterApi.rbac=true"), "ClusterRole", "remediator")
+    assert grants(helm_role) == CLUSTER_GRANTS | CAPI_GRANTS
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "overlays" / "prod", tmp_path)],
+        "components": [os.path.relpath(DEPLOY / "components" / "clusterapi", tmp_path)],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    role = only(kustomize(tmp_path), "ClusterRole", "remediator")
+    assert grants(role) == CLUSTER_GRANTS | CAPI_GRANTS
+
+
 def test_helm_private_policy_repo_credentials_reach_git_sync_only() -> None:
     deployment = only(
         helm_template("--set", "policies.git.credentialsSecret=policy-repo"), "Deployment"

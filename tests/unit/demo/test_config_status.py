@@ -16,7 +16,13 @@ import yaml
 
 from remediator.demo.config import ControllerInputs, controller_settings, prometheus_config
 from remediator.demo.status import fetch_all, summarize
-from remediator.settings import load_settings
+from remediator.settings import (
+    AwsProviderSettings,
+    ClusterApiProviderSettings,
+    GceProviderSettings,
+    Settings,
+    load_settings,
+)
 
 INPUTS = ControllerInputs(
     kubeconfig=Path("/d/kubeconfig"),
@@ -42,6 +48,37 @@ def test_controller_settings_round_trip_through_the_real_loader(tmp_path: Path) 
     assert settings.prometheus_url == "http://127.0.0.1:9090"
     assert settings.leader_election.enabled is False
     assert settings.poll_interval_seconds <= 2
+
+
+@pytest.mark.parametrize(
+    ("provider", "kind"),
+    [
+        ({"type": "clusterapi"}, ClusterApiProviderSettings),
+        (
+            {
+                "type": "aws",
+                "region": "us-east-1",
+                "endpoint_url": "http://127.0.0.1:5000",
+                "test_credentials": {"access_key_id": "testing", "secret_access_key": "testing"},
+            },
+            AwsProviderSettings,
+        ),
+        (
+            {
+                "type": "gce",
+                "project": "p",
+                "api_endpoint": "http://127.0.0.1:1",
+                "anonymous": True,
+            },
+            GceProviderSettings,
+        ),
+    ],
+)
+def test_the_simulators_provider_object_becomes_the_controllers(
+    provider: dict[str, object], kind: type
+) -> None:
+    settings = Settings(**controller_settings(replace(INPUTS, provider=provider)))
+    assert isinstance(settings.provider, kind)
 
 
 def test_without_prometheus_the_controller_is_told_so() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -15,14 +16,27 @@ ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text()
 
 
+def _models(kind: Any) -> list[type[BaseModel]]:
+    """The models a field holds: itself, or every member of a union of models (`provider`)."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return [kind]
+    members = tuple(
+        get_args(m)[0] if get_origin(m) is Annotated else m
+        for m in (get_args(kind) if get_origin(kind) in (Union, UnionType) else ())
+    )
+    if members and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
+        return list(members)
+    return []
+
+
 def setting_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     paths: list[str] = []
     for name, field in model.model_fields.items():
-        kind: Any = field.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            paths.extend(setting_paths(kind, f"{prefix}{name}."))
-        else:
+        models = _models(field.annotation)
+        if not models:
             paths.append(prefix + name)
+        for member in models:
+            paths.extend(p for p in setting_paths(member, f"{prefix}{name}.") if p not in paths)
     return paths
 
 

@@ -126,6 +126,25 @@ RESOURCES: tuple[Resource, ...] = (
         subresources=("status",),
     ),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    # Cluster API, as its CRDs serve it (`sim serve --cloud clusterapi` runs the controllers).
+    *(
+        Resource(
+            "cluster.x-k8s.io",
+            "v1beta1",
+            plural,
+            plural[:-1],
+            kind,
+            True,
+            (short,),
+            categories=("cluster-api",),
+            subresources=("status",),
+        )
+        for plural, kind, short in (
+            ("machines", "Machine", "ma"),
+            ("machinesets", "MachineSet", "ms"),
+            ("machinedeployments", "MachineDeployment", "md"),
+        )
+    ),
 )
 
 BY_PATH: dict[tuple[str, str, str], Resource] = {

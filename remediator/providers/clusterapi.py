@@ -1,0 +1,280 @@
+"""Cluster API Machines as node pools: replacing a node is deleting its Machine, and the
+MachineSet that owns it creates the new one.
+
+The Node names its Machine (`cluster.x-k8s.io/machine`, namespace in
+`cluster.x-k8s.io/cluster-namespace`). Before deleting, the request is recorded twice: our key on
+the Machine, and on the owning MachineSet an annotation `replacement.remediator.io/<hash of key>`
+naming the Machine and the request time. The MachineSet outlives the Machine, so after a crash the
+same key finds the same operation even once the Machine is gone; a Machine already being deleted
+is never deleted again. The new Machine is the MachineSet's first Machine created at or after the
+request, claimed with `remediator.io/replaces`; the operation succeeds once its `status.nodeRef`
+Node is Ready. Machines paused or opted out of remediation are held with the reason; a
+control-plane Machine is never deleted.
+
+Operation ids are `<namespace>/<machineset>/<old machine>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from remediator.clock import utcnow
+from remediator.errors import NotFoundError, PermanentError
+from remediator.kube.client import KubeClient
+from remediator.kube.objects import Node, parse_time
+from remediator.providers.base import Operation, OperationState, ReplacementHeld
+from remediator.providers.replacement import Candidate, choose_replacement
+from remediator.settings import ClusterApiProviderSettings
+
+GV = "cluster.x-k8s.io/v1beta1"
+MACHINE_ANNOTATION = "cluster.x-k8s.io/machine"
+NAMESPACE_ANNOTATION = "cluster.x-k8s.io/cluster-namespace"
+PAUSED = "cluster.x-k8s.io/paused"
+SKIP_REMEDIATION = "cluster.x-k8s.io/skip-remediation"
+CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
+SET_LABEL = "cluster.x-k8s.io/set-name"
+KEY_ANNOTATION = "remediator.io/remediation-key"
+REPLACES = "remediator.io/replaces"
+RECORD_PREFIX = "replacement.remediator.io/"
+
+JSON = dict[str, Any]
+
+
+def record_key(idempotency_key: str) -> str:
+    """An annotation key for one request (annotation names allow 63 characters)."""
+    return RECORD_PREFIX + hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def refusal(machine: Mapping[str, Any], owners: Sequence[Mapping[str, Any]]) -> Exception | None:
+    """Why this Machine must not be deleted now; None when it may be."""
+    name = f"Machine {_meta(machine).get('namespace')}/{_meta(machine).get('name')}"
+    if CONTROL_PLANE in (_meta(machine).get("labels") or {}):
+        return PermanentError(f"{name} is a control-plane Machine: remediator never deletes one")
+    for obj in (machine, *owners):
+        if PAUSED in _annotations(obj) or (obj.get("spec") or {}).get("paused") is True:
+            kind = obj.get("kind", "object")
+            return ReplacementHeld(
+                f"{name}: {kind} {_meta(obj).get('name')} is paused ({PAUSED}): Cluster API is "
+                "not reconciling it, so a deleted Machine would not be replaced"
+            )
+    if SKIP_REMEDIATION in _annotations(machine):
+        return ReplacementHeld(f"{name} is opted out of remediation ({SKIP_REMEDIATION})")
+    return None
+
+
+def max_surge(deployment: Mapping[str, Any]) -> int | None:
+    """The MachineDeployment's maxSurge as a count (a percentage of replicas rounds up)."""
+    spec = deployment.get("spec") or {}
+    rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+    surge = rolling.get("maxSurge")
+    if surge is None:
+        return None
+    if isinstance(surge, str) and surge.endswith("%"):
+        return math.ceil(int(spec.get("replicas") or 0) * int(surge[:-1]) / 100)
+    return int(surge)
+
+
+class ClusterApiProvider:
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        deployments: Mapping[str, str] | None = None,
+        launch_timeout: float = 900.0,
+        now: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._kube = kube
+        self._deployments = dict(deployments or {})
+        self._launch_timeout = launch_timeout
+        self._now = now
+
+    @classmethod
+    def from_settings(
+        cls, settings: ClusterApiProviderSettings, kube: KubeClient
+    ) -> ClusterApiProvider:
+        return cls(
+            kube,
+            deployments=settings.deployments,
+            launch_timeout=settings.launch_timeout_seconds,
+        )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _get(self, plural: str, namespace: str, name: str) -> JSON | None:
+        try:
+            return self._kube.get_custom(GV, plural, namespace, name)
+        except NotFoundError:
+            return None
+
+    def _owner(self, obj: Mapping[str, Any], kind: str) -> str | None:
+        for ref in _meta(obj).get("ownerReferences") or ():
+            if ref.get("kind") == kind:
+                return str(ref.get("name"))
+        return None
+
+    def _recorded(self, idempotency_key: str) -> tuple[str, str, str] | None:
+        """(namespace, machineset, machine) of a request already recorded under this key."""
+        key = record_key(idempotency_key)
+        for ms in self._kube.list_custom(GV, "machinesets"):
+            value = _annotations(ms).get(key)
+            if value:
+                return (
+                    str(_meta(ms).get("namespace")),
+                    str(_meta(ms).get("name")),
+                    json.loads(value)["machine"],
+                )
+        return None
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def request_replacement(
+        self, pool: str, node: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        found = self._recorded(idempotency_key)
+        if found is None:
+            found = self._start(node, idempotency_key)
+        namespace, machineset, old = found
+        machine = self._get("machines", namespace, old)
+        if machine is not None and not _meta(machine).get("deletionTimestamp"):
+            # Recorded but not yet deleted (a crash or a failed call in between): delete it now.
+            self._kube.delete_custom(GV, "machines", namespace, old, uid=_meta(machine).get("uid"))
+        return self.get_operation(f"{namespace}/{machineset}/{old}")
+
+    def _start(self, node: str, idempotency_key: str) -> tuple[str, str, str]:
+        annotations = self._kube.get_node(node).annotations
+        name = annotations.get(MACHINE_ANNOTATION)
+        if not name:
+            raise PermanentError(f"node {node} has no {MACHINE_ANNOTATION} annotation")
+        namespace = annotations.get(NAMESPACE_ANNOTATION, "default")
+        machine = self._get("machines", namespace, name)
+        if machine is None:
+            raise NotFoundError(f"Machine {namespace}/{name} of node {node} does not exist")
+        machineset = self._owner(machine, "MachineSet")
+        ms = self._get("machinesets", namespace, machineset) if machineset else None
+        owners = [ms] if ms else []
+        deployment = self._owner(ms, "MachineDeployment") if ms else None
+        md = self._get("machinedeployments", namespace, deployment) if deployment else None
+        owners += [md] if md else []
+        problem = refusal(machine, owners)
+        if problem is not None:
+            raise problem
+        if machineset is None or ms is None:
+            raise PermanentError(
+                f"Machine {namespace}/{name} has no MachineSet: deleting it would not replace it"
+            )
+        requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
+        self._kube.patch_custom(
+            GV,
+            "machines",
+            namespace,
+            name,
+            {"metadata": {"annotations": {KEY_ANNOTATION: idempotency_key}}},
+        )
+        record = json.dumps({"machine": name, "requested_at": requested, "node": node})
+        self._kube.patch_custom(
+            GV,
+            "machinesets",
+            namespace,
+            machineset,
+            {"metadata": {"annotations": {record_key(idempotency_key): record}}},
+        )
+        return namespace, machineset, name
+
+    def get_operation(self, op_id: str) -> Operation:
+        parts = op_id.split("/")
+        if len(parts) != 3 or not all(parts):
+            raise PermanentError(f"{op_id!r} is not a Cluster API replacement id (NS/SET/MACHINE)")
+        namespace, machineset, old = parts
+        ms = self._get("machinesets", namespace, machineset)
+        if ms is None:
+            raise NotFoundError(f"MachineSet {namespace}/{machineset} of {op_id} does not exist")
+        records = [
+            json.loads(v) for k, v in _annotations(ms).items() if k.startswith(RECORD_PREFIX)
+        ]
+        mine = next((r for r in records if r.get("machine") == old), None)
+        if mine is None:
+            raise NotFoundError(
+                f"MachineSet {namespace}/{machineset} records no replacement of {old}"
+            )
+        requested_at = datetime.fromisoformat(mine["requested_at"])
+        machines = self._kube.list_custom(
+            GV, "machines", namespace, label_selector=f"{SET_LABEL}={machineset}"
+        )
+        candidates = [
+            Candidate(
+                str(_meta(m).get("name")),
+                parse_time(_meta(m).get("creationTimestamp")) or requested_at,
+                _annotations(m).get(REPLACES),
+            )
+            for m in machines
+            if _meta(m).get("name") != old and not _meta(m).get("deletionTimestamp")
+        ]
+        chosen = choose_replacement(old, requested_at, candidates)
+        base: dict[str, Any] = {"id": op_id, "pool": machineset, "node": str(mine.get("node", old))}
+        detail = {"machine_set": f"{namespace}/{machineset}", "old_machine": old}
+        if chosen is None:
+            return self._waiting(base, detail, requested_at, "no new Machine created")
+        if chosen.claimed_for is None:
+            self._kube.patch_custom(
+                GV,
+                "machines",
+                namespace,
+                chosen.instance_id,
+                {"metadata": {"annotations": {REPLACES: old}}},
+            )
+        detail["new_machine"] = chosen.instance_id
+        by_name = {str(_meta(m).get("name")): m for m in machines}
+        ref = ((by_name.get(chosen.instance_id) or {}).get("status") or {}).get("nodeRef") or {}
+        node = self._node(str(ref["name"])) if ref.get("name") else None
+        if node is not None and node.ready:
+            return Operation(
+                **base, state=OperationState.SUCCEEDED, new_node=node.name, detail=detail
+            )
+        where = f"node {node.name} not Ready" if node else "no node yet"
+        return self._waiting(
+            {**base, "new_node": node.name if node else None},
+            detail,
+            chosen.launched_at,
+            f"Machine {chosen.instance_id}: {where}",
+        )
+
+    def _waiting(
+        self, base: dict[str, Any], detail: dict[str, str], since: datetime, what: str
+    ) -> Operation:
+        if (self._now() - since).total_seconds() > self._launch_timeout:
+            error = f"launch_timeout: {what} within {self._launch_timeout:.0f}s"
+            return Operation(**base, state=OperationState.FAILED, error=error, detail=detail)
+        return Operation(**base, state=OperationState.PROVISIONING, detail=detail)
+
+    def _node(self, name: str) -> Node | None:
+        try:
+            return self._kube.get_node(name)
+        except NotFoundError:
+            return None
+
+    def spare_capacity(self, pool: str) -> int | None:
+        where = self._deployments.get(pool)
+        if where:
+            namespace, _, name = where.partition("/")
+            found = [self._get("machinedeployments", namespace, name)]
+        else:
+            found = [
+                md
+                for md in self._kube.list_custom(GV, "machinedeployments")
+                if _meta(md).get("name") == pool
+            ]
+        surge = max_surge(found[0]) if found and found[0] else None
+        return surge if surge else None

@@ -1,0 +1,206 @@
+"""Cluster API for `sim serve --cloud clusterapi`: each pool becomes a MachineDeployment with one
+MachineSet, each seeded Node gets its Machine (`status.nodeRef`, and on the Node the
+`cluster.x-k8s.io/machine` annotations Cluster API writes), and a MachineSet controller keeps
+`spec.replicas` Machines: a missing one is created (phase Provisioning), its Node registers after
+the provision delay (phase Running, `nodeRef` set), and a deleted Machine's Node is removed.
+
+It runs on the cluster's tick; the objects are served by the simulated API server as the CRDs
+would serve them (discovery, list, watch, get, patch, delete), so kubectl works against them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from remediator.sim.cloud.nodepool import pool_template
+from remediator.sim.kube.api.kobj import name_suffix, owner_reference
+from remediator.sim.kube.api.store import Obj
+from remediator.sim.kube.controllers.cluster import SimCluster
+
+GV = "cluster.x-k8s.io/v1beta1"
+MACHINES = "cluster.x-k8s.io/machines"
+MACHINESETS = "cluster.x-k8s.io/machinesets"
+DEPLOYMENTS = "cluster.x-k8s.io/machinedeployments"
+NAMESPACE = "default"
+CLUSTER = "sim"
+
+
+def _labels(pool: str, machineset: str) -> dict[str, str]:
+    return {
+        "cluster.x-k8s.io/cluster-name": CLUSTER,
+        "cluster.x-k8s.io/deployment-name": pool,
+        "cluster.x-k8s.io/set-name": machineset,
+    }
+
+
+def machine(name: str, pool: str, ms: Obj, node: Obj | None) -> Obj:
+    status: Obj = {"phase": "Provisioning", "bootstrapReady": True, "infrastructureReady": False}
+    if node is not None:
+        status = {
+            "phase": "Running",
+            "bootstrapReady": True,
+            "infrastructureReady": True,
+            "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"]},
+        }
+    return {
+        "apiVersion": GV,
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": _labels(pool, ms["metadata"]["name"]),
+            "ownerReferences": [owner_reference(ms, "MachineSet", GV)],
+        },
+        "spec": {
+            "clusterName": CLUSTER,
+            "bootstrap": {"dataSecretName": f"{name}-bootstrap"},
+            "infrastructureRef": {
+                "apiVersion": "sim.x-k8s.io/v1",
+                "kind": "SimMachine",
+                "name": name,
+            },
+            "providerID": f"simcloud://{pool}/{name}",
+        },
+        "status": status,
+    }
+
+
+@dataclass
+class SimClusterApi:
+    cluster: SimCluster
+    provision_delay: float
+    max_surge: int = 1
+    _due: dict[str, datetime] = field(default_factory=dict)  # machine → when its node registers
+    _nodes: dict[str, str] = field(default_factory=dict)  # machine → its node
+    _templates: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bootstrap(self) -> None:
+        store = self.cluster.store
+        for pool, names in self.cluster.pools().items():
+            nodes = [n for n in (store.find("nodes", "", name) for name in names) if n]
+            template = pool_template(nodes)
+            self._templates[pool] = (template.labels, template.gpus)
+            md = store.create(DEPLOYMENTS, self._deployment(pool, len(names)))
+            ms = store.create(MACHINESETS, self._machineset(pool, md, len(names)))
+            for node in nodes:
+                name = node["metadata"]["name"]
+                store.create(MACHINES, machine(name, pool, ms, node))
+                self._annotate(name, name, ms)
+                self._nodes[name] = name
+
+    def _deployment(self, pool: str, replicas: int) -> Obj:
+        return {
+            "apiVersion": GV,
+            "kind": "MachineDeployment",
+            "metadata": {"name": pool, "namespace": NAMESPACE},
+            "spec": {
+                "clusterName": CLUSTER,
+                "replicas": replicas,
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": self.max_surge, "maxUnavailable": 0},
+                },
+                "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": pool}},
+            },
+            "status": {"phase": "Running", "replicas": replicas},
+        }
+
+    def _machineset(self, pool: str, md: Obj, replicas: int) -> Obj:
+        name = f"{pool}-{name_suffix(pool)}"
+        return {
+            "apiVersion": GV,
+            "kind": "MachineSet",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "labels": {"cluster.x-k8s.io/deployment-name": pool},
+                "ownerReferences": [owner_reference(md, "MachineDeployment", GV)],
+            },
+            "spec": {
+                "clusterName": CLUSTER,
+                "replicas": replicas,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/set-name": name}},
+            },
+            "status": {"replicas": replicas},
+        }
+
+    def _annotate(self, node: str, machine_name: str, ms: Obj) -> None:
+        def change(obj: Obj) -> None:
+            obj["metadata"].setdefault("annotations", {}).update(
+                {
+                    "cluster.x-k8s.io/machine": machine_name,
+                    "cluster.x-k8s.io/cluster-name": CLUSTER,
+                    "cluster.x-k8s.io/cluster-namespace": NAMESPACE,
+                    "cluster.x-k8s.io/owner-kind": "MachineSet",
+                    "cluster.x-k8s.io/owner-name": ms["metadata"]["name"],
+                }
+            )
+
+        self.cluster.store.mutate("nodes", "", node, change)
+
+    # -- the MachineSet controller, on the cluster's tick ------------------------------------
+
+    def tick(self, now: datetime) -> None:
+        store = self.cluster.store
+        machines, _ = store.list(MACHINES)
+        present = {m["metadata"]["name"] for m in machines}
+        with self._lock:
+            gone = {m: n for m, n in self._nodes.items() if m not in present}
+            for name in gone:
+                self._nodes.pop(name)
+        for node in gone.values():
+            if store.find("nodes", "", node) is not None:
+                self.cluster.remove_node(node)
+        for ms in store.list(MACHINESETS)[0]:
+            self._scale(ms, [m for m in machines if self._owned(m, ms)], now)
+        self._register(now)
+
+    @staticmethod
+    def _owned(m: Obj, ms: Obj) -> bool:
+        return bool(
+            (m["metadata"].get("labels") or {}).get("cluster.x-k8s.io/set-name")
+            == ms["metadata"]["name"]
+        )
+
+    def _scale(self, ms: Obj, owned: list[Obj], now: datetime) -> None:
+        pool = (ms["metadata"].get("labels") or {}).get("cluster.x-k8s.io/deployment-name", "")
+        paused = "cluster.x-k8s.io/paused" in (ms["metadata"].get("annotations") or {})
+        live = [m for m in owned if not m["metadata"].get("deletionTimestamp")]
+        missing = int(ms["spec"].get("replicas") or 0) - len(live)
+        for index in range(max(0, missing) if not paused else 0):
+            seed = f"{ms['metadata']['name']}/{now.isoformat()}/{index}/{len(owned)}"
+            name = f"{ms['metadata']['name']}-{name_suffix(seed)}"
+            self.cluster.store.create(MACHINES, machine(name, pool, ms, None))
+            with self._lock:
+                self._due[name] = now + timedelta(seconds=self.provision_delay)
+
+    def _register(self, now: datetime) -> None:
+        with self._lock:
+            ready = [m for m, due in self._due.items() if due <= now]
+            for name in ready:
+                self._due.pop(name)
+        store = self.cluster.store
+        for name in ready:
+            obj = store.find(MACHINES, NAMESPACE, name)
+            if obj is None:
+                continue
+            labels = obj["metadata"].get("labels") or {}
+            pool = labels.get("cluster.x-k8s.io/deployment-name", "")
+            ms = store.find(MACHINESETS, NAMESPACE, labels.get("cluster.x-k8s.io/set-name", ""))
+            if ms is None:
+                continue
+            node_labels, gpus = self._templates.get(pool, ({}, 0))
+            node = self.cluster.add_node(name, pool, gpus, labels=dict(node_labels))
+            self._annotate(name, name, ms)
+
+            status = machine(name, pool, ms, node)["status"]
+
+            def running(m: Obj, status: Obj = status) -> None:
+                m["status"] = status
+
+            store.mutate(MACHINES, NAMESPACE, name, running)
+            with self._lock:
+                self._nodes[name] = name

@@ -1,0 +1,35 @@
+"""Compute Engine managed instance groups for `sim serve --cloud gce`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp
+
+from remediator.sim.cloud.gce.service import PROJECT, ZONE, SimGce, build_gce_app
+from remediator.sim.kube.controllers.cluster import SimCluster
+
+
+@dataclass
+class SimGceCloud:
+    app: ASGIApp
+    service: SimGce
+
+    def provider(self, url: str) -> dict[str, Any]:
+        """The controller's `provider:` setting for this endpoint: one MIG per pool."""
+        groups = {pool: f"{ZONE}/{pool}" for pool in self.service.templates}
+        return {
+            "type": "gce",
+            "project": PROJECT,
+            "api_endpoint": url,
+            "anonymous": True,
+            "groups": groups,
+        }
+
+
+def start_gce(cluster: SimCluster, provision_delay: float) -> SimGceCloud:
+    service = SimGce(cluster, provision_delay)
+    service.bootstrap()
+    cluster.on_tick(service.tick)
+    return SimGceCloud(build_gce_app(service), service)

@@ -1,0 +1,51 @@
+"""The Cluster API provider's pure decisions: which Machines may be deleted, and what a
+MachineDeployment's maxSurge says about spare capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from remediator.errors import PermanentError
+from remediator.providers.base import ReplacementHeld
+from remediator.providers.clusterapi import max_surge, record_key, refusal
+
+
+def obj(kind: str, name: str, **meta: Any) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"name": name, "namespace": "default", **meta}, "spec": {}}
+
+
+def test_a_plain_worker_machine_may_be_deleted() -> None:
+    assert refusal(obj("Machine", "m"), [obj("MachineSet", "ms")]) is None
+
+
+def test_control_plane_is_refused_and_opt_outs_are_held_with_the_reason() -> None:
+    cp = obj("Machine", "cp", labels={"cluster.x-k8s.io/control-plane": ""})
+    assert isinstance(refusal(cp, []), PermanentError)
+    assert "control-plane" in str(refusal(cp, []))
+    skip = obj("Machine", "m", annotations={"cluster.x-k8s.io/skip-remediation": ""})
+    held = refusal(skip, [])
+    assert isinstance(held, ReplacementHeld) and "skip-remediation" in str(held)
+    paused_owner = obj("MachineDeployment", "md", annotations={"cluster.x-k8s.io/paused": ""})
+    held = refusal(obj("Machine", "m"), [paused_owner])
+    assert isinstance(held, ReplacementHeld) and "MachineDeployment md is paused" in str(held)
+    spec_paused = {**obj("MachineSet", "ms"), "spec": {"paused": True}}
+    assert isinstance(refusal(obj("Machine", "m"), [spec_paused]), ReplacementHeld)
+
+
+@pytest.mark.parametrize(
+    ("surge", "replicas", "expected"),
+    [(None, 4, None), (0, 4, 0), (2, 4, 2), ("25%", 10, 3), ("100%", 3, 3)],
+)
+def test_max_surge_as_a_count(surge: object, replicas: int, expected: int | None) -> None:
+    rolling = {} if surge is None else {"rollingUpdate": {"maxSurge": surge}}
+    md = {"spec": {"replicas": replicas, "strategy": rolling}}
+    assert max_surge(md) == expected
+
+
+def test_record_keys_are_valid_annotation_names_and_distinct() -> None:
+    a, b = record_key("remediation-1/replace/1"), record_key("remediation-2/replace/1")
+    assert a != b
+    prefix, _, name = a.partition("/")
+    assert prefix == "replacement.remediator.io" and len(name) <= 63
