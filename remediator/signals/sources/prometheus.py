@@ -1,12 +1,22 @@
 """Prometheus source: DCGM exporter and node_exporter InfiniBand series → signals.
 
-One PromQL query per signal kind per cycle, whatever the fleet size, plus one freshness query
+One PromQL query per signal kind per cycle, whatever the fleet size, plus freshness queries
 first: if the exporter's newest sample is older than the staleness bound (or there is none),
 Prometheus is answering about the past, so the source reports itself down instead of "healthy".
 Any failed query also makes the whole poll down: a partial answer would read as "no XIDs".
 Every kind is queried at the evaluation time of the first freshness answer, so one poll is one
 snapshot: a scrape landing between two queries cannot show a GPU off the bus as "missing" before
 its XID 79 is visible.
+
+The source asks only for what the loaded policies could act on (`set_interest`, see
+signals/interest.py): kinds no policy matches are not queried, and readings below every level
+stay in Prometheus. With answers that small, emptiness says nothing about coverage any more, so
+one more query counts each kind's series and ages its newest sample.
+
+Readings carry their sample's own timestamp, not the poll's: a sample seen before is not read
+again (it cannot extend a streak), and one older than `sample_max_age_seconds` (kept shorter than
+every policy's `for`) is not a reading at all — after a Prometheus restart its last samples look
+current to an instant query for five minutes.
 """
 
 from __future__ import annotations
@@ -14,7 +24,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
@@ -23,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from urllib3.util.retry import Retry
 
 from remediator.signals.dedup import COUNTER_WINDOW as FOLD_COUNTER_WINDOW
+from remediator.signals.interest import EVERYTHING, Interest, ReadingFilter
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import HealthTracker, SourceResult
 
@@ -104,6 +117,26 @@ class PrometheusQueries(BaseModel):
         return base.model_copy(update=changes)
 
 
+# The metric whose series say whether a kind is covered at all (count) and how fresh it is.
+KIND_METRICS: dict[str, str] = {
+    "xid": "DCGM_FI_DEV_XID_ERRORS",
+    "thermal": "DCGM_FI_DEV_GPU_TEMP",
+    "nvlink": "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "ecc": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "row_remap": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "infiniband": "node_infiniband_state_id",
+}
+# Reading kinds: their query is a gauge read as is, so the answer can be narrowed to what
+# policies act on and each reading carries its sample's timestamp.
+READING_QUERY_KINDS = frozenset({SignalKind.THERMAL})
+# Plausible values per kind; anything else is a broken exporter, refused with the reason.
+VALUE_BOUNDS: dict[SignalKind, tuple[float, float]] = {SignalKind.THERMAL: (-50.0, 200.0)}
+DEFAULT_BOUNDS = (0.0, 1e15)
+XID_CODES = (1, 65_535)
+MAX_GPU = 1023
+FIELD = "remediator_field"  # marks a reading query's value and timestamp halves
+
+
 class PrometheusSourceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -111,12 +144,18 @@ class PrometheusSourceConfig(BaseModel):
     timeout_seconds: float = Field(default=10.0, gt=0)  # for the whole poll, retries included
     retries: int = Field(default=1, ge=0)
     staleness_seconds: float = Field(default=120.0, gt=0)  # DCGM exporter scrapes every 30 s
+    # A reading whose sample is older is not a reading (two and a half 30 s scrapes); the
+    # source also keeps it under the shortest `for` of the loaded policies.
+    sample_max_age_seconds: float = Field(default=75.0, gt=0)
     # Each named query answers "how old is this exporter's newest sample"; all must be fresh.
     # Fleets with InfiniBand add one for node_exporter, see docs/signals.md.
     freshness: dict[str, str] = Field(
         default_factory=lambda: {"dcgm": "time() - max(timestamp(DCGM_FI_DEV_GPU_TEMP))"},
         min_length=1,
     )
+    # Per kind, the metric counted and aged in the coverage query; a kind not named is not
+    # checked. A kind with series whose newest sample is stale makes the source down.
+    kind_metrics: dict[str, str] = Field(default_factory=lambda: dict(KIND_METRICS))
     node_labels: tuple[str, ...] = ("Hostname", "hostname")
     ib_node_label: str = "node"
     # The `problem` label a query attaches → the signal's code (XIDs carry their own).
@@ -150,6 +189,124 @@ def gpu_index(labels: Mapping[str, str]) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
+class NodeNames:
+    """Node names checked against the Signal model once each, not once per reading: an answer
+    holds a few thousand nodes at most, but eight or more readings per node."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._verdicts: dict[str, str | None] = {}
+        self._limit = limit
+
+    def problem(self, node: str, kind: SignalKind) -> str | None:
+        if node in self._verdicts:
+            return self._verdicts[node]
+        try:
+            Signal(node=node, kind=kind, source="check", observed_at=datetime.now(UTC))
+            verdict = None
+        except ValidationError as exc:
+            verdict = f"node name {node[:64]!r}: {exc.errors()[0]['msg']}"
+        if len(self._verdicts) >= self._limit:
+            self._verdicts.clear()
+        self._verdicts[node] = verdict
+        return verdict
+
+
+_NODE_NAMES = NodeNames()
+
+
+@dataclass
+class Mapped:
+    """One answer as signals, and what was left out and why."""
+
+    signals: list[Signal] = dc_field(default_factory=list)
+    skipped: int = 0
+    stale: int = 0
+    seen: int = 0  # readings whose sample an earlier poll already read
+    reasons: list[str] = dc_field(default_factory=list)
+
+    def refuse(self, reason: str) -> None:
+        self.skipped += 1
+        if len(self.reasons) < 3:
+            self.reasons.append(reason)
+
+
+def _value(series: Mapping[str, Any]) -> float:
+    try:
+        return float(series["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return math.nan
+
+
+def _labels(series: Mapping[str, Any]) -> dict[str, str]:
+    metric = series.get("metric")
+    if not isinstance(metric, dict):
+        return {}
+    return {str(k): str(v) for k, v in metric.items() if k != "__name__" and k != FIELD}
+
+
+def _build(
+    kind: SignalKind,
+    labels: dict[str, str],
+    value: float,
+    observed_at: datetime,
+    config: PrometheusSourceConfig,
+    source: str,
+    out: Mapped,
+    names: NodeNames,
+) -> None:
+    """Check one series at the edge and construct its signal without a validation pass: every
+    field is typed here, and the node name was checked once per answer (NodeNames)."""
+    node_labels = (
+        (config.ib_node_label, *config.node_labels)
+        if kind is SignalKind.INFINIBAND
+        else (*config.node_labels, config.ib_node_label)
+    )
+    node = node_name(labels, node_labels)
+    if node is None:
+        out.refuse(f"{kind.value}: a series without a node label")
+        return
+    if not math.isfinite(value):
+        out.refuse(f"{kind.value} on {node[:64]}: value {value} is not a finite number")
+        return
+    problem = names.problem(node, kind)
+    if problem is not None:
+        out.refuse(f"{kind.value}: {problem}")
+        return
+    raw_gpu = labels.get("gpu", "")
+    gpu = int(raw_gpu) if raw_gpu.isdigit() else None
+    if gpu is not None and gpu > MAX_GPU:
+        out.refuse(f"{kind.value} on {node}: GPU index {gpu} beyond {MAX_GPU}")
+        return
+    code: int | None = None
+    reading: float | None = value
+    if kind is SignalKind.XID:
+        low, high = XID_CODES
+        if value != int(value) or not low <= value <= high:
+            out.refuse(f"xid on {node}: code {value:g} outside {low}..{high}")
+            return
+        code, reading = int(value), None
+    else:
+        low_v, high_v = VALUE_BOUNDS.get(kind, DEFAULT_BOUNDS)
+        if not low_v <= value <= high_v:
+            out.refuse(f"{kind.value} on {node}: value {value:g} outside [{low_v:g}, {high_v:g}]")
+            return
+        if "problem" in labels:
+            code = config.problem_codes.get(labels["problem"])
+    out.signals.append(
+        Signal.model_construct(
+            node=node,
+            kind=kind,
+            source=source,
+            observed_at=observed_at,
+            gpu=gpu,
+            gpu_uuid=labels.get("UUID") or None,
+            code=code,
+            value=reading,
+            labels=labels,
+        )
+    )
+
+
 def to_signals(
     kind: SignalKind,
     result: list[dict[str, Any]],
@@ -157,58 +314,85 @@ def to_signals(
     source: str,
     now: datetime,
 ) -> tuple[list[Signal], int]:
-    """Turn one query's instant vector into signals; returns them and the number of series
-    that could not be attributed to a node (or had no usable value) and were skipped."""
-    if kind is SignalKind.INFINIBAND:
-        node_labels = (config.ib_node_label, *config.node_labels)
-    else:
-        node_labels = (*config.node_labels, config.ib_node_label)
-    signals: list[Signal] = []
-    skipped = 0
+    """Turn one query's instant vector into signals observed at `now`; returns them and the
+    number of series refused (no node, no finite value in range, a name or GPU index out of
+    Kubernetes' bounds)."""
+    out = Mapped()
     for series in result:
-        labels: dict[str, str] = {
-            k: str(v) for k, v in series.get("metric", {}).items() if k != "__name__"
-        }
-        node = node_name(labels, node_labels)
-        try:
-            value = float(series["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            value = math.nan
-        if node is None or not math.isfinite(value):
-            skipped += 1
+        _build(kind, _labels(series), _value(series), now, config, source, out, _NODE_NAMES)
+    return out.signals, out.skipped
+
+
+def reading_query(query: str, narrowed: ReadingFilter | None) -> str:
+    """The reading's value and its sample's timestamp in one answer (told apart by FIELD),
+    narrowed to the series a policy could act on."""
+    values, stamps = query, f"timestamp({query})"
+    if narrowed is not None:
+        values, stamps = narrowed.promql(query), narrowed.promql(stamps)
+    return (
+        f'label_replace({values}, "{FIELD}", "value", "", "")'
+        f' or label_replace({stamps}, "{FIELD}", "timestamp", "", "")'
+    )
+
+
+SeriesKey = frozenset[tuple[str, str]]
+
+
+def to_readings(
+    kind: SignalKind,
+    result: list[dict[str, Any]],
+    config: PrometheusSourceConfig,
+    source: str,
+    *,
+    evaluated_at: float,
+    max_age: float,
+    seen: Mapping[SeriesKey, float],
+) -> tuple[Mapped, dict[SeriesKey, float]]:
+    """A reading query's answer → readings observed at their sample's time. Samples older than
+    `max_age` and samples already in `seen` are left out; returns the new `seen`."""
+    values: dict[SeriesKey, tuple[dict[str, str], float]] = {}
+    stamps: dict[SeriesKey, float] = {}
+    for series in result:
+        labels = _labels(series)
+        key = frozenset(labels.items())
+        metric = series.get("metric")
+        part = metric.get(FIELD) if isinstance(metric, dict) else None
+        if part == "timestamp":
+            stamps[key] = _value(series)
+        else:
+            values[key] = (labels, _value(series))
+    out = Mapped()
+    now_seen: dict[SeriesKey, float] = {}
+    for key, (labels, value) in values.items():
+        stamp = stamps.get(key, evaluated_at)
+        if not math.isfinite(stamp):
+            stamp = evaluated_at
+        now_seen[key] = stamp
+        if evaluated_at - stamp > max_age:
+            out.stale += 1
             continue
-        code: int | None = None
-        reading: float | None = value
-        if kind is SignalKind.XID:
-            code, reading = int(value), None
-        elif "problem" in labels:
-            code = config.problem_codes.get(labels["problem"])
-        try:
-            signal = Signal(
-                node=node,
-                kind=kind,
-                source=source,
-                observed_at=now,
-                gpu=gpu_index(labels),
-                gpu_uuid=labels.get("UUID") or None,
-                code=code,
-                value=reading,
-                labels=labels,
-            )
-        except ValidationError:  # e.g. a node name or GPU index out of Kubernetes' bounds
-            skipped += 1
+        if seen.get(key) == stamp:
+            out.seen += 1
             continue
-        signals.append(signal)
-    return signals, skipped
+        observed = datetime.fromtimestamp(stamp, UTC)
+        _build(kind, labels, value, observed, config, source, out, _NODE_NAMES)
+    return out, now_seen
 
 
 class PrometheusSource:
     """Polls Prometheus synchronously (prometheus-api-client is built on requests)."""
 
-    def __init__(self, config: PrometheusSourceConfig, name: str = "prometheus") -> None:
+    def __init__(
+        self,
+        config: PrometheusSourceConfig,
+        name: str = "prometheus",
+        interest: Interest = EVERYTHING,
+    ) -> None:
         self.name = name
         self.config = config
         self._health = HealthTracker(name)
+        self._interest = interest
+        self._seen: dict[SignalKind, dict[SeriesKey, float]] = {}
         # Retries are immediate and ignore Retry-After: sleeping inside the client would break
         # the poll's time bound, and the next cycle is the natural back-off.
         retry = Retry(
@@ -220,11 +404,33 @@ class PrometheusSource:
         )
         self._client = PrometheusConnect(url=config.url, retry=retry)
 
+    @property
+    def interest(self) -> Interest:
+        return self._interest
+
+    def set_interest(self, interest: Interest) -> None:
+        """Ask for what this policy set could act on from the next poll on."""
+        self._interest = interest
+
     def close(self) -> None:
         self._client.close()
 
+    def max_sample_age(self) -> float:
+        """The configured bound, kept under the shortest `for` of the loaded policies."""
+        bound = self.config.sample_max_age_seconds
+        shortest = self._interest.shortest_for
+        if shortest is not None:
+            bound = min(bound, 0.75 * shortest.total_seconds())
+        return bound
+
     def poll(self, now: datetime) -> SourceResult:
         deadline = time.monotonic() + self.config.timeout_seconds
+        interest = self._interest
+        kinds = [
+            kind
+            for kind in SignalKind
+            if getattr(self.config.queries, kind.value, None) is not None and interest.wants(kind)
+        ]
         try:
             ages: dict[str, str] = {}
             snapshot: float | None = None
@@ -243,22 +449,90 @@ class PrometheusSource:
                         f"(bound {self.config.staleness_seconds:.0f}s)",
                         ages,
                     )
-            signals: list[Signal] = []
-            skipped = 0
-            for kind in SignalKind:
-                query = getattr(self.config.queries, kind.value, None)
-                if query is None:
-                    continue
-                answer = self._query(query, kind.value, deadline, snapshot)
-                found, dropped = to_signals(kind, answer, self.config, self.name, now)
-                signals.extend(found)
-                skipped += dropped
+            stale_kind = self._coverage(kinds, deadline, snapshot, ages)
+            if stale_kind is not None:
+                return self._health.down(now, stale_kind, ages)
+            mapped = Mapped()
+            for kind in kinds:
+                query: str = getattr(self.config.queries, kind.value)
+                if kind in READING_QUERY_KINDS:
+                    narrowed = interest.readings.get(kind)
+                    answer = self._query(
+                        reading_query(query, narrowed), kind.value, deadline, snapshot
+                    )
+                    found, self._seen[kind] = to_readings(
+                        kind,
+                        answer,
+                        self.config,
+                        self.name,
+                        evaluated_at=snapshot if snapshot is not None else now.timestamp(),
+                        max_age=self.max_sample_age(),
+                        seen=self._seen.get(kind, {}),
+                    )
+                else:
+                    answer = self._query(query, kind.value, deadline, snapshot)
+                    found = Mapped()
+                    for series in answer:
+                        _build(
+                            kind,
+                            _labels(series),
+                            _value(series),
+                            now,
+                            self.config,
+                            self.name,
+                            found,
+                            _NODE_NAMES,
+                        )
+                mapped.signals.extend(found.signals)
+                mapped.skipped += found.skipped
+                mapped.stale += found.stale
+                mapped.seen += found.seen
+                mapped.reasons.extend(found.reasons[: 3 - len(mapped.reasons)])
         except QueryFailed as exc:
             return self._health.down(now, str(exc))
-        detail = {**ages, "signals": str(len(signals))}
-        if skipped:
-            detail["skipped_series"] = str(skipped)
-        return self._health.ok(now, tuple(signals), detail)
+        detail = {**ages, "signals": str(len(mapped.signals))}
+        if mapped.skipped:
+            detail["skipped_series"] = str(mapped.skipped)
+            detail["refused"] = "; ".join(mapped.reasons)
+        if mapped.stale:
+            detail["stale_readings"] = str(mapped.stale)
+        return self._health.ok(now, tuple(mapped.signals), detail)
+
+    def _coverage(
+        self, kinds: list[SignalKind], deadline: float, at: float | None, detail: dict[str, str]
+    ) -> str | None:
+        """Count each queried kind's series and age its newest sample in one query; returns
+        the reason to be down when a kind that has series went stale."""
+        named = self.config.kind_metrics
+        metrics = {k.value: named[k.value] for k in kinds if named.get(k.value)}
+        if not metrics:
+            return None
+        parts = []
+        for kind, metric in metrics.items():
+            for measure, expr in (
+                ("series", f"count({metric})"),
+                ("age", f"time() - max(timestamp({metric}))"),
+            ):
+                tagged = f'label_replace({expr}, "kind", "{kind}", "", "")'
+                parts.append(f'label_replace({tagged}, "measure", "{measure}", "", "")')
+        found: dict[tuple[str, str], float] = {}
+        for series in self._query(" or ".join(parts), "coverage", deadline, at):
+            labels = series.get("metric") or {}
+            found[(str(labels.get("kind")), str(labels.get("measure")))] = _value(series)
+        problem: str | None = None
+        for kind in metrics:
+            count = found.get((kind, "series"), 0.0)
+            detail[f"{kind}_series"] = f"{count:.0f}"
+            age = found.get((kind, "age"))
+            if age is None or not math.isfinite(age):
+                continue
+            detail[f"{kind}_newest_sample_age_seconds"] = f"{age:.1f}"
+            if age > self.config.staleness_seconds and problem is None:
+                problem = (
+                    f"{kind} data is stale: newest {metrics[kind]} sample is {age:.0f}s old "
+                    f"(bound {self.config.staleness_seconds:.0f}s)"
+                )
+        return problem
 
     def _age(
         self, query: str, exporter: str, deadline: float, at: float | None
