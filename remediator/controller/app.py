@@ -37,11 +37,13 @@ from remediator.controller.jobs import (
 from remediator.controller.metrics import ControllerMetrics
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
+from remediator.kube.informer import NodeInformer
 from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
 from remediator.kube.ratelimit import TokenBucket
 from remediator.kube.waits import NodeActivity
 from remediator.policy.budget import HoldCause
+from remediator.policy.interest import interest_of
 from remediator.policy.loader import content_hash, git_revision, policy_files
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
@@ -165,6 +167,9 @@ class Controller:
         self.lease_kube.set_user_agent(f"remediator/{__version__} ({self.identity})")
         self.kube_limiter = TokenBucket(api.qps, api.burst)
         self.kube = self.lease_kube.guarded(limiter=self.kube_limiter, may_write=self.is_leader)
+        # Nodes from a watch: the poll and the reconcile read this cache, never a LIST each.
+        self.nodes = NodeInformer(self.kube)
+        self._interest_for: str | None = None
         self.provider = InstrumentedProvider(
             provider or PoolProviders.from_settings(settings, self.kube),
             ProviderMetrics(self.registry),
@@ -239,7 +244,7 @@ class Controller:
         self.inbox.accepting = self.is_leader
 
     def _default_sources(self) -> list[Source]:
-        sources: list[Source] = [NodeConditionSource(self.kube)]
+        sources: list[Source] = [NodeConditionSource(self.nodes)]
         if self.settings.prometheus_url:
             config = PrometheusSourceConfig(
                 url=self.settings.prometheus_url,
@@ -313,6 +318,7 @@ class Controller:
 
     def poll(self) -> None:
         """Poll every source, refresh the node inventory, and decide on what came in."""
+        self._narrow_sources()
         now = self.clock.now()
         signals: list[Signal] = []
         for source in self.sources:
@@ -327,6 +333,18 @@ class Controller:
         )
         self.refresh_inventory(next(listed, None))
         self._decide(signals)
+
+    def _narrow_sources(self) -> None:
+        """Tell the sources what the active policy set could act on, once per new set."""
+        active = self.policies.active
+        if active is None or active.content_hash == self._interest_for:
+            return
+        interest = interest_of(active.policies)
+        for source in self.sources:
+            narrow = getattr(source, "set_interest", None)
+            if callable(narrow):
+                narrow(interest)
+        self._interest_for = active.content_hash
 
     def take_pushed(self) -> None:
         """Drain the push inbox until no put came in while deciding: a put that lands while
@@ -345,8 +363,8 @@ class Controller:
                 return
 
     def refresh_inventory(self, nodes: Sequence[Node] | None = None) -> Inventory:
-        """From `nodes` when this poll already listed them all, else from a LIST of its own."""
-        listed = self.kube.list_nodes() if nodes is None else nodes
+        """From `nodes` when this poll already read them all, else from the node cache."""
+        listed = self.nodes.list_nodes() if nodes is None else nodes
         inventory = Inventory.from_nodes(listed, self.settings.pool_label)
         self.inventory = inventory
         self._inventory_at = self.clock.monotonic()
@@ -442,7 +460,7 @@ class Controller:
             wake_at(self._scheduler, ADVANCE_JOB, self.clock.now() + timedelta(seconds=due))
 
     def reconcile(self) -> None:
-        self.service.reconcile(self.kube.list_nodes())
+        self.service.reconcile(self.nodes.list_nodes())
 
     def heartbeat(self) -> None:
         self.repository.record_leader(self.identity)
@@ -572,6 +590,7 @@ class Controller:
 
     def start(self, *, serve_web: bool = True) -> None:
         self.policies.reload_if_changed()
+        self.nodes.start()
         if serve_web:
             self.start_web()
         if self.elector is not None:
@@ -598,6 +617,7 @@ class Controller:
             close = getattr(source, "close", None)
             if callable(close):
                 close()
+        self.nodes.stop()
         self.kube.close()
         self.engine.dispose()
 

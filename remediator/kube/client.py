@@ -99,6 +99,8 @@ def wrap_api_exception(exc: ApiException, what: str) -> RemediatorError:
     message, _ = _status_message(exc.body)
     text = f"{what}: {exc.status} {message or exc.reason}"
     status = exc.status or 0
+    if status == 410:
+        return ResourceExpired(text, delay=0.0)
     if status == 404:
         return NotFoundError(text)
     if status == 409:
@@ -332,6 +334,44 @@ class KubeClient:
         query = [("labelSelector", label_selector)] if label_selector else []
         data = self._call("GET", "/api/v1/nodes", "list nodes", query=query)
         return [Node.from_json(item) for item in data.get("items") or ()]
+
+    def list_nodes_versioned(self) -> tuple[list[Node], str]:
+        """Every node and the list's resourceVersion, where a watch picks up from."""
+        data = self._call("GET", "/api/v1/nodes", "list nodes")
+        version = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        return [Node.from_json(item) for item in data.get("items") or ()], version
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
+        """Open a watch on nodes after `resource_version` (bookmarks on). The server ends it
+        after `timeout_seconds`; a 410 (at open or as an ERROR event) is ResourceExpired."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        what = "watch nodes"
+        if self._limiter is not None:
+            self._limiter.take()
+        request = self._api.param_serialize(
+            "GET",
+            "/api/v1/nodes",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(
+                *request, _request_timeout=(self._timeout[0], timeout_seconds + 30.0)
+            )
+            if not 200 <= response.status <= 299:
+                response.read()
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+        except ApiException as exc:
+            raise wrap_api_exception(exc, what) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise connection_error(exc, what) from exc
+        return WatchStream(response.response, what)
 
     def _patch_node(self, name: str, patch: JSON, content_type: str, what: str) -> Node:
         raw = self._call(
@@ -636,6 +676,48 @@ def _watch_events(chunks: Iterator[bytes], what: str) -> Iterator[JSON]:
                     raise ResourceExpired(f"{what}: {status.get('message', '410 Gone')}")
                 raise TransientError(f"{what}: {status.get('message', 'watch error')}")
             yield event
+
+
+class WatchStream:
+    """One open watch: its events as parsed JSON, and a close() another thread may call."""
+
+    def __init__(self, raw: urllib3.BaseHTTPResponse, what: str) -> None:
+        self._raw = raw
+        self._what = what
+
+    def events(self) -> Iterator[JSON]:
+        try:
+            for line in self._raw:
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise TransientError(f"{self._what}: an event is not JSON") from exc
+                if not isinstance(event, dict):
+                    continue
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    text = f"{self._what}: {status.get('code')} {status.get('message', '')}"
+                    if status.get("code") == 410:
+                        raise ResourceExpired(text, delay=0.0)
+                    raise TransientError(text)
+                yield event
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise TransientError(f"{self._what}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Unblock a reader in another thread (shutdown), then give the connection back."""
+        try:
+            self._raw.shutdown()
+        except (ValueError, OSError):
+            pass  # the stream already ended: no socket to shut down
+        try:
+            self._raw.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError):
+            return
 
 
 def classify_eviction_error(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +48,7 @@ def controller(sim: SimHandle, sqlite_head_template: Path, tmp_path: Path) -> It
     built.stop()
 
 
-def test_a_poll_lists_the_nodes_once(
+def test_polls_read_the_node_watch_cache_not_a_list_each(
     controller: Controller, sim: SimHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str | None] = []
@@ -58,12 +59,21 @@ def test_a_poll_lists_the_nodes_once(
         return real(label_selector)
 
     monkeypatch.setattr(controller.kube, "list_nodes", counted)
-    controller.poll()
-    assert calls == [None]
+    for _ in range(3):
+        controller.poll()
+    assert calls == []
+    assert controller.nodes.lists == 1  # the informer's one LIST, then its watch
     inventory = controller.inventory
     assert inventory is not None
     shown = sim.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split()
     assert sorted(inventory.pools) == sorted(shown)
+
+    sim.kubectl("cordon", shown[0])
+    deadline = time.monotonic() + 30
+    while shown[0] not in controller.refresh_inventory().cordoned:
+        assert time.monotonic() < deadline, "the watch never delivered the cordon"
+        time.sleep(0.1)
+    assert calls == [] and controller.nodes.lists == 1
 
 
 def test_a_cancellation_is_counted_once_at_its_transition(

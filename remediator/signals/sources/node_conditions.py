@@ -1,7 +1,8 @@
 """Kubernetes node conditions (node-problem-detector style) → `node_condition` signals.
 
-One LIST of nodes per cycle, never a call per node, through the typed KubeClient (the only door
-to the API server). A condition is abnormal when Ready is not True (False or Unknown: the kubelet
+One read of the node list per cycle, never a call per node: the controller hands it its node
+cache (kube/informer.py, one LIST and a watch), or a KubeClient for a LIST per cycle. A
+condition is abnormal when Ready is not True (False or Unknown: the kubelet
 stopped reporting) or when any other condition is True (MemoryPressure, a problem-detector
 condition such as KernelDeadlock or an XID condition). Which types count is configurable. If the
 API server cannot be reached the source is down and says so; it never reports an empty cluster
