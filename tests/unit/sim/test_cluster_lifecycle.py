@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -21,6 +21,7 @@ from remediator.sim.kube.api.kobj import (
 )
 from remediator.sim.kube.api.store import Conflict, NotFound, Obj, WatchEvent
 from remediator.sim.kube.controllers.cluster import GPU_RESOURCE, SimCluster
+from remediator.sim.kube.controllers.kubelet import LEASE_NAMESPACE, LEASES
 
 NS = "work"
 
@@ -309,7 +310,7 @@ def test_node_conditions_move_transition_time_only_on_change_and_drive_taints(
     assert "taints" not in cluster.store.get("nodes", "", "node-a")["spec"]
 
 
-def test_kubelets_keep_heartbeats_fresh_unless_the_node_is_unreachable(
+def test_kubelets_heartbeat_through_leases_and_post_status_every_five_minutes(
     cluster: SimCluster, clock: FakeClock
 ) -> None:
     def heartbeat() -> str:
@@ -317,17 +318,30 @@ def test_kubelets_keep_heartbeats_fresh_unless_the_node_is_unreachable(
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         return str(ready["lastHeartbeatTime"])
 
+    def renewed() -> datetime:
+        lease = cluster.store.get(LEASES, LEASE_NAMESPACE, "node-a")
+        assert lease["spec"]["holderIdentity"] == "node-a"
+        assert lease["metadata"]["ownerReferences"][0]["kind"] == "Node"
+        return parse_time(lease["spec"]["renewTime"])
+
     start = heartbeat()
+    node_version = cluster.store.get("nodes", "", "node-a")["metadata"]["resourceVersion"]
     run_for(cluster, clock, 45, step=1.0)
+    assert clock.now() - timedelta(seconds=41) <= renewed()
+    # An unchanged status is not posted again within five minutes: a node watch stays quiet.
+    assert heartbeat() == start
+    assert cluster.store.get("nodes", "", "node-a")["metadata"]["resourceVersion"] == node_version
+    run_for(cluster, clock, 300, step=5.0)
     fresh = heartbeat()
     assert fresh > start
-    assert clock.now() - timedelta(seconds=41) <= parse_time(fresh)
+    assert clock.now() - timedelta(seconds=341) <= parse_time(fresh)
+
     cluster.set_node_condition(
         "node-a", "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
     )
-    frozen = heartbeat()
-    run_for(cluster, clock, 90, step=1.0)
-    assert heartbeat() == frozen
+    frozen, lease_frozen = heartbeat(), renewed()
+    run_for(cluster, clock, 400, step=5.0)
+    assert heartbeat() == frozen and renewed() == lease_frozen
 
 
 def test_a_node_joins_not_ready_and_takes_pods_only_once_ready(clock: FakeClock) -> None:

@@ -57,7 +57,7 @@ from remediator.sim.kube.controllers.context import (
 )
 from remediator.sim.kube.controllers.controllers import Controllers
 from remediator.sim.kube.controllers.index import WATCHED, Key
-from remediator.sim.kube.controllers.kubelet import Kubelets
+from remediator.sim.kube.controllers.kubelet import Kubelets, renew_lease, status_report_due
 from remediator.sim.kube.controllers.scheduling import NodeView, pick_node, place_gang
 
 __all__ = ["GPU_RESOURCE", "POOL_LABEL", "SimCluster"]
@@ -95,7 +95,8 @@ class FleetPlan:
 
 
 def heartbeat_interval(node: str) -> timedelta:
-    """Each kubelet reports on its own rhythm, between 10 and 40 s, stable per node."""
+    """Each kubelet renews its node Lease on its own rhythm, between 10 and 40 s, stable per
+    node; its node status goes out only on a change or every STATUS_REPORT_EVERY."""
     return timedelta(seconds=10 + zlib.crc32(node.encode()) % 31)
 
 
@@ -221,6 +222,9 @@ class SimCluster:
         ready = condition(node, "Ready")
         if ready is None or ready.get("status") not in ("True", "False"):
             return  # no kubelet is posting status for this node
+        renew_lease(self._ctx, node, now)
+        if not status_report_due(node, now):
+            return
         ts = rfc3339(now)
 
         def beat(obj: Obj) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from remediator.sim.kube.api.kobj import (
     CHECKPOINT_DONE,
@@ -190,3 +190,58 @@ class Kubelets:
             self._ctx.store.mutate("pods", ns, name, guarded)
         except NotFound:
             return
+
+
+# -- node heartbeats -------------------------------------------------------------------------
+
+LEASES = "coordination.k8s.io/leases"
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_SECONDS = 40  # the kubelet's nodeLeaseDurationSeconds
+# The kubelet's nodeStatusReportFrequency: with leases on, it posts an unchanged status this
+# rarely, so a node watch sees a healthy fleet stand still.
+STATUS_REPORT_EVERY = timedelta(minutes=5)
+
+
+def renew_lease(ctx: SimContext, node: Obj, now: datetime) -> None:
+    """The kubelet's heartbeat: renew its Lease in kube-node-lease, creating it the first time
+    (owned by the Node, as the real kubelet does)."""
+    name = node["metadata"]["name"]
+    renewed = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def renew(lease: Obj) -> None:
+        lease.setdefault("spec", {})["renewTime"] = renewed
+
+    try:
+        ctx.store.mutate(LEASES, LEASE_NAMESPACE, name, renew)
+    except NotFound:
+        ctx.store.create(
+            LEASES,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "namespace": LEASE_NAMESPACE,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Node",
+                            "name": name,
+                            "uid": node["metadata"].get("uid", ""),
+                        }
+                    ],
+                },
+                "spec": {
+                    "holderIdentity": name,
+                    "leaseDurationSeconds": LEASE_SECONDS,
+                    "renewTime": renewed,
+                },
+            },
+        )
+
+
+def status_report_due(node: Obj, now: datetime) -> bool:
+    """An unchanged node status is posted again only STATUS_REPORT_EVERY after the last."""
+    ready = condition(node, "Ready") or {}
+    last = ready.get("lastHeartbeatTime")
+    return not last or now - parse_time(str(last)) >= STATUS_REPORT_EVERY
