@@ -6,13 +6,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from remediator.policy.evaluate import EvalState, History, evaluate
+from remediator.policy.interest import interest_of
+from remediator.policy.loader import load_policy_dir
+from remediator.signals.interest import Interest, ReadingFilter
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import SourceResult
 from remediator.signals.sources.prometheus import (
@@ -27,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 NODES, GPUS = 4, 8
 HOT = 78.0  # the lab's rule of thumb: above this a GPU is pulled
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
 
 def now() -> datetime:
@@ -150,8 +156,11 @@ def test_prometheus_stopped_mid_run_means_down_then_back(stack: Stack) -> None:
     assert "unreachable" in (down.health.error or "")
     assert down.health.last_success_at == first.health.checked_at
     stack.prometheus.start()
-    back = poll_until(stack.source, lambda r: r.health.up, timeout=60)
-    assert len(back.signals) == NODES * GPUS
+    # Back with every GPU read anew: the samples from before the stop were read already.
+    back = poll_until(
+        stack.source, lambda r: r.health.up and len(r.signals) == NODES * GPUS, timeout=60
+    )
+    assert all(s.observed_at > first.health.checked_at for s in back.signals)
 
 
 class FrozenExporter:
@@ -212,6 +221,138 @@ def test_stale_exporter_data_means_down_without_signals(
         stale = poll_until(source, lambda r: not r.health.up, timeout=30)
         assert stale.signals == ()
         assert "stale" in (stale.health.error or "")
+        source.close()
+    finally:
+        exporter.close()
+
+
+# -- narrowed queries and sample time (issue 18, issue 9 item 4) -----------------------------
+
+
+def thermal(result: SourceResult) -> list[Signal]:
+    return [s for s in result.signals if s.kind is SignalKind.THERMAL]
+
+
+def test_narrowed_queries_answer_only_what_the_policies_act_on(stack: Stack) -> None:
+    policies = load_policy_dir(POLICIES).policies
+    stack.source.set_interest(interest_of(policies))
+    healthy = stack.source.poll(now())
+    assert healthy.health.up, healthy.health.error
+    assert thermal(healthy) == []  # a healthy fleet: nothing at or above 75 °C comes back
+    # Coverage still counts every GPU, so an empty answer is "all below", not "not exported".
+    assert healthy.health.detail["thermal_series"] == str(NODES * GPUS)
+
+    hot = stack.nodes[1]
+    stack.inject(type="temperature", node=hot, gpu=5, celsius=90, rate=100)
+    polled = now()
+    seen = poll_until(stack.source, lambda r: any((s.value or 0) >= 85 for s in thermal(r)))
+    readings = thermal(seen)
+    assert {(s.node, s.gpu) for s in readings} == {(hot, 5)}
+    # The sample's own time, not the poll's.
+    assert all(polled - timedelta(seconds=5) < s.observed_at <= now() for s in readings)
+
+    # Cooled down: the series stays in the answer with its real, low value for the look-back
+    # (longer than any gap), which is what ends a running streak.
+    stack.inject(type="temperature", node=hot, gpu=5, celsius=40, rate=100)
+    cool = poll_until(stack.source, lambda r: any((s.value or 99) < 75 for s in thermal(r)))
+    assert {(s.node, s.gpu) for s in thermal(cool)} == {(hot, 5)}
+
+    # After the look-back it leaves the answer (a short look-back here, to see it happen).
+    short = ReadingFilter(at_least=75.0, at_most=None, recent=timedelta(seconds=4))
+    stack.source.set_interest(Interest(kinds=None, readings={SignalKind.THERMAL: short}))
+    gone = poll_until(stack.source, lambda r: r.health.up and thermal(r) == [], timeout=30)
+    assert gone.health.detail["thermal_series"] == str(NODES * GPUS)
+
+
+class SettableExporter:
+    """One GPU's temperature, set by the test; `failing` answers 503, as an exporter a freshly
+    restarted Prometheus has not scraped yet looks to its queries."""
+
+    def __init__(self, node: str) -> None:
+        self.celsius = 45.0
+        self.failing = False
+        exporter = self
+        labels = f'gpu="0",UUID="GPU-0",Hostname="{node}"'
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if exporter.failing:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = (
+                    "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+                    f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} {exporter.celsius}\n"
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_frozen_sample_after_a_prometheus_restart_does_not_complete_a_streak(
+    prometheus_factory: PrometheusFactory,
+) -> None:
+    """Issue 9 item 4, at its real durations: a GPU at 90 °C for ~14 s, Prometheus stopped,
+    the GPU back at 45 °C; Prometheus restarted on the same storage answers with the 106-s-old
+    90 °C sample as the newest (fresh enough for the 120 s freshness bound). It must not count:
+    it was read before, and it is older than the sample bound. The shipped heat policy (≥ 78 °C
+    for 2 minutes) must not act."""
+    exporter = SettableExporter("hot-1")
+    policy_set = load_policy_dir(POLICIES)
+    heat = [p for p in policy_set.policies if p.match.kind is SignalKind.THERMAL]
+    state = EvalState()
+    decisions: list[str] = []
+
+    def cycle() -> SourceResult:
+        nonlocal state
+        result = source.poll(now())
+        evaluation = evaluate(
+            result.signals, History(state=state), heat, now(), policy_set.settings
+        )
+        state = evaluation.state
+        decisions.extend(d.reason for d in evaluation.decisions)
+        return result
+
+    try:
+        exporter.celsius = 90.0
+        prometheus = prometheus_factory([exporter.url])
+        prometheus.wait_for("DCGM_FI_DEV_GPU_TEMP >= 90")
+        source = PrometheusSource(PrometheusSourceConfig(url=prometheus.url))
+        source.set_interest(interest_of(heat))
+        started = time.monotonic()
+        hot: list[float | None] = []
+        while time.monotonic() - started < 14:
+            hot.extend(s.value for s in thermal(cycle()))
+            time.sleep(1.0)
+        assert hot and set(hot) == {90.0}
+        assert state.streaks  # a breach is running
+
+        prometheus.stop()
+        exporter.celsius, exporter.failing = 45.0, True
+        time.sleep(max(0.0, 120 - (time.monotonic() - started)))
+        prometheus.start()
+        after = cycle()
+        assert after.health.up, after.health.error  # the freshness bound still passes...
+        age = float(after.health.detail["dcgm_newest_sample_age_seconds"])
+        assert 100 <= age <= 120, age
+        assert thermal(after) == []  # ...but the frozen 90 °C sample is not a reading
+        assert decisions == []
+        cycle()
+        assert decisions == []
         source.close()
     finally:
         exporter.close()
