@@ -14,6 +14,7 @@ while `may_write` says this replica may act (the leader's fence).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -710,10 +711,8 @@ class WatchStream:
 
     def close(self) -> None:
         """Unblock a reader in another thread (shutdown), then give the connection back."""
-        try:
+        with contextlib.suppress(ValueError, OSError):  # ended already: no socket to shut
             self._raw.shutdown()
-        except (ValueError, OSError):
-            pass  # the stream already ended: no socket to shut down
         try:
             self._raw.release_conn()
         except (urllib3.exceptions.HTTPError, OSError):

@@ -16,16 +16,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from remediator.errors import RemediatorError, TransientError
-from remediator.kube.client import ResourceExpired, WatchStream
+from remediator.kube.client import ResourceExpired
 from remediator.kube.objects import Node
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+
+
+class EventStream(Protocol):
+    """One open watch (KubeClient's WatchStream)."""
+
+    def events(self) -> Iterator[JSON]: ...
+
+    def close(self) -> None: ...
 
 
 class NodeWatchApi(Protocol):
@@ -35,7 +43,7 @@ class NodeWatchApi(Protocol):
 
     def list_nodes_versioned(self) -> tuple[list[Node], str]: ...
 
-    def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> WatchStream: ...
+    def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> EventStream: ...
 
 
 class NodeInformer:
@@ -62,7 +70,7 @@ class NodeInformer:
         self._error: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._stream: WatchStream | None = None
+        self._stream: EventStream | None = None
         self._thread: threading.Thread | None = None
         self.lists = 0  # LISTs done, the first one included (for tests and the bench)
 
