@@ -6,18 +6,20 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from remediator.signals.interest import Interest, ReadingFilter
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.prometheus import (
     PrometheusQueries,
     PrometheusSource,
     PrometheusSourceConfig,
+    to_readings,
     to_signals,
 )
 from tests.fixtures.prometheus import free_port
@@ -310,3 +312,60 @@ def test_every_kind_is_queried_at_the_freshness_answer_time(fake_prometheus: Any
     assert "time" not in queries[0]  # the freshness query: Prometheus' own now
     assert len(queries) == 9
     assert all(q["time"] == ["1767225612.250"] for q in queries[1:])
+
+
+def test_out_of_range_numbers_are_refused_with_the_reason(fake_prometheus: Any) -> None:
+    xid = {"__name__": "DCGM_FI_DEV_XID_ERRORS", **GPU}
+
+    def handle(request: BaseHTTPRequestHandler) -> None:
+        query = parse_qs(urlsplit(request.path).query)["query"][0]
+        if query.startswith("time()"):
+            reply(200, vector(series({}, "1")))(request)
+        elif query.startswith("DCGM_FI_DEV_XID_ERRORS"):
+            reply(200, vector(series(xid, "1e20"), series(xid | {"gpu": "4"}, "79")))(request)
+        else:
+            reply(200, vector())(request)
+
+    result = source(fake_prometheus(handle)).poll(NOW)
+    assert result.health.up
+    assert [(s.gpu, s.code) for s in result.signals] == [(4, 79)]  # the rest of the batch
+    assert result.health.detail["skipped_series"] == "1"
+    assert "code 1e+20 outside 1..65535" in result.health.detail["refused"]
+
+
+def test_a_reading_carries_its_sample_time_and_is_read_once() -> None:
+    evaluated = 1767225700.0
+    answer = [
+        {"metric": {**GPU, "remediator_field": "value"}, "value": [evaluated, "81"]},
+        {"metric": {**GPU, "remediator_field": "timestamp"}, "value": [evaluated, "1767225690"]},
+        {"metric": {**GPU, "gpu": "5", "remediator_field": "value"}, "value": [evaluated, "90"]},
+        {
+            "metric": {**GPU, "gpu": "5", "remediator_field": "timestamp"},
+            "value": [evaluated, "1767225600"],  # 100 s old: frozen, not a reading
+        },
+    ]
+    args: dict[str, Any] = {"evaluated_at": evaluated, "max_age": 75.0}
+    first, seen = to_readings(SignalKind.THERMAL, answer, CONFIG, "p", seen={}, **args)
+    assert [(s.gpu, s.value) for s in first.signals] == [(3, 81.0)]
+    assert first.signals[0].observed_at == datetime.fromtimestamp(1767225690, UTC)
+    assert first.stale == 1
+    again, _ = to_readings(SignalKind.THERMAL, answer, CONFIG, "p", seen=seen, **args)
+    assert again.signals == [] and again.seen == 1  # the same sample does not come twice
+
+
+def test_a_source_narrowed_to_the_policies_queries_only_their_kinds(fake_prometheus: Any) -> None:
+    paths: list[str] = []
+
+    def handle(request: BaseHTTPRequestHandler) -> None:
+        paths.append(parse_qs(urlsplit(request.path).query)["query"][0])
+        reply(200, vector(series({}, "1")))(request)
+
+    narrowed = ReadingFilter(at_least=75.0, at_most=None, recent=timedelta(minutes=3))
+    prom = source(fake_prometheus(handle))
+    prom.set_interest(Interest(frozenset({SignalKind.THERMAL}), {SignalKind.THERMAL: narrowed}))
+    prom.poll(NOW)
+    freshness, coverage, thermal = paths
+    assert freshness.startswith("time()")
+    assert "count(DCGM_FI_DEV_GPU_TEMP)" in coverage and "XID" not in coverage
+    assert "max_over_time(DCGM_FI_DEV_GPU_TEMP[180s]) >= 75.0" in thermal
+    assert "timestamp(DCGM_FI_DEV_GPU_TEMP)" in thermal
