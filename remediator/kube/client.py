@@ -711,7 +711,7 @@ class WatchStream:
 
     def close(self) -> None:
         """Unblock a reader in another thread (shutdown), then give the connection back."""
-        with contextlib.suppress(ValueError, OSError):  # ended already: no socket to shut
+        with contextlib.suppress(ValueError, RuntimeError, OSError):  # ended: nothing to shut
             self._raw.shutdown()
         try:
             self._raw.release_conn()
