@@ -136,6 +136,11 @@ class NodeInformer:
                 self._failed(str(exc))
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._backoff[1])
+            except Exception as exc:  # a bug must not silently freeze the cache: keep trying
+                log.exception("node watch failed unexpectedly")
+                self._failed(f"{type(exc).__name__}: {exc}")
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._backoff[1])
 
     def _relist(self) -> None:
         nodes, version = self._kube.list_nodes_versioned()
