@@ -38,8 +38,9 @@ class ReadingFilter:
         within `recent` (this one included) were `recent_values`: the rule the PromQL encodes."""
         return self.relevant(value) or any(self.relevant(v) for v in recent_values)
 
-    def promql(self, query: str) -> str:
-        """`query` (an instant vector) narrowed to the series this filter keeps."""
+    def condition(self, query: str) -> str:
+        """The series of `query` (an instant vector) this filter keeps, as a PromQL vector to
+        `and` with whatever is asked of them (their values, their samples' timestamps)."""
         window = f"{max(1, int(self.recent.total_seconds()))}s"
         ranged = f"{query}[{window}]" if _is_selector(query) else f"({query})[{window}:]"
         tests = []
@@ -47,7 +48,11 @@ class ReadingFilter:
             tests.append(f"max_over_time({ranged}) >= {self.at_least!r}")
         if self.at_most is not None:
             tests.append(f"min_over_time({ranged}) <= {self.at_most!r}")
-        return f"({query}) and ({' or '.join(tests)})"
+        return " or ".join(tests)
+
+    def promql(self, query: str) -> str:
+        """`query` narrowed to the series this filter keeps."""
+        return f"({query}) and ({self.condition(query)})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -328,7 +328,8 @@ def reading_query(query: str, narrowed: ReadingFilter | None) -> str:
     narrowed to the series a policy could act on."""
     values, stamps = query, f"timestamp({query})"
     if narrowed is not None:
-        values, stamps = narrowed.promql(query), narrowed.promql(stamps)
+        kept = narrowed.condition(query)  # by the values, for both halves
+        values, stamps = f"({values}) and ({kept})", f"({stamps}) and ({kept})"
     return (
         f'label_replace({values}, "{FIELD}", "value", "", "")'
         f' or label_replace({stamps}, "{FIELD}", "timestamp", "", "")'

@@ -369,3 +369,4 @@ def test_a_source_narrowed_to_the_policies_queries_only_their_kinds(fake_prometh
     assert "count(DCGM_FI_DEV_GPU_TEMP)" in coverage and "XID" not in coverage
     assert "max_over_time(DCGM_FI_DEV_GPU_TEMP[180s]) >= 75.0" in thermal
     assert "timestamp(DCGM_FI_DEV_GPU_TEMP)" in thermal
+    assert "[180s:]" not in thermal  # the timestamps are kept by the values' test, not a subquery
