@@ -12,13 +12,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from pydantic import ValidationError
 
 from remediator.signals.interest import Interest, ReadingFilter
-from remediator.signals.model import SignalKind
+from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.prometheus import (
     PrometheusQueries,
     PrometheusSource,
     PrometheusSourceConfig,
+    checked_signal,
     to_readings,
     to_signals,
 )
@@ -370,3 +372,23 @@ def test_a_source_narrowed_to_the_policies_queries_only_their_kinds(fake_prometh
     assert "max_over_time(DCGM_FI_DEV_GPU_TEMP[180s]) >= 75.0" in thermal
     assert "timestamp(DCGM_FI_DEV_GPU_TEMP)" in thermal
     assert "[180s:]" not in thermal  # the timestamps are kept by the values' test, not a subquery
+
+
+def test_a_checked_signal_is_the_validated_one() -> None:
+    values: dict[str, Any] = {
+        "node": "gpu-node-4",
+        "kind": SignalKind.THERMAL,
+        "source": "p",
+        "observed_at": NOW,
+        "gpu": 3,
+        "gpu_uuid": GPU["UUID"],
+        "code": None,
+        "value": 81.0,
+        "labels": dict(GPU),
+    }
+    fast, slow = checked_signal(dict(values)), Signal.model_validate(values)
+    assert fast == slow and hash(fast) == hash(slow)
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.at(NOW + timedelta(seconds=1)).observed_at == NOW + timedelta(seconds=1)
+    with pytest.raises(ValidationError):  # a field it does not know: validated, and refused
+        checked_signal({**values, "extra": 1})
