@@ -20,6 +20,9 @@ from pydantic import SecretStr
 from remediator.controller.app import Controller
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
+from remediator.signals.interest import Interest
+from remediator.signals.model import SignalKind
+from remediator.signals.sources.base import SourceHealth, SourceResult
 from remediator.store.records import NewRemediation
 from remediator.web.app import create_app
 from tests.fixtures.sim import SimHandle
@@ -172,3 +175,55 @@ def test_a_refused_commit_is_recorded_with_its_commit(
     assert refused.commit == git(directory, "rev-parse", "HEAD") and not refused.dirty
     assert "xid.yaml:" in (refused.error or "")
     assert controller.policies.active is good  # the last good set stays in force
+
+
+class InterestRecorder:
+    """A source that records what the controller narrows it to."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.interests: list[Interest] = []
+
+    def set_interest(self, interest: Interest) -> None:
+        self.interests.append(interest)
+
+    def poll(self, now: datetime) -> SourceResult:
+        return SourceResult((), SourceHealth(self.name, True, now, now))
+
+
+def test_sources_are_narrowed_to_the_policy_set_and_again_when_it_changes(
+    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path
+) -> None:
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    policies = write_policies(tmp_path / "policies")
+    settings = settings_for(sim, f"sqlite:///{tmp_path / 'remediator.db'}", policies)
+    recorder = InterestRecorder()
+    controller = Controller(settings, sources=[recorder])
+    try:
+        controller.reload_policies()
+        controller.poll()
+        controller.poll()
+        assert len(recorder.interests) == 1  # once per policy set, not per poll
+        assert recorder.interests[0].kinds == frozenset({SignalKind.XID})
+        assert recorder.interests[0].readings == {}
+
+        (policies / "thermal.yaml").write_text(HEAT)
+        controller.reload_policies()
+        controller.poll()
+        latest = recorder.interests[-1]
+        assert len(recorder.interests) == 2
+        assert latest.kinds == frozenset({SignalKind.XID, SignalKind.THERMAL})
+        assert latest.readings[SignalKind.THERMAL].at_least == 75.0
+    finally:
+        controller.stop()
+
+
+HEAT = """\
+policies:
+  - name: heat
+    description: hot for two minutes
+    why: heat kills GPUs
+    match: {kind: thermal, threshold: {above: 78, clear: 75, for: 2m}}
+    actions: [{action: cordon}]
+"""
