@@ -176,6 +176,8 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = None  # None: in-cluster service account
     prometheus_url: str | None = None
     prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
+    # A Prometheus reading whose sample is older is not a reading (kept under the policies' `for`).
+    prometheus_sample_max_age_seconds: float = Field(default=75.0, gt=0)
     policies_dir: Path = Path("policies")
     database_url: str = "sqlite:///remediator.db"
     provider: AnyProviderSettings = Field(default_factory=ProviderSettings)

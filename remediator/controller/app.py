@@ -249,6 +249,7 @@ class Controller:
             config = PrometheusSourceConfig(
                 url=self.settings.prometheus_url,
                 timeout_seconds=self.settings.prometheus_timeout_seconds,
+                sample_max_age_seconds=self.settings.prometheus_sample_max_age_seconds,
             )
             sources.append(PrometheusSource(config))
         return sources
