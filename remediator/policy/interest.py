@@ -27,14 +27,14 @@ def interest_of(policies: Sequence[Policy]) -> Interest:
     readings = {
         kind: found for kind, members in by_kind.items() if (found := _filter(members)) is not None
     }
-    fors = [
-        p.match.threshold.for_
-        for p in policies
-        if p.match.threshold is not None and p.match.threshold.for_ > timedelta(0)
-    ]
-    return Interest(
-        kinds=frozenset(by_kind), readings=readings, shortest_for=min(fors) if fors else None
-    )
+    shortest: dict[SignalKind, timedelta] = {}
+    for policy in policies:
+        threshold = policy.match.threshold
+        if threshold is None or threshold.for_ <= timedelta(0):
+            continue
+        kind = policy.match.kind
+        shortest[kind] = min(threshold.for_, shortest.get(kind, threshold.for_))
+    return Interest(kinds=frozenset(by_kind), readings=readings, shortest_for=shortest)
 
 
 def _filter(policies: Sequence[Policy]) -> ReadingFilter | None:

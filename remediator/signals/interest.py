@@ -58,12 +58,13 @@ class ReadingFilter:
 @dataclass(frozen=True, slots=True)
 class Interest:
     """Which kinds any policy matches (None: all, before a policy set is loaded), per reading
-    kind the filter below which nothing could act, and the shortest `for` of any policy (a
-    sample older than that must not count as a reading, or it could complete a streak alone)."""
+    kind the filter below which nothing could act, and per kind the shortest `for` of its
+    policies (a sample older than that must not count as a reading, or it could complete a
+    streak alone)."""
 
     kinds: frozenset[SignalKind] | None = None
     readings: Mapping[SignalKind, ReadingFilter] = field(default_factory=dict)
-    shortest_for: timedelta | None = None
+    shortest_for: Mapping[SignalKind, timedelta] = field(default_factory=dict)
 
     def wants(self, kind: SignalKind) -> bool:
         return self.kinds is None or kind in self.kinds

@@ -444,10 +444,10 @@ class PrometheusSource:
     def close(self) -> None:
         self._client.close()
 
-    def max_sample_age(self) -> float:
-        """The configured bound, kept under the shortest `for` of the loaded policies."""
+    def max_sample_age(self, kind: SignalKind) -> float:
+        """The configured bound, kept under the shortest `for` of the kind's policies."""
         bound = self.config.sample_max_age_seconds
-        shortest = self._interest.shortest_for
+        shortest = self._interest.shortest_for.get(kind)
         if shortest is not None:
             bound = min(bound, 0.75 * shortest.total_seconds())
         return bound
@@ -495,7 +495,7 @@ class PrometheusSource:
                         self.config,
                         self.name,
                         evaluated_at=snapshot if snapshot is not None else now.timestamp(),
-                        max_age=self.max_sample_age(),
+                        max_age=self.max_sample_age(kind),
                         seen=self._seen.get(kind, {}),
                     )
                 else:

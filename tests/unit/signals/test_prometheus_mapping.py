@@ -392,3 +392,12 @@ def test_a_checked_signal_is_the_validated_one() -> None:
     assert fast.at(NOW + timedelta(seconds=1)).observed_at == NOW + timedelta(seconds=1)
     with pytest.raises(ValidationError):  # a field it does not know: validated, and refused
         checked_signal({**values, "extra": 1})
+
+
+def test_the_sample_bound_stays_under_the_kinds_shortest_for() -> None:
+    prom = source("http://127.0.0.1:1")
+    assert prom.max_sample_age(SignalKind.THERMAL) == 75.0
+    prom.set_interest(Interest(shortest_for={SignalKind.THERMAL: timedelta(seconds=20)}))
+    assert prom.max_sample_age(SignalKind.THERMAL) == 15.0
+    prom.set_interest(Interest(shortest_for={SignalKind.NODE_CONDITION: timedelta(seconds=8)}))
+    assert prom.max_sample_age(SignalKind.THERMAL) == 75.0  # another kind's `for` is not ours
