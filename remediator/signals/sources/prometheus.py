@@ -145,7 +145,7 @@ class PrometheusSourceConfig(BaseModel):
     retries: int = Field(default=1, ge=0)
     staleness_seconds: float = Field(default=120.0, gt=0)  # DCGM exporter scrapes every 30 s
     # A reading whose sample is older is not a reading (two and a half 30 s scrapes); the
-    # source also keeps it under the shortest `for` of the loaded policies.
+    # source also keeps it under ¾ of the shortest `for` of the kind's policies.
     sample_max_age_seconds: float = Field(default=75.0, gt=0)
     # Each named query answers "how old is this exporter's newest sample"; all must be fresh.
     # Fleets with InfiniBand add one for node_exporter, see docs/signals.md.
