@@ -31,9 +31,10 @@ from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from urllib3.util.retry import Retry
 
+from remediator.signals import bounds
 from remediator.signals.dedup import COUNTER_WINDOW as FOLD_COUNTER_WINDOW
 from remediator.signals.interest import EVERYTHING, Interest, ReadingFilter
 from remediator.signals.model import Signal, SignalKind
@@ -129,11 +130,7 @@ KIND_METRICS: dict[str, str] = {
 # Reading kinds: their query is a gauge read as is, so the answer can be narrowed to what
 # policies act on and each reading carries its sample's timestamp.
 READING_QUERY_KINDS = frozenset({SignalKind.THERMAL})
-# Plausible values per kind; anything else is a broken exporter, refused with the reason.
-VALUE_BOUNDS: dict[SignalKind, tuple[float, float]] = {SignalKind.THERMAL: (-50.0, 200.0)}
-DEFAULT_BOUNDS = (0.0, 1e15)
-XID_CODES = (1, 65_535)
-MAX_GPU = 1023
+MAX_UUID = 128  # Signal.gpu_uuid's bound
 FIELD = "remediator_field"  # marks a reading query's value and timestamp halves
 
 
@@ -209,21 +206,17 @@ def checked_signal(values: dict[str, Any]) -> Signal:
 
 
 class NodeNames:
-    """Node names checked against the Signal model once each, not once per reading: an answer
-    holds a few thousand nodes at most, but eight or more readings per node."""
+    """Node names checked once each (signals/bounds.py), not once per reading: an answer holds
+    a few thousand nodes at most, but eight or more readings per node."""
 
     def __init__(self, limit: int = 100_000) -> None:
         self._verdicts: dict[str, str | None] = {}
         self._limit = limit
 
-    def problem(self, node: str, kind: SignalKind) -> str | None:
+    def problem(self, node: str) -> str | None:
         if node in self._verdicts:
             return self._verdicts[node]
-        try:
-            Signal(node=node, kind=kind, source="check", observed_at=datetime.now(UTC))
-            verdict = None
-        except ValidationError as exc:
-            verdict = f"node name {node[:64]!r}: {exc.errors()[0]['msg']}"
+        verdict = bounds.node_name_problem(node)
         if len(self._verdicts) >= self._limit:
             self._verdicts.clear()
         self._verdicts[node] = verdict
@@ -294,30 +287,31 @@ def _build(
     if not math.isfinite(value):
         out.refuse(f"{kind.value} on {node[:64]}: value {value} is not a finite number")
         return
-    problem = names.problem(node, kind)
+    problem = names.problem(node)
     if problem is not None:
         out.refuse(f"{kind.value}: {problem}")
         return
     raw_gpu = labels.get("gpu", "")
     gpu = int(raw_gpu) if raw_gpu.isdigit() else None
-    if gpu is not None and gpu > MAX_GPU:
-        out.refuse(f"{kind.value} on {node}: GPU index {gpu} beyond {MAX_GPU}")
-        return
     code: int | None = None
     reading: float | None = value
     if kind is SignalKind.XID:
-        low, high = XID_CODES
-        if value != int(value) or not low <= value <= high:
-            out.refuse(f"xid on {node}: code {value:g} outside {low}..{high}")
+        if value != int(value):
+            out.refuse(f"xid on {node}: code {value:g} is not a whole number")
             return
         code, reading = int(value), None
-    else:
-        low_v, high_v = VALUE_BOUNDS.get(kind, DEFAULT_BOUNDS)
-        if not low_v <= value <= high_v:
-            out.refuse(f"{kind.value} on {node}: value {value:g} outside [{low_v:g}, {high_v:g}]")
-            return
-        if "problem" in labels:
-            code = config.problem_codes.get(labels["problem"])
+    elif "problem" in labels:
+        code = config.problem_codes.get(labels["problem"])
+    uuid = labels.get("UUID") or None
+    problem = (
+        bounds.gpu_problem(gpu)
+        or bounds.code_problem(kind, code)
+        or bounds.value_problem(kind, reading)
+        or (f"GPU UUID longer than {MAX_UUID}" if uuid and len(uuid) > MAX_UUID else None)
+    )
+    if problem is not None:
+        out.refuse(f"{kind.value} on {node}: {problem}")
+        return
     out.signals.append(
         checked_signal(
             {
@@ -326,9 +320,10 @@ def _build(
                 "source": source,
                 "observed_at": observed_at,
                 "gpu": gpu,
-                "gpu_uuid": labels.get("UUID") or None,
+                "gpu_uuid": uuid,
                 "code": code,
                 "value": reading,
+                "since": None,
                 "labels": labels,
             }
         )
