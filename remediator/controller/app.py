@@ -357,16 +357,22 @@ class Controller:
             self.metrics.received(result.health.name, result.signals)
             known = self.inventory.pools if self.inventory is not None else {}
             if any(s.node not in known for s in result.signals):
-                self.refresh_inventory()  # a node that joined since the last poll is known
+                # A node that joined a moment ago may not have reached the watch cache yet:
+                # ask the API server itself before calling it unknown.
+                self.refresh_inventory(fresh=True)
             if result.signals:
                 self._decide(list(result.signals))
             if not self._pushed.is_set():
                 return
 
-    def refresh_inventory(self, nodes: Sequence[Node] | None = None) -> Inventory:
-        """From `nodes` when this poll already read them all, else from the node cache."""
-        listed = self.nodes.list_nodes() if nodes is None else nodes
-        inventory = Inventory.from_nodes(listed, self.settings.pool_label)
+    def refresh_inventory(
+        self, nodes: Sequence[Node] | None = None, *, fresh: bool = False
+    ) -> Inventory:
+        """From `nodes` when this poll already read them all, else from the node cache (or,
+        `fresh`, from a LIST: for a signal naming a node the cache does not know)."""
+        if nodes is None:
+            nodes = self.kube.list_nodes() if fresh else self.nodes.list_nodes()
+        inventory = Inventory.from_nodes(nodes, self.settings.pool_label)
         self.inventory = inventory
         self._inventory_at = self.clock.monotonic()
         return inventory
