@@ -324,9 +324,13 @@ class Drainer:
         now = format_time(self._clock.now())
         progress: list[dict[str, Any]] = []
         for pod in (*plan.terminating, *plan.evict, *plan.backing_off):
-            entry: dict[str, Any] = {"pod": pod.key, "uid": pod.uid}
+            # GPUs and owner at eviction: what the disrupted GPU-hours are counted from.
+            entry: dict[str, Any] = {"pod": pod.key, "uid": pod.uid, "gpus": pod.gpus}
             if pod.controller is None:
                 entry["unmanaged"] = True  # nothing will recreate it elsewhere
+            else:
+                owner = pod.controller
+                entry["owner"] = {"kind": owner.kind, "name": owner.name, "uid": owner.uid}
             if pod.uses_empty_dir:
                 entry["empty_dir"] = True  # its scratch data goes with it
             attempt = attempts.get(pod.uid)
