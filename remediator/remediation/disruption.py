@@ -3,12 +3,12 @@ times the time from its eviction until a replacement runs.
 
 The drain writes every evicted pod's GPUs and controlling owner on the timeline. When the
 remediation ends, the engine makes one check over the evicted pods' namespaces: a replacement is
-a newer pod (created at or after the eviction, another UID) of the same controller — for a Job or
-a training gang, the same Job — that is Running; its Ready time ends the disruption. Several
-evicted pods of one owner are paired, in eviction order, with its replacements in the order they
-came up. A pod with no owner has nothing to replace it, and one whose replacement does not run
-yet when the remediation ends: both count until the remediation's end (until now while it is
-still open, or before the check was made).
+a newer pod (created at or after the eviction, another UID, not terminating) of the same
+controller — for a Job or a training gang, the same Job — that is Running; its Ready time ends
+the disruption. Several evicted pods of one owner are paired, in eviction order, with its
+replacements in the order they came up. A pod with no owner has nothing to replace it; it, and
+one whose replacement does not run yet when the remediation ends, count until the
+remediation's end (until now while it is open or failed, or before the check was made).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def rescheduled(evicted: Iterable[Eviction], pods: Iterable[Pod]) -> tuple[Evict
                 if p.controller is not None
                 and p.controller.uid == owner_uid
                 and p.uid not in gone
+                and not p.terminating  # e.g. the rest of a requeued gang, on its way out
                 and p.running_since is not None
                 and p.created_at is not None
                 and p.created_at >= first
