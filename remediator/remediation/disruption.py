@@ -20,7 +20,9 @@ from typing import Any
 
 from remediator.kube.objects import Pod, format_time, parse_time
 
-_GONE_STATES = ("evicted", "terminating")
+# The round that evicted (or force-deleted) a pod says "evicted"; a pod first seen already
+# terminating was deleted by someone else, not by this remediation.
+_EVICTED = "evicted"
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def evictions(details: Iterable[Mapping[str, Any] | None]) -> tuple[Eviction, ..
         if isinstance(detail.get("disrupted"), list):
             checked = {e.uid: e for x in detail["disrupted"] if (e := _eviction(x)) is not None}
         for entry in detail.get("pods") or ():
-            if isinstance(entry, dict) and entry.get("state") in _GONE_STATES:
+            if isinstance(entry, dict) and entry.get("state") == _EVICTED:
                 eviction = _eviction(entry)
                 if eviction is not None:
                     found.setdefault(eviction.uid, eviction)

@@ -56,6 +56,7 @@ def test_evictions_come_from_the_drain_progress_first_sighting_wins() -> None:
         # Next round: terminating, with the API's (slightly different) SIGTERM time.
         {"pods": [_entry("a", "u1", "terminating", T0 + timedelta(seconds=2), 8, JOB)]},
         {"pods": [_entry("b", "u2", "blocked", T0, 4, RS)]},  # never evicted
+        {"pods": [_entry("c", "u3", "terminating", T0, 4, RS)]},  # someone else deleted it
         None,
     ]
     (only,) = evictions(details)
