@@ -33,7 +33,7 @@ from typing import Any
 
 from remediator.actions import pdbs
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
-from remediator.actions.pods import movable, skip_reason
+from remediator.actions.pods import eviction_facts, movable, skip_reason
 from remediator.clock import Clock, SystemClock
 from remediator.errors import (
     ApiUnavailable,
@@ -324,13 +324,7 @@ class Drainer:
         now = format_time(self._clock.now())
         progress: list[dict[str, Any]] = []
         for pod in (*plan.terminating, *plan.evict, *plan.backing_off):
-            # GPUs and owner at eviction: what the disrupted GPU-hours are counted from.
-            entry: dict[str, Any] = {"pod": pod.key, "uid": pod.uid, "gpus": pod.gpus}
-            if pod.controller is None:
-                entry["unmanaged"] = True  # nothing will recreate it elsewhere
-            else:
-                owner = pod.controller
-                entry["owner"] = {"kind": owner.kind, "name": owner.name, "uid": owner.uid}
+            entry: dict[str, Any] = {"pod": pod.key, **eviction_facts(pod)}
             if pod.uses_empty_dir:
                 entry["empty_dir"] = True  # its scratch data goes with it
             attempt = attempts.get(pod.uid)
