@@ -170,6 +170,10 @@ def test_a_workload_without_the_handshake_is_evicted_at_once_with_its_own_grace(
             "state": "evicted",
             "sigterm_at": outcome.facts["pods"][0]["sigterm_at"],
             "grace_seconds": 60,
+            # What the disrupted GPU-hours count: its GPUs, and no owner to replace it.
+            "uid": outcome.facts["pods"][0]["uid"],
+            "gpus": 4,
+            "unmanaged": True,
         }
     ]
     assert events(sim, "eval", "eval-longrun-0", "CheckpointRequested") == []
