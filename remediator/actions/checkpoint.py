@@ -22,7 +22,7 @@ from typing import Any
 
 from remediator.actions.drain import Drainer
 from remediator.actions.outcome import Done, Outcome, Waiting
-from remediator.actions.pods import workloads
+from remediator.actions.pods import eviction_facts, workloads
 from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import EvictionOutcome, EvictionResult, ObjectRef, Pod, format_time
@@ -184,6 +184,7 @@ def _pod_facts(
                     "state": "evicted",
                     "sigterm_at": format_time(now),
                     "grace_seconds": grace,
+                    **eviction_facts(pod),
                 }
             )
         elif outcome.result is EvictionResult.NOT_FOUND:

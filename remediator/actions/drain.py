@@ -33,7 +33,7 @@ from typing import Any
 
 from remediator.actions import pdbs
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
-from remediator.actions.pods import movable, skip_reason
+from remediator.actions.pods import eviction_facts, movable, skip_reason
 from remediator.clock import Clock, SystemClock
 from remediator.errors import (
     ApiUnavailable,
@@ -324,9 +324,7 @@ class Drainer:
         now = format_time(self._clock.now())
         progress: list[dict[str, Any]] = []
         for pod in (*plan.terminating, *plan.evict, *plan.backing_off):
-            entry: dict[str, Any] = {"pod": pod.key, "uid": pod.uid}
-            if pod.controller is None:
-                entry["unmanaged"] = True  # nothing will recreate it elsewhere
+            entry: dict[str, Any] = {"pod": pod.key, **eviction_facts(pod)}
             if pod.uses_empty_dir:
                 entry["empty_dir"] = True  # its scratch data goes with it
             attempt = attempts.get(pod.uid)

@@ -7,6 +7,7 @@ pods are only the API's reflection of the kubelet's static pods: neither can be 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from remediator.kube.objects import Pod
 
@@ -39,3 +40,15 @@ def opted_out(pods: Iterable[Pod], label: str = OPT_OUT_LABEL, value: str = "tru
         for p in pods
         if not p.terminating and not p.finished and p.labels.get(label, "").lower() == value
     ]
+
+
+def eviction_facts(pod: Pod) -> dict[str, Any]:
+    """What the timeline keeps of an evicted pod for the GPU-hours of workload disrupted: its
+    UID, GPUs and controlling owner (or that it has none: nothing will recreate it)."""
+    facts: dict[str, Any] = {"uid": pod.uid, "gpus": pod.gpus}
+    owner = pod.controller
+    if owner is None:
+        facts["unmanaged"] = True
+    else:
+        facts["owner"] = {"kind": owner.kind, "name": owner.name, "uid": owner.uid}
+    return facts

@@ -181,7 +181,7 @@ class Controller:
             list(sources) if sources is not None else self._default_sources()
         )
         self.sources.append(self.inbox.alerts)  # firing alerts, re-announced every poll
-        self.metrics = ControllerMetrics(self.registry)
+        self.metrics = ControllerMetrics(self.registry, sources=[s.name for s in self.sources])
         self.service = RemediationService(
             self.repository,
             self.kube,
@@ -405,7 +405,8 @@ class Controller:
         if news:
             log.warning("signals dropped before evaluation: %s", summary(news))
         self.metrics.dropped(news)
-        self.metrics.dropped_count("duplicate", sum(result.folded.values()))
+        for source, count in result.folded.items():
+            self.metrics.dropped_count(source, "duplicate", count)
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)
@@ -443,7 +444,9 @@ class Controller:
         health = result.health
         self.metrics.source_up.labels(health.name).set(1 if health.up else 0)
         skipped = health.detail.get("skipped_series", "0")
-        self.metrics.dropped_count("invalid_series", int(skipped) if skipped.isdigit() else 0)
+        self.metrics.dropped_count(
+            health.name, "invalid_series", int(skipped) if skipped.isdigit() else 0
+        )
         if not health.up:
             log.warning("source down: %s", health.error, extra={"source": health.name})
         self.repository.record_source_health(health.name, up=health.up, error=health.error)

@@ -25,7 +25,8 @@ GAUGED = tuple(sorted((*OPEN, State.FAILED), key=lambda s: s.value))
 
 
 class ControllerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, sources: Iterable[str] = ()) -> None:
+        """`sources`: the configured signal sources, whose drop counters start at zero."""
         self.remediations = Gauge(
             "remediator_remediations",
             "Remediations currently in each open state (and failed).",
@@ -113,15 +114,17 @@ class ControllerMetrics:
         )
         self.signals_dropped = Counter(
             "remediator_signals_dropped",
-            "Signals dropped before evaluation, by reason (unknown_node, gpu_out_of_range); "
-            "one repeated within 5 minutes (a held alert, a re-scraped series) counts once. "
-            "Also duplicate (folded into one seen within the fold window) and invalid_series "
-            "(a Prometheus series that names no valid node or GPU).",
-            ["reason"],
+            "Signals dropped before evaluation, by the source that sent them and reason "
+            "(unknown_node, gpu_out_of_range); one repeated within 5 minutes (a held alert, a "
+            "re-scraped series) counts once. Also duplicate (folded into one seen within the "
+            "fold window) and invalid_series (a Prometheus series that names no valid node or "
+            "GPU).",
+            ["source", "reason"],
             registry=registry,
         )
-        for reason in DropReason:
-            self.signals_dropped.labels(reason.value)
+        for source in sources:
+            for reason in DropReason:
+                self.signals_dropped.labels(source, reason.value)
         self.signals_received = Counter(
             "remediator_signals_received",
             "Signals taken in, by source and kind (before folding and policies).",
@@ -135,9 +138,9 @@ class ControllerMetrics:
         for signal in signals:
             self.signals_received.labels(source, signal.kind.value).inc()
 
-    def dropped_count(self, reason: str, count: int) -> None:
+    def dropped_count(self, source: str, reason: str, count: int) -> None:
         if count:
-            self.signals_dropped.labels(reason).inc(count)
+            self.signals_dropped.labels(source, reason).inc(count)
 
     def transition(self, seen: TransitionSeen) -> None:
         step = STEP_NAMES.get(seen.before.state)
@@ -153,7 +156,7 @@ class ControllerMetrics:
 
     def dropped(self, dropped: Iterable[Dropped]) -> None:
         for item in dropped:
-            self.signals_dropped.labels(item.reason.value).inc()
+            self.signals_dropped.labels(item.signal.source, item.reason.value).inc()
 
     def cancelled(self, record: RemediationRecord) -> None:
         self.finished.labels("cancelled", record.policy).inc()

@@ -163,6 +163,9 @@ class Pod:
     deletion_grace_seconds: int | None = None
     termination_grace_seconds: int | None = None
     uses_empty_dir: bool = False
+    gpus: int = 0  # `nvidia.com/gpu` the pod holds (see pod_gpus)
+    created_at: datetime | None = None
+    running_since: datetime | None = None  # when it last became Ready while Running
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Pod:
@@ -192,6 +195,9 @@ class Pod:
             deletion_grace_seconds=int(grace) if grace is not None else None,
             termination_grace_seconds=int(term) if term is not None else None,
             uses_empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
+            gpus=pod_gpus(spec),
+            created_at=parse_time(meta.get("creationTimestamp")),
+            running_since=_running_since(status),
         )
 
     @property
@@ -226,6 +232,39 @@ class Pod:
         if self.deletion_timestamp is None:
             return None
         return self.deletion_timestamp - timedelta(seconds=self.deletion_grace_seconds or 0)
+
+
+def _gpu_count(container: Mapping[str, Any]) -> int:
+    """A container's GPUs: its request, else its limit (an extended resource's request defaults
+    to its limit and may not differ from it)."""
+    resources = container.get("resources") or {}
+    for key in ("requests", "limits"):
+        value = (resources.get(key) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            try:
+                return max(0, int(str(value)))
+            except ValueError:
+                return 0
+    return 0
+
+
+def pod_gpus(spec: Mapping[str, Any]) -> int:
+    """The GPUs the scheduler sets aside for a pod: the sum over its containers, or its largest
+    init container when that is more (init containers run one at a time, before the rest)."""
+    running = sum(_gpu_count(c) for c in spec.get("containers") or ())
+    init = max((_gpu_count(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(running, init)
+
+
+def _running_since(status: Mapping[str, Any]) -> datetime | None:
+    """When a Running pod became Ready (its Ready condition's transition), else when the kubelet
+    started it; None while it is not Running."""
+    if status.get("phase") != "Running":
+        return None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "Ready" and cond.get("status") == "True":
+            return parse_time(cond.get("lastTransitionTime")) or parse_time(status.get("startTime"))
+    return parse_time(status.get("startTime"))
 
 
 @dataclass(frozen=True)

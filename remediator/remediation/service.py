@@ -48,6 +48,7 @@ from remediator.kube.objects import Node, Pod
 from remediator.policy.budget import HoldCause
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
+from remediator.remediation.disruption import evictions, rescheduled
 from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
 from remediator.remediation.states import State
@@ -525,8 +526,30 @@ class RemediationService:
         except ConflictError:
             self._due.pop(record.id, None)  # moved meanwhile (a console command): look again
 
+    def _disruption(self, record: RemediationRecord) -> dict[str, object]:
+        """At the end: which evicted pods a replacement now runs for, one pod list per
+        namespace (the one check; see remediation/disruption.py)."""
+        evicted = evictions(e.detail for e in record.events)
+        if not evicted:
+            return {}
+        try:
+            pods = [
+                p for ns in sorted({e.namespace for e in evicted}) for p in self._kube.list_pods(ns)
+            ]
+        except RemediatorError as exc:
+            log.info(
+                "disruption check skipped: %s",
+                exc,
+                extra={"remediation_id": record.id, "node": record.node},
+            )
+            return {"disruption_unchecked": str(exc)}
+        return {"disrupted": [e.facts() for e in rescheduled(evicted, pods)]}
+
     def _move(self, record: RemediationRecord, move: Move) -> RemediationRecord | None:
         spent = (self._clock.now() - entered_at(record, record.state)).total_seconds()
+        detail = dict(move.detail)
+        if move.target in (State.SUCCEEDED, State.FAILED):
+            detail.update(self._disruption(record))
         try:
             after = self._repo.transition(
                 record.id,
@@ -534,7 +557,7 @@ class RemediationService:
                 move.target,
                 action=move.action,
                 actor=self.actor,
-                detail=dict(move.detail),
+                detail=detail,
                 expected_version=record.version,
                 **dict(move.fields),
             )

@@ -5,7 +5,8 @@ name nodes this cluster does not have. Evaluated, they become decisions that cou
 storm breaker: fifty alerts for unknown nodes tripped it on an 8-node cluster and held a real
 XID 79. So the intake screens every signal against the node list first: a node it does not
 know, or a GPU index beyond the node's GPUs (when its capacity says how many), is dropped with
-the reason and counted (`remediator_signals_dropped_total{reason}`), never evaluated or stored.
+the reason and counted (`remediator_signals_dropped_total{source,reason}`), never evaluated or
+stored.
 `screen` is pure (the caller passes the node list it already has); `RecentDrops` tells which
 drops are news, so a repeated bad signal is logged and counted once per window.
 """

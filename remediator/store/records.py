@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
+from remediator.remediation.disruption import Eviction
 from remediator.remediation.states import OPEN, State
 from remediator.signals.model import Signal
 
@@ -230,7 +231,8 @@ class Overview:
 class QuarantineSpan:
     """How long a remediation kept a node out of service: from the quarantine to the end
     (succeeded: the node or its replacement is back; cancelled: released), or None while it
-    still holds the node (open, or failed). `gpus` as the quarantine counted them."""
+    still holds the node (open, or failed). `gpus` as the quarantine counted them;
+    `evictions` the pods it evicted, for the GPU-hours of workload it disrupted."""
 
     remediation_id: int
     policy: str
@@ -238,3 +240,4 @@ class QuarantineSpan:
     quarantined_at: datetime
     gpus: int | None
     ended_at: datetime | None
+    evictions: tuple[Eviction, ...] = ()

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import ConflictError, NotFoundError
+from remediator.remediation.disruption import evictions
 from remediator.remediation.states import OPEN, State, check_transition
 from remediator.signals.model import STORED, Signal, SignalKind
 from remediator.store import cursor as cursors
@@ -493,16 +494,20 @@ class Repository:
             rows = session.execute(query).all()
             ids = [row.id for row, _ in rows]
             counted: dict[int, int | None] = {}
-            for rid, detail in session.execute(
-                select(RemediationEvent.remediation_id, RemediationEvent.detail)
-                .where(
-                    RemediationEvent.remediation_id.in_(ids),
-                    RemediationEvent.from_state == State.QUARANTINED.value,
+            details: dict[int, list[dict[str, Any]]] = {}
+            for rid, from_state, detail in session.execute(
+                select(
+                    RemediationEvent.remediation_id,
+                    RemediationEvent.from_state,
+                    RemediationEvent.detail,
                 )
+                .where(RemediationEvent.remediation_id.in_(ids))
                 .order_by(RemediationEvent.id)
             ):
-                gpus = (detail or {}).get("gpus")
-                counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
+                details.setdefault(rid, []).append(detail or {})
+                if from_state == State.QUARANTINED.value:
+                    gpus = (detail or {}).get("gpus")
+                    counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
             return tuple(
                 QuarantineSpan(
                     remediation_id=row.id,
@@ -518,6 +523,7 @@ class Repository:
                         if row.state in (State.SUCCEEDED.value, State.CANCELLED.value)
                         else None
                     ),
+                    evictions=evictions(details.get(row.id, ())),
                 )
                 for row, at in rows
             )

@@ -126,13 +126,20 @@ def remediation_detail(
     deps: WebDeps, texts: PolicyTexts, record: RemediationRecord, now: datetime
 ) -> RemediationDetailOut:
     base = remediation_out(record, now)
+    span = views.record_span(record)
     return RemediationDetailOut(
         **base.model_dump(),
         events=[EventOut.model_validate(e) for e in record.events],
         pods=[PodOut.model_validate(p) for p in views.pods(record.events)],
         policy_source=policy_source(deps, texts, record),
         xid_explanation=views.xid_explanation(record.xid_code),
+        gpu_hours_out_of_service=_rounded(views.gpu_hours(span, now)) if span else None,
+        gpu_hours_disrupted=_rounded(views.disrupted_gpu_hours(span, now)) if span else None,
     )
+
+
+def _rounded(hours: float | None) -> float | None:
+    return round(hours, 3) if hours is not None else None
 
 
 def policies_out(deps: WebDeps) -> PoliciesOut:
@@ -180,6 +187,7 @@ def overview_out(deps: WebDeps) -> OverviewOut:
     overview = deps.repository.overview()
     agents = [agent_out(a, now, silent_after(deps)) for a in deps.repository.agent_statuses()]
     counts = overview.by_state
+    lost = views.gpu_hours_lost(deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW), now)
     return OverviewOut(
         in_flight=sum(n for state, n in counts.items() if state in views.WORKING),
         awaiting_approval=counts.get(State.AWAITING_APPROVAL, 0),
@@ -193,9 +201,9 @@ def overview_out(deps: WebDeps) -> OverviewOut:
         agents_reporting=sum(a.liveness is Liveness.REPORTING for a in agents),
         silent_agents=[a for a in agents if a.liveness is Liveness.SILENT],
         gpu_hours_out_of_service_by_policy={
-            policy: round(hours, 3)
-            for policy, hours in views.gpu_hours_lost(
-                deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW), now
-            ).by_policy.items()
+            policy: round(hours, 3) for policy, hours in lost.by_policy.items()
+        },
+        gpu_hours_disrupted_by_policy={
+            policy: round(hours, 3) for policy, hours in lost.disrupted_by_policy.items()
         },
     )

@@ -168,6 +168,13 @@ def make_pages_router() -> APIRouter:
                 "no node was taken out of service in this window",
                 unit=" GPU-h",
             ),
+            disrupted_chart=charts.daily_stacked(
+                lost.disrupted_by_day,
+                days,
+                "GPU-hours of workload disrupted per day, by policy",
+                "no remediation evicted a pod in this window",
+                unit=" GPU-h",
+            ),
             repair=charts.repair_times(repair.overall, repair.by_step),
             pool_limit=active.settings.max_unhealthy.per_pool if active else None,
             live=True,

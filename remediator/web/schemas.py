@@ -110,6 +110,17 @@ class RemediationDetailOut(RemediationOut):
     pods: list[PodOut]
     policy_source: PolicySourceOut | None
     xid_explanation: str | None
+    gpu_hours_out_of_service: float | None = Field(
+        default=None,
+        description="the node's GPUs times quarantine to back in service (to now while out); "
+        "null when it was not quarantined or reported no GPU count",
+    )
+    gpu_hours_disrupted: float | None = Field(
+        default=None,
+        description="each evicted pod's GPUs times eviction until a replacement of the same "
+        "owner ran (a pod without owner, or not yet replaced: until the remediation ended, or "
+        "now); null when it was not quarantined",
+    )
 
 
 class RemediationPageOut(BaseModel):
@@ -236,6 +247,11 @@ class OverviewOut(BaseModel):
     gpu_hours_out_of_service_by_policy: dict[str, float] = Field(
         default_factory=dict,
         description="GPUs times quarantine to back in service (to now while out), over the "
+        "last 14 days, by policy",
+    )
+    gpu_hours_disrupted_by_policy: dict[str, float] = Field(
+        default_factory=dict,
+        description="evicted pods' GPUs times eviction until their replacements ran, over the "
         "last 14 days, by policy",
     )
 

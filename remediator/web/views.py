@@ -7,7 +7,7 @@ Nothing here reads the clock or the database; `now` is always passed in.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from itertools import pairwise
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from remediator.policy.loader import PolicySet
+from remediator.remediation import disruption
 from remediator.remediation.commands import entered_from
 from remediator.remediation.planner import STEP_NAMES, STEP_STATES, next_work_state, parse_ladder
 from remediator.remediation.states import CANCELLABLE, OPEN, WAITING_FOR_HUMAN, State
@@ -421,12 +422,16 @@ def signal_value(signal: Signal) -> str:
 class GpuHoursLost:
     """GPU-hours taken out of service (GPUs times quarantine to back in service, or to now while
     the node is still held) per UTC day of the quarantine and per policy; `unknown` counts the
-    spans whose node reported no GPU count (not guessed, left out of the sums)."""
+    spans whose node reported no GPU count (not guessed, left out of the sums). `disrupted_*`:
+    GPU-hours of the workload the remediations evicted, until it ran again (see
+    remediation/disruption.py), on the same days and policies."""
 
     by_day: Mapping[date, Mapping[str, float]]
     by_policy: Mapping[str, float]
     counted: int
     unknown: int
+    disrupted_by_day: Mapping[date, Mapping[str, float]] = field(default_factory=dict)
+    disrupted_by_policy: Mapping[str, float] = field(default_factory=dict)
 
 
 def gpu_hours(span: QuarantineSpan, now: datetime) -> float | None:
@@ -436,19 +441,64 @@ def gpu_hours(span: QuarantineSpan, now: datetime) -> float | None:
     return span.gpus * max(0.0, (end - span.quarantined_at).total_seconds()) / 3600
 
 
+def disrupted_gpu_hours(span: QuarantineSpan, now: datetime) -> float:
+    return disruption.disrupted_gpu_hours(span.evictions, span.ended_at or now)
+
+
+def _add(
+    by_day: dict[date, dict[str, float]],
+    by_policy: dict[str, float],
+    span: QuarantineSpan,
+    hours: float,
+) -> None:
+    day = by_day.setdefault(span.quarantined_at.date(), {})
+    day[span.policy] = day.get(span.policy, 0.0) + hours
+    by_policy[span.policy] = by_policy.get(span.policy, 0.0) + hours
+
+
+def _largest_first(by_policy: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(by_policy.items(), key=lambda kv: -kv[1]))
+
+
 def gpu_hours_lost(spans: Iterable[QuarantineSpan], now: datetime) -> GpuHoursLost:
     by_day: dict[date, dict[str, float]] = {}
     by_policy: dict[str, float] = {}
+    hit_by_day: dict[date, dict[str, float]] = {}
+    hit_by_policy: dict[str, float] = {}
     counted = unknown = 0
     for span in spans:
+        if span.evictions:
+            _add(hit_by_day, hit_by_policy, span, disrupted_gpu_hours(span, now))
         hours = gpu_hours(span, now)
         if hours is None:
             unknown += 1
             continue
         counted += 1
-        day = by_day.setdefault(span.quarantined_at.date(), {})
-        day[span.policy] = day.get(span.policy, 0.0) + hours
-        by_policy[span.policy] = by_policy.get(span.policy, 0.0) + hours
+        _add(by_day, by_policy, span, hours)
     return GpuHoursLost(
-        by_day, dict(sorted(by_policy.items(), key=lambda kv: -kv[1])), counted, unknown
+        by_day,
+        _largest_first(by_policy),
+        counted,
+        unknown,
+        hit_by_day,
+        _largest_first(hit_by_policy),
+    )
+
+
+def record_span(record: RemediationRecord) -> QuarantineSpan | None:
+    """A remediation's own out-of-service span, as the repository builds it for the overview;
+    None when it never quarantined the node (or only as a dry run)."""
+    entered = [e.at for e in record.events if e.to_state is State.QUARANTINED]
+    if record.dry_run or not entered:
+        return None
+    counted = next((e.detail for e in record.events if e.from_state is State.QUARANTINED), {})
+    gpus = counted.get("gpus")
+    return QuarantineSpan(
+        remediation_id=record.id,
+        policy=record.policy,
+        node=record.node,
+        quarantined_at=entered[0],
+        gpus=gpus if isinstance(gpus, int) else None,
+        ended_at=record.finished_at if record.state in (State.SUCCEEDED, State.CANCELLED) else None,
+        evictions=disruption.evictions(e.detail for e in record.events),
     )

@@ -37,6 +37,7 @@ from remediator.actions.release import release
 from remediator.clock import utcnow
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Pod
+from remediator.remediation.disruption import disrupted_gpu_hours, evictions, rescheduled
 from tests.fixtures.sim import SimHandle
 from tests.integration.actions_support import until_settled, wait_for
 
@@ -169,6 +170,10 @@ def test_a_workload_without_the_handshake_is_evicted_at_once_with_its_own_grace(
             "state": "evicted",
             "sigterm_at": outcome.facts["pods"][0]["sigterm_at"],
             "grace_seconds": 60,
+            # What the disrupted GPU-hours count: its GPUs, and no owner to replace it.
+            "uid": outcome.facts["pods"][0]["uid"],
+            "gpus": 4,
+            "unmanaged": True,
         }
     ]
     assert events(sim, "eval", "eval-longrun-0", "CheckpointRequested") == []
@@ -474,3 +479,70 @@ def test_drain_of_a_node_without_kubelet_holds_then_forces(
     )
     assert isinstance(forced, Done), forced
     assert kube.list_pods("eval") == []
+
+
+def test_a_drained_gangs_gpu_hours_count_until_its_replacements_run(
+    sim: SimHandle, kube: KubeClient
+) -> None:
+    """The 2-node gang loses its member on TRAIN: the job requeues the whole gang, which cannot
+    run until the evaluation pod frees its half of OPT_OUT_NODE. The drain's facts name the
+    evicted member with its 8 GPUs and its Job; the check over the Job's pods finds no
+    replacement while the gang waits, then the replacement's Ready time once it runs."""
+    (member,) = [p for p in kube.list_pods_on_node(TRAIN) if p.gpus]
+    assert member.gpus == 8 and member.controller is not None
+    assert member.controller.kind == "Job"
+    assert isinstance(quarantine(kube, TRAIN, WHY), Done)
+    rounds: list[Outcome] = []
+    outcome = drain_until_done(
+        Drainer(kube),
+        TRAIN,
+        started_at=utcnow(),
+        grace_seconds=5,
+        timeout_seconds=60,
+        on_round=rounds.append,
+        sleep=quick_sleep,
+    )
+    assert isinstance(outcome, Done), outcome
+    evicted = evictions(r.facts for r in rounds)
+    gang = [e for e in evicted if e.uid == member.uid]
+    assert [(e.pod, e.gpus, e.owner_uid) for e in gang] == [(member.key, 8, member.controller.uid)]
+
+    # Requeued, but no node has room for the gang yet: still disrupted, counted to the end.
+    wait_for(
+        lambda: any(
+            p.controller == member.controller and p.uid != member.uid
+            for p in kube.list_pods(member.namespace)
+        ),
+        30,
+        "the requeued gang",
+    )
+    waiting = rescheduled(evicted, kube.list_pods(member.namespace))
+    # The old member on the other node still Runs while it terminates: not a replacement.
+    (unplaced,) = [e for e in waiting if e.uid == member.uid]
+    assert unplaced.rescheduled_at is None
+
+    sim.kubectl("delete", "pod", "-n", "eval", "eval-longrun-0", "--wait=false")
+    wait_for(
+        lambda: (
+            sum(
+                p.controller == member.controller and p.running_since is not None
+                for p in kube.list_pods(member.namespace)
+            )
+            == 2
+        ),
+        60,
+        "the gang running again",
+    )
+    pods = kube.list_pods(member.namespace)
+    runs = sorted(
+        p.running_since
+        for p in pods
+        if p.controller == member.controller and p.running_since is not None
+    )
+    assert all(p.node_name != TRAIN for p in pods if p.controller == member.controller)
+    (done,) = [e for e in rescheduled(evicted, pods) if e.uid == member.uid]
+    assert done.rescheduled_at == max(runs[0], done.evicted_at)
+    much_later = utcnow() + timedelta(hours=3)
+    hours = 8 * (done.rescheduled_at - done.evicted_at).total_seconds() / 3600
+    assert disrupted_gpu_hours([done], much_later) == pytest.approx(hours)
+    assert hours > 0

@@ -108,7 +108,8 @@ def test_fifty_alerts_for_unknown_nodes_do_not_trip_the_breaker_and_a_real_xid_7
 
     def dropped() -> float:
         value = controller.registry.get_sample_value(
-            "remediator_signals_dropped_total", {"reason": "unknown_node"}
+            "remediator_signals_dropped_total",
+            {"source": "alertmanager", "reason": "unknown_node"},
         )
         return value or 0.0
 

@@ -7,13 +7,16 @@ On SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from remediator.controller.app import Controller
+from remediator.remediation.disruption import disrupted_gpu_hours
 from remediator.remediation.states import State
 from remediator.signals.model import SignalKind
+from remediator.web import views
 from tests.fixtures.prometheus import PrometheusHandle
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import Engine, settings_for, write_policies
@@ -75,6 +78,21 @@ def test_xid_79_is_remediated_end_to_end(engine: Engine) -> None:
     progress = [e.detail for e in done.events if e.action == "progress"]
     pod_states = [p.get("state") for d in progress for p in d.get("pods", [])]
     assert "blocked" in pod_states, progress
+
+    # Each evicted pod's GPUs were recorded, and the end checked which replacements run: the
+    # disrupted GPU-hours count each until its replacement ran (or until the end).
+    (last,) = [e for e in done.events if e.to_state is State.SUCCEEDED]
+    disrupted = {d["pod"]: d for d in last.detail["disrupted"]}
+    assert evictable <= set(disrupted), last.detail
+    assert all(d["gpus"] >= 1 and d["owner_uid"] for d in disrupted.values())
+    span = views.record_span(done)
+    assert span is not None and done.finished_at is not None
+    assert {e.pod for e in span.evictions} == set(disrupted)
+    hours = views.disrupted_gpu_hours(span, done.finished_at + timedelta(days=1))
+    assert hours == pytest.approx(disrupted_gpu_hours(span.evictions, done.finished_at))
+    assert hours > 0
+    for e in span.evictions:
+        assert e.rescheduled_at is None or e.evicted_at <= e.rescheduled_at <= done.finished_at
 
     # Each evicted pod got its SIGTERM within the policy's one grace (the kubelet's Events): the
     # first at once with the whole of it, those a budget held later with the rest of the clock.

@@ -5,6 +5,7 @@ out; per policy in the API and per day and policy on the overview."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -91,3 +92,103 @@ def test_gpu_hours_lost_is_summed_per_day_and_policy() -> None:
     assert lost.by_day == {t0.date(): {"a": 16.0}, (t0 + timedelta(hours=2)).date(): {"a": 8.0}}
     assert lost.by_policy == {"a": 24.0}
     assert (lost.counted, lost.unknown) == (2, 1)
+
+
+def test_disrupted_gpu_hours_per_remediation_and_per_policy(
+    client: TestClient, console: Console
+) -> None:
+    """Two 8-GPU training pods evicted by the drain: one's replacement ran 30 minutes later,
+    the other (no owner) counts until the remediation ended, an hour after its eviction."""
+    start = console.clock.now()
+    rid = _quarantined(console, "gpu-node-30", "xid-79-fallen-off-bus", 8)
+    repo = console.repository
+    evicted_at = console.clock.now()
+    stamp = evicted_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    owner = {"kind": "Job", "name": "llama", "uid": "job-1"}
+    repo.append_event(
+        rid,
+        action="progress",
+        actor="c",
+        detail={
+            "pods": [
+                {"pod": "train/w0", "uid": "u0", "gpus": 8, "owner": owner},
+                {"pod": "train/bare", "uid": "u1", "gpus": 8, "unmanaged": True},
+            ]
+        },
+    )
+    repo.append_event(
+        rid,
+        action="progress",
+        actor="c",
+        detail={
+            "pods": [
+                {
+                    "pod": "train/w0",
+                    "uid": "u0",
+                    "gpus": 8,
+                    "owner": owner,
+                    "state": "evicted",
+                    "sigterm_at": stamp,
+                },
+                {
+                    "pod": "train/bare",
+                    "uid": "u1",
+                    "gpus": 8,
+                    "unmanaged": True,
+                    "state": "evicted",
+                    "sigterm_at": stamp,
+                },
+            ]
+        },
+    )
+    # While open: both count until now.
+    console.clock.advance(600)
+    body = client.get(f"/api/v1/remediations/{rid}", headers=READONLY).json()
+    assert body["gpu_hours_disrupted"] == pytest.approx(2 * 8 * 600 / 3600, abs=1e-3)
+    assert body["gpu_hours_out_of_service"] == pytest.approx(8 * 660 / 3600, abs=1e-3)
+
+    console.clock.advance(3000)
+    rescheduled = (evicted_at + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for before, after in ((State.DRAINING, State.REPLACING), (State.REPLACING, State.VERIFYING)):
+        repo.transition(rid, before, after, action=after.value, actor="c")
+    repo.transition(
+        rid,
+        State.VERIFYING,
+        State.SUCCEEDED,
+        action="verify_done",
+        actor="c",
+        detail={
+            "disrupted": [
+                {
+                    "pod": "train/w0",
+                    "uid": "u0",
+                    "gpus": 8,
+                    "owner_uid": "job-1",
+                    "evicted_at": stamp,
+                    "rescheduled_at": rescheduled,
+                },
+                {
+                    "pod": "train/bare",
+                    "uid": "u1",
+                    "gpus": 8,
+                    "owner_uid": None,
+                    "evicted_at": stamp,
+                    "rescheduled_at": None,
+                },
+            ]
+        },
+    )
+    console.clock.advance(7200)  # long after the end: nothing more is counted
+    body = client.get(f"/api/v1/remediations/{rid}", headers=READONLY).json()
+    assert body["gpu_hours_disrupted"] == pytest.approx(8 * 0.5 + 8 * 1.0)
+    (span,) = [s for s in repo.quarantine_spans(since=start) if s.remediation_id == rid]
+    assert views.disrupted_gpu_hours(span, console.clock.now()) == pytest.approx(12.0)
+
+    overview = client.get("/api/v1/overview", headers=READONLY).json()
+    assert overview["gpu_hours_disrupted_by_policy"] == {"xid-79-fallen-off-bus": 12.0}
+    page = client.get("/", headers=READONLY).text
+    section = page[page.index('id="gpu-hours"') :]
+    assert "GPU-hours of workload disrupted per day" in section
+    assert "12.0 GPU-h" in section
+    detail = client.get(f"/remediations/{rid}", headers=READONLY).text
+    assert "12.0 GPU-h of workload disrupted" in detail

@@ -751,16 +751,23 @@ ALERT_CASES: list[tuple[list[dict[str, str]], list[dict[str, Any]]]] = [
                 "remediator_signals_dropped_total",
                 "0x5 50+10x15 200x25",
                 instance="a",
+                source="alertmanager",
                 reason="unknown_node",
             ),
             _series(
-                "remediator_signals_dropped_total", "0x45", instance="a", reason="gpu_out_of_range"
+                "remediator_signals_dropped_total",
+                "0x45",
+                instance="a",
+                source="prometheus",
+                reason="gpu_out_of_range",
             ),
         ],
         [
             _alert("RemediatorSignalsDropped", "10m"),
             _alert(
-                "RemediatorSignalsDropped", "25m", {"severity": "info", "reason": "unknown_node"}
+                "RemediatorSignalsDropped",
+                "25m",
+                {"severity": "info", "source": "alertmanager", "reason": "unknown_node"},
             ),
             _alert("RemediatorSignalsDropped", "44m"),  # no new drop for 15 minutes
         ],
@@ -906,6 +913,11 @@ def test_the_metric_contract_is_what_the_controller_exports() -> None:
         else:
             exported.add(metric.name)
     assert not CONTROLLER_METRICS - exported, "alerts or panels query metrics nobody exports"
+    # Signals received by source and kind, dropped by source and reason (what the alert and the
+    # dashboard group by).
+    metrics = ControllerMetrics(CollectorRegistry())
+    assert metrics.signals_received._labelnames == ("source", "kind")
+    assert metrics.signals_dropped._labelnames == ("source", "reason")
 
 
 def test_dashboard_queries_only_the_controller_metrics(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def test_bad_items_are_refused_alone_and_the_good_xid_proceeds(
 
     def dropped(reason: str) -> float:
         value = controller.registry.get_sample_value(
-            "remediator_signals_dropped_total", {"reason": reason}
+            "remediator_signals_dropped_total", {"source": "push", "reason": reason}
         )
         return value or 0.0
 

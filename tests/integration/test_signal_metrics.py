@@ -1,6 +1,6 @@
 """Signals are counted as they come in (by source and kind) and as they are dropped before the
-policies (duplicates folded), and the console's HTTP answers by route and code;
-no `_created` series on /metrics."""
+policies (duplicates folded; by source and reason), and the console's HTTP answers by route and
+code; no `_created` series on /metrics."""
 
 from __future__ import annotations
 
@@ -34,7 +34,14 @@ def test_duplicates_are_counted_as_dropped(migrated_database_url: str) -> None:
     )
     intake = Intake(repo, actor="controller")
     registry = CollectorRegistry()
-    metrics = ControllerMetrics(registry)
+    metrics = ControllerMetrics(registry, sources=["dcgm", "alertmanager"])
+    # Each configured source's drops by reason start at zero: an alert sees the first one.
+    assert (
+        registry.get_sample_value(
+            "remediator_signals_dropped_total", {"source": "dcgm", "reason": "unknown_node"}
+        )
+        == 0
+    )
     batch = [_xid("n1", "dcgm"), _xid("n1", "alertmanager"), _xid("n2", "dcgm")]
     metrics.received("dcgm", [batch[0], batch[2]])
     metrics.received("alertmanager", [batch[1]])
@@ -42,10 +49,16 @@ def test_duplicates_are_counted_as_dropped(migrated_database_url: str) -> None:
     assert result.folded == {"alertmanager": 1}  # the same fault, seen by a second source
     again = intake.process([_xid("n2", "dcgm")], NODES, None, T0)
     assert again.folded == {"dcgm": 1}
-    metrics.dropped_count("duplicate", sum(result.folded.values()) + sum(again.folded.values()))
-    assert (
-        registry.get_sample_value("remediator_signals_dropped_total", {"reason": "duplicate"}) == 2
-    )
+    for folded in (result.folded, again.folded):
+        for source, count in folded.items():
+            metrics.dropped_count(source, "duplicate", count)
+
+    def dropped(source: str) -> float | None:
+        return registry.get_sample_value(
+            "remediator_signals_dropped_total", {"source": source, "reason": "duplicate"}
+        )
+
+    assert (dropped("alertmanager"), dropped("dcgm")) == (1, 1)
     assert (
         registry.get_sample_value(
             "remediator_signals_received_total", {"source": "dcgm", "kind": "xid"}
