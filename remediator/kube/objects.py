@@ -92,6 +92,7 @@ class Node:
     created_at: datetime | None = None
     gpus: int | None = None  # capacity `nvidia.com/gpu`; None when the node does not say
     provider_id: str = ""  # spec.providerID: how a cloud provider names this machine
+    boot_id: str = ""  # status.nodeInfo.bootID: changes with every boot
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Node:
@@ -119,6 +120,7 @@ class Node:
             created_at=parse_time(meta.get("creationTimestamp")),
             gpus=_quantity((status.get("capacity") or {}).get(GPU_RESOURCE)),
             provider_id=str(spec.get("providerID") or ""),
+            boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
         )
 
     def condition(self, type_: str) -> NodeCondition | None:
@@ -131,6 +133,14 @@ class Node:
 
     def has_taint(self, taint: Taint) -> bool:
         return any(t.same_slot(taint) for t in self.taints)
+
+
+def _exit_code(status: Mapping[str, Any]) -> int | None:
+    for container in (status.get("containerStatuses") or [])[:1]:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode") is not None:
+            return int(terminated["exitCode"])
+    return None
 
 
 def _quantity(raw: Any) -> int | None:
@@ -163,6 +173,7 @@ class Pod:
     deletion_grace_seconds: int | None = None
     termination_grace_seconds: int | None = None
     uses_empty_dir: bool = False
+    exit_code: int | None = None  # the first container's, once it terminated
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Pod:
@@ -192,6 +203,7 @@ class Pod:
             deletion_grace_seconds=int(grace) if grace is not None else None,
             termination_grace_seconds=int(term) if term is not None else None,
             uses_empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
+            exit_code=_exit_code(status),
         )
 
     @property

@@ -79,6 +79,7 @@ class RemediationRecord:
     queue_cause: str | None = None
     while_queued: str | None = None
     suppressed_until: datetime | None = None
+    outcome: str | None = None  # "repaired" or "replaced" once succeeded
 
     @property
     def disruptive(self) -> bool:

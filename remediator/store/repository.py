@@ -82,6 +82,7 @@ MUTABLE_FIELDS = frozenset(
         "next_attempt_at",
         "queue_cause",
         "suppressed_until",
+        "outcome",
     }
 )
 FINISHED = frozenset({State.SUCCEEDED, State.CANCELLED, State.FAILED})
@@ -1011,6 +1012,7 @@ def _remediation(row: Remediation, events: tuple[EventRecord, ...] = ()) -> Reme
         queue_cause=row.queue_cause,
         while_queued=row.while_queued,
         suppressed_until=row.suppressed_until,
+        outcome=row.outcome,
     )
 
 
