@@ -236,9 +236,16 @@ class SimCluster:
             obj.setdefault("status", {}).setdefault("nodeInfo", {})["bootID"] = boot_id
 
         try:
-            self.store.mutate("nodes", "", name, boot)
+            node = self.store.mutate("nodes", "", name, boot)
         except NotFound:
             return
+        self._ctx.record(
+            node,
+            "Rebooted",
+            f"Node {name} has been rebooted, boot id: {boot_id}",
+            type_="Warning",
+            host=name,
+        )
         self._node_ready(name)
 
     def _node_ready(self, name: str) -> None:
