@@ -144,8 +144,10 @@ class Flow:
             if len(found) >= count and found[count - 1].state in states:
                 return found[count - 1]
             if time.monotonic() > deadline:
+                last = [(e.action, dict(e.detail)) for e in found[-1].events[-4:]] if found else []
                 raise AssertionError(
-                    f"{node}: {[(r.state, r.error) for r in found]}\n{self.controller.log_tail()}"
+                    f"{node}: {[(r.state, r.error) for r in found]}\nlast events: {last}\n"
+                    f"{self.controller.log_tail()}"
                 )
             time.sleep(0.2)
 
@@ -252,14 +254,15 @@ def test_transient_xid_95_resets_only_its_gpu(flow: Flow) -> None:
 
 def test_the_third_reboot_within_the_window_goes_straight_to_replace(flow: Flow) -> None:
     node = train(flow, 3)
-    for nth in (1, 2):
-        flow.inject(node, "--gpu", "0", "--xid", "79")
-        flow.push_xid(node, 0, 79)
+    # A different GPU each time: the signal dedup folds one (node, GPU, code) for its window.
+    for nth, gpu in ((1, 0), (2, 1)):
+        flow.inject(node, "--gpu", str(gpu), "--xid", "79")
+        flow.push_xid(node, gpu, 79)
         repaired = flow.wait(node, nth, State.SUCCEEDED, State.FAILED, State.HELD)
         assert repaired.outcome == "repaired", (repaired.error, actions(repaired))
         time.sleep(1.5)  # the policy's 1 s cooldown
-    flow.inject(node, "--gpu", "0", "--xid", "79")
-    flow.push_xid(node, 0, 79)
+    flow.inject(node, "--gpu", "2", "--xid", "79")
+    flow.push_xid(node, 2, 79)
     third = flow.wait(node, 3, State.SUCCEEDED, State.FAILED, State.HELD)
     assert third.outcome == "replaced", (third.error, actions(third))
     assert "reboot_requested" not in actions(third)

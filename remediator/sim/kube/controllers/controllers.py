@@ -490,7 +490,11 @@ class Controllers:
             self._sync_gang(job, pods, parallelism, now)
         else:
             active = [p for p in pods if is_active(p)]
-            finished = job_finished(job, pods) is not None
+            # A finished Job stays finished when its pods are deleted (a drain, pod GC): its
+            # counts live in its status, as the real controller's finalizer-tracked ones do.
+            finished = bool((job.get("status") or {}).get("conditions")) or (
+                job_finished(job, pods) is not None
+            )
             for i in range(0 if finished else parallelism - len(active)):
                 pod = self.job_pod(job, i, 0, now)
                 ctx.create_named("pods", pod, f"{name}-", f"{name}/{len(pods) + i}/{rfc3339(now)}")
@@ -502,16 +506,26 @@ class Controllers:
             "ready": sum(1 for p in active if is_ready(p)),
             "startTime": previous.get("startTime", rfc3339(now)),
         }
-        succeeded = sum(1 for p in pods if p.get("status", {}).get("phase") == "Succeeded")
-        failed = sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed")
+        succeeded = max(
+            int(previous.get("succeeded", 0)),
+            sum(1 for p in pods if p.get("status", {}).get("phase") == "Succeeded"),
+        )
+        failed = max(
+            int(previous.get("failed", 0)),
+            sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed"),
+        )
         if succeeded:
             status["succeeded"] = succeeded
         if failed:
             status["failed"] = failed
         verdict = job_finished(job, pods)
-        if verdict is not None and not active:
+        if previous.get("conditions"):
+            status["conditions"] = previous["conditions"]
+            if previous.get("completionTime"):
+                status["completionTime"] = previous["completionTime"]
+        elif verdict is not None and not active:
             kind, reason = verdict
-            status["conditions"] = previous.get("conditions") or [
+            status["conditions"] = [
                 {
                     "type": kind,
                     "status": "True",
@@ -521,7 +535,7 @@ class Controllers:
                 }
             ]
             if kind == "Complete":
-                status["completionTime"] = previous.get("completionTime", rfc3339(now))
+                status["completionTime"] = rfc3339(now)
         _set_status(ctx, "batch/jobs", job, status)
 
     def _sync_gang(self, job: Obj, pods: list[Obj], size: int, now: datetime) -> None:
