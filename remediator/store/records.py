@@ -225,6 +225,9 @@ class Overview:
     by_state: Mapping[State, int]
     failed_last_24h: int
     open_by_pool: Mapping[str, int]
+    # Succeeded within the window, by outcome: "repaired" nodes went back into service, so each
+    # is a spare node not spent; "replaced" ones took a spare.
+    by_outcome: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -387,7 +387,22 @@ class Repository:
             self.counts_by_state(closed_since=now - closed_window),
             self.count(failed),
             self.open_by_pool(),
+            self.counts_by_outcome(now - closed_window),
         )
+
+    def counts_by_outcome(self, since: datetime) -> dict[str, int]:
+        """Remediations that finished at or after `since`, by outcome (repaired, replaced)."""
+        query = (
+            select(Remediation.outcome, func.count())
+            .where(
+                Remediation.cluster == self.cluster,
+                Remediation.outcome.is_not(None),
+                Remediation.finished_at >= since,
+            )
+            .group_by(Remediation.outcome)
+        )
+        with session_scope(self.session_factory) as session:
+            return {str(outcome): int(n) for outcome, n in session.execute(query)}
 
     def daily_counts_by_kind(self, days: int) -> tuple[DailyCount, ...]:
         """Remediations created per UTC day and signal kind over the last `days` days."""
