@@ -15,7 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
+from remediator.providers.base import RebootUnsupported
+from remediator.providers.http import HttpNodePoolProvider
 from remediator.sim.launch import SimHandle, start_sim
+from tests.integration.test_sim_nodepool import conforms
 
 pytestmark = pytest.mark.integration
 
@@ -140,10 +143,10 @@ def test_a_reboot_through_the_node_pool_api_happens_once_per_key(sim: SimHandle)
     body = {"node": node, "reason": "XID 79"}
     headers = {"Idempotency-Key": "reboot-test-1"}
     url = f"{sim.nodepool_url}/v1/pools/{POOL}/reboots"
-    first = httpx.post(url, json=body, headers=headers, timeout=5)
+    first = conforms(httpx.post(url, json=body, headers=headers, timeout=5))
     assert first.status_code == 202, first.text
     assert ready(sim, node) == "Unknown"
-    again = httpx.post(url, json=body, headers=headers, timeout=5)
+    again = conforms(httpx.post(url, json=body, headers=headers, timeout=5))
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
     wait(lambda: ready(sim, node) == "True", "the node back Ready")
     assert boot_id(sim, node) != before
@@ -158,3 +161,16 @@ def test_a_reboot_job_reboots_the_host(sim: SimHandle, tmp_path: Path) -> None:
     command = ["sh", "-c", "chroot /host systemctl reboot"]
     run_job(sim, tmp_path, "reboot-3", node, command)
     wait(lambda: boot_id(sim, node) != before and ready(sim, node) == "True", "the reboot")
+
+
+def test_the_http_provider_reboots_once_per_key_and_knows_an_api_without_reboots(
+    sim: SimHandle,
+) -> None:
+    node = node_of(sim, 0)
+    provider = HttpNodePoolProvider(sim.nodepool_url, max_retries=0)
+    first = provider.reboot(POOL, node, "provider-key-1", "test")
+    assert provider.reboot(POOL, node, "provider-key-1", "test") == first
+    wait(lambda: ready(sim, node) == "True", "the node back Ready")
+    older = HttpNodePoolProvider(sim.nodepool_url + "/v0", max_retries=0)
+    with pytest.raises(RebootUnsupported):
+        older.reboot(POOL, node, "provider-key-2", "test")
