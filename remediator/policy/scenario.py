@@ -79,8 +79,8 @@ class TimelineEntry(_Strict):
 
 class Expectation(_Strict):
     """`policy: none` means no decision at all for the node at that moment. `ladder`, when
-    given, is the decision's steps as the engine will run them, a fallback written
-    `replace (on failure)`, e.g. [cordon, drain, reboot, diagnose, uncordon, replace (on failure)]."""
+    given, is the decision's steps as the engine will run them (notify left out), a fallback
+    written `replace (on failure)`."""
 
     at: Duration
     node: str

@@ -63,7 +63,7 @@ def test_outcome_in_the_api_and_the_overview(client: TestClient, console: Consol
 def test_console_pages_show_outcomes_and_the_diag_table(
     client: TestClient, console: Console
 ) -> None:
-    fixed, gone = repaired_and_replaced(console)
+    _, gone = repaired_and_replaced(console)
     listing = client.get("/remediations?state=succeeded", headers=READONLY).text
     assert "outcome-repaired" in listing and "outcome-replaced" in listing
     overview = client.get("/", headers=READONLY).text

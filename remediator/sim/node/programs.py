@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from remediator.sim.kube.controllers.context import ProgramRun
 from remediator.sim.telemetry.exporters import DRIVER_VERSION, pci_bus_id
 
 DCGM_VERSION = "3.3.5"
@@ -45,17 +45,6 @@ DIAG_TESTS: dict[int, tuple[tuple[str, str, bool], ...]] = {
         ("Hardware", "Diagnostic", True),
     ),
 }
-
-
-@dataclass(frozen=True)
-class ProgramRun:
-    """What a container does: exits with `exit_code` after `seconds`, having printed `output`;
-    `then` runs once it exited (a reboot takes the host down after the command returns)."""
-
-    exit_code: int
-    output: str
-    seconds: float
-    then: Callable[[], None] | None = None
 
 
 class NodeRepairs(Protocol):

@@ -15,7 +15,19 @@ from remediator.sim.kube.api.kobj import is_terminal, name_suffix
 from remediator.sim.kube.api.store import AlreadyExists, Obj, ObjectStore
 from remediator.sim.kube.controllers import builders
 from remediator.sim.kube.controllers.index import ClusterIndex, Key
-from remediator.sim.node.programs import ProgramRun
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """What a started container does: exits with `exit_code` after `seconds`, having printed
+    `output`; `then` runs once it exited (a reboot takes the host down after the command
+    returns). The host programs themselves live in remediator/sim/node/programs.py."""
+
+    exit_code: int
+    output: str
+    seconds: float
+    then: Callable[[], None] | None = None
+
 
 # What a started container does on its node (None: it runs until it is stopped).
 ProgramRunner = Callable[[Obj, str], ProgramRun | None]

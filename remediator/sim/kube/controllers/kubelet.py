@@ -30,8 +30,7 @@ from remediator.sim.kube.api.kobj import (
 )
 from remediator.sim.kube.api.store import NotFound, Obj
 from remediator.sim.kube.controllers import builders
-from remediator.sim.kube.controllers.context import POD, SimContext
-from remediator.sim.node.programs import ProgramRun
+from remediator.sim.kube.controllers.context import POD, ProgramRun, SimContext
 
 DEFAULT_STARTUP_SECONDS = 0.5
 DEFAULT_SHUTDOWN_SECONDS = 1.0
