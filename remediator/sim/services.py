@@ -13,8 +13,8 @@ from remediator.clock import Clock, SystemClock
 from remediator.sim.cloud.nodepool import NodePoolService, build_nodepool_app
 from remediator.sim.cloud.reboots import RebootService
 from remediator.sim.faults.inject import FaultInjector, build_inject_app
-from remediator.sim.kube.api.faults import KubeFaults
 from remediator.sim.faults.repair import DEFAULT_REBOOT_SECONDS, FaultRepairs
+from remediator.sim.kube.api.faults import KubeFaults
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.node.hosts import SimHosts
 from remediator.sim.node.programs import HostPrograms

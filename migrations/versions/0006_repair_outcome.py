@@ -1,11 +1,11 @@
 """repair before replace: the outcome column (repaired or replaced) and the new open states
 (resetting_gpu, rebooting, diagnosing, uncordoning) in the partial open-remediation indexes
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01 15:40:00
 
-Chained after 0003 on the repair branch (one head); the lead re-chains at merge. Types are
+Chained after 0005 (main's head) on the repair branch (one head); the lead re-chains at merge. Types are
 spelled out (no model imports), as in 0001.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
