@@ -424,6 +424,30 @@ class Repository:
                 for d, kind, count in session.execute(query)
             )
 
+    def daily_counts_by_outcome(self, days: int) -> tuple[DailyCount, ...]:
+        """Succeeded remediations per UTC day they finished, by outcome (repaired, replaced)."""
+        start = self._clock.now() - timedelta(days=days)
+        with session_scope(self.session_factory) as session:
+            day: ColumnElement[Any]
+            if session.get_bind().dialect.name == "postgresql":
+                day = cast(func.timezone("UTC", Remediation.finished_at), Date)
+            else:
+                day = func.date(Remediation.finished_at)
+            query = (
+                select(day.label("day"), Remediation.outcome, func.count())
+                .where(
+                    Remediation.cluster == self.cluster,
+                    Remediation.outcome.is_not(None),
+                    Remediation.finished_at >= start,
+                )
+                .group_by(day, Remediation.outcome)
+                .order_by(day, Remediation.outcome)
+            )
+            return tuple(
+                DailyCount(d if isinstance(d, date) else date.fromisoformat(d), str(o), count)
+                for d, o, count in session.execute(query)
+            )
+
     def time_to_repair(self, since: datetime, window: int = REPAIR_WINDOW) -> RepairTimes:
         """Median/p90 of detection → success, and of the stay in each state, over the newest
         `window` remediations that succeeded at or after `since`."""

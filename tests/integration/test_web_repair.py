@@ -68,6 +68,8 @@ def test_console_pages_show_outcomes_and_the_diag_table(
     assert "outcome-repaired" in listing and "outcome-replaced" in listing
     overview = client.get("/", headers=READONLY).text
     assert "spares saved" in overview and "repaired in 7 days" in overview
+    assert 'aria-label="Remediations per day by outcome"' in overview
+    assert ">repaired<" in overview and ">replaced<" in overview  # the chart's key
     detail = client.get(f"/remediations/{gone}", headers=READONLY).text
     assert '<table class="diag">' in detail
     assert "PCIe" in detail and "GPU 2: XID 79" in detail
