@@ -283,3 +283,39 @@ def test_sigkill_during_the_reboot_wait_reboots_once(flow: Flow) -> None:
     assert actions(done).count("reboot_requested") == 1
     assert actions(done).count("reboot_accepted") == 1
     assert flow.reboots_seen(node) == 1
+
+
+def test_sigkill_during_the_reboot_wait_of_a_persistent_fault_still_replaces_once(
+    flow: Flow,
+) -> None:
+    node = train(flow, 5)
+    spare = flow.spare()
+    flow.inject(node, "--gpu", "6", "--xid", "79", "--persistent")
+    flow.push_xid(node, 6, 79)
+    flow.wait_event(node, "reboot_accepted")
+    flow.controller.kill()
+    flow.controller = flow.start()
+    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    assert done.outcome == "replaced", (done.error, actions(done))
+    assert actions(done).count("reboot_requested") == 1
+    assert flow.spare() == spare - 1
+
+
+def test_sigkill_during_the_gpu_reset_resumes_without_a_second_reset(flow: Flow) -> None:
+    node = train(flow, 6)
+    flow.inject(node, "--gpu", "3", "--xid", "95")
+    flow.push_xid(node, 3, 95)
+    deadline = time.monotonic() + 60
+    while not any(r.state is State.RESETTING_GPU for r in flow.records(node)):
+        assert time.monotonic() < deadline, "never reached resetting_gpu"
+        time.sleep(0.05)
+    flow.controller.kill()
+    flow.controller = flow.start()
+    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    assert done.outcome == "repaired", (done.error, actions(done))
+    jobs = json.loads(
+        flow.sim.kubectl(
+            "get", "jobs", "-n", "remediator", "-l", "remediator.io/step=reset_gpu", "-o", "json"
+        )
+    )["items"]
+    assert [j["metadata"]["name"] for j in jobs] == [f"remediator-reset-gpu-{done.id}-0-gpu3"]
