@@ -167,6 +167,18 @@ class ArchiveSettings(BaseModel):
     floors: dict[str, float] = Field(default_factory=lambda: {"thermal": 70.0})
 
 
+class RepairSettings(BaseModel):
+    """The Jobs that reset GPUs, run DCGM diagnostics and (where the provider cannot) reboot:
+    privileged pods pinned to the node, in this namespace, under this service account.
+    `job_template` is a YAML file that replaces the built-in Job spec (see docs/repair.md)."""
+
+    namespace: str = "remediator"
+    service_account: str = "remediator-repair"
+    image: str = "nvcr.io/nvidia/cloud-native/dcgm:3.3.5-1-ubuntu22.04"
+    job_template: Path | None = None
+    poll_seconds: float = Field(default=2.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="REMEDIATOR_", env_nested_delimiter="__", extra="forbid"
@@ -191,6 +203,7 @@ class Settings(BaseSettings):
     # Policy directories the console may backtest against this cluster's archive, by name.
     backtest_dirs: dict[str, Path] = Field(default_factory=dict)
     kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)
+    repair: RepairSettings = Field(default_factory=RepairSettings)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

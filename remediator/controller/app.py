@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from remediator import __version__
+from remediator.actions.jobs import JobSettings
 from remediator.actions.notify import Notification, NotificationKind, WebhookNotifier
 from remediator.clock import Clock, SystemClock
 from remediator.controller.jobs import (
@@ -194,6 +195,13 @@ class Controller:
             on_transition=self.metrics.transition,
             on_illegal=self.metrics.illegal,
             may_act=self.is_leader,
+            jobs=JobSettings.load(
+                settings.repair.namespace,
+                settings.repair.service_account,
+                settings.repair.image,
+                settings.repair.job_template,
+            ),
+            repair_poll_seconds=settings.repair.poll_seconds,
         )
         self.service.on_wake = self._wake_advance
         self.activity = NodeActivity(

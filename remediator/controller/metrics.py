@@ -39,6 +39,13 @@ class ControllerMetrics:
             ["outcome", "policy"],
             registry=registry,
         )
+        self.resolved = Counter(
+            "remediator_remediations_resolved",
+            "Succeeded remediations by how the node was fixed: repaired (returned to service "
+            "after a reset, reboot and diagnostics) or replaced (a spare took its place).",
+            ["outcome", "policy"],
+            registry=registry,
+        )
         self.started = Counter(
             "remediator_remediations_started",
             "Remediations opened, by policy and the kind of signal that caused them.",
@@ -149,6 +156,8 @@ class ControllerMetrics:
         outcome = FINISHED_OUTCOMES.get(seen.after.state)
         if outcome is not None:
             self.finished.labels(outcome, seen.after.policy).inc()
+        if seen.after.outcome is not None:
+            self.resolved.labels(seen.after.outcome, seen.after.policy).inc()
 
     def opened(self, records: Iterable[RemediationRecord]) -> None:
         for record in records:

@@ -172,8 +172,10 @@ class Episode:
     steps: tuple[Step, ...] = field(default_factory=tuple)
 
 
-def xid(node: str, gpu: int, code: int) -> Fault:
-    return Fault({"type": "xid", "node": node, "gpu": gpu, "code": code})
+def xid(node: str, gpu: int, code: int, persistent: bool = False) -> Fault:
+    """`persistent`: broken hardware, which a GPU reset or a reboot does not clear."""
+    body = {"type": "xid", "node": node, "gpu": gpu, "code": code}
+    return Fault({**body, "persistent": True} if persistent else body)
 
 
 def guarded_service(name: str, node: str) -> tuple[Create, Create]:
@@ -258,17 +260,18 @@ def plan_episode(
         return Episode(
             kind,
             node,
-            f"XID 79 (GPU fallen off the bus) on {node} GPU {gpu}",
-            "cordon, checkpoint, drain, replace, verify: succeeded",
-            (xid(node, gpu, 79),),
+            f"XID 79 (GPU fallen off the bus, for good) on {node} GPU {gpu}",
+            "cordon, checkpoint, drain, reboot, diagnostics fail, replace, verify: "
+            "succeeded (replaced)",
+            (xid(node, gpu, 79, persistent=True),),
         )
     if kind == "xid-48":
         return Episode(
             kind,
             node,
-            f"XID 48 (double-bit ECC) on {node} GPU {gpu}",
-            "replaced: succeeded",
-            (xid(node, gpu, 48),),
+            f"XID 48 (double-bit ECC, for good) on {node} GPU {gpu}",
+            "GPU reset, diagnostics fail, replaced: succeeded (replaced)",
+            (xid(node, gpu, 48, persistent=True),),
         )
     if kind == "approval":
         message = (
@@ -322,9 +325,9 @@ def plan_episode(
             kind,
             node,
             f"node pool {pool} has no spare nodes left; XID 48 (double-bit ECC) on {node}",
-            "held before the drain (no pod evicted): nothing could replace it; "
+            "drained, GPU reset, diagnostics fail, then held: nothing could replace it; "
             "release it in the console once the pool has capacity again",
-            (NodePoolRule(rule), xid(node, gpu, 48)),
+            (NodePoolRule(rule), xid(node, gpu, 48, persistent=True)),
         )
     if kind == "nvlink":
         # Three GPUs, not one GPU three times: a GPU's counter errors are one occurrence for the

@@ -622,6 +622,39 @@ class KubeClient:
         }
         self._call("POST", f"/api/v1/namespaces/{namespace}/events", f"event {reason}", body=body)
 
+    # -- jobs --------------------------------------------------------------------------------
+
+    def get_job(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return self._call(
+                "GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}", f"get job {name}"
+            )
+        except NotFoundError:
+            return None
+
+    def create_job(self, namespace: str, job: JSON) -> JSON:
+        """Create the Job, or return the one of that name already there (a retried step)."""
+        name = str((job.get("metadata") or {}).get("name", ""))
+        try:
+            path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+            return self._call("POST", path, f"create job {name}", body=job)
+        except ConflictError:
+            existing = self.get_job(namespace, name)
+            if existing is None:
+                raise
+            return existing
+
+    def read_pod_log(self, namespace: str, name: str) -> str:
+        what = f"log of pod {namespace}/{name}"
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/log"
+        try:
+            data = self._send("GET", path, None, None, None)
+        except ApiException as exc:
+            raise wrap_api_exception(exc, what) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        return data.decode("utf-8", errors="replace")
+
     # -- leases ------------------------------------------------------------------------------
 
     def _lease_path(self, namespace: str, name: str = "") -> str:

@@ -92,6 +92,7 @@ class Node:
     created_at: datetime | None = None
     gpus: int | None = None  # capacity `nvidia.com/gpu`; None when the node does not say
     provider_id: str = ""  # spec.providerID: how a cloud provider names this machine
+    boot_id: str = ""  # status.nodeInfo.bootID: changes with every boot
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Node:
@@ -119,6 +120,7 @@ class Node:
             created_at=parse_time(meta.get("creationTimestamp")),
             gpus=_quantity((status.get("capacity") or {}).get(GPU_RESOURCE)),
             provider_id=str(spec.get("providerID") or ""),
+            boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
         )
 
     def condition(self, type_: str) -> NodeCondition | None:
@@ -131,6 +133,14 @@ class Node:
 
     def has_taint(self, taint: Taint) -> bool:
         return any(t.same_slot(taint) for t in self.taints)
+
+
+def _exit_code(status: Mapping[str, Any]) -> int | None:
+    for container in (status.get("containerStatuses") or [])[:1]:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode") is not None:
+            return int(terminated["exitCode"])
+    return None
 
 
 def _quantity(raw: Any) -> int | None:
@@ -166,6 +176,7 @@ class Pod:
     gpus: int = 0  # `nvidia.com/gpu` the pod holds (see pod_gpus)
     created_at: datetime | None = None
     running_since: datetime | None = None  # when it last became Ready while Running
+    exit_code: int | None = None  # the first container's, once it terminated
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Pod:
@@ -198,6 +209,7 @@ class Pod:
             gpus=pod_gpus(spec),
             created_at=parse_time(meta.get("creationTimestamp")),
             running_since=_running_since(status),
+            exit_code=_exit_code(status),
         )
 
     @property

@@ -94,6 +94,7 @@ class Decision:
     disruptive: bool
     reason: str
     decided_at: datetime
+    on_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ def _decide(
         disruptive=policy.disruptive,
         reason=f"{policy.name}: " + "; ".join(reasons),
         decided_at=now,
+        on_failure=policy.on_failure,
     )
 
 

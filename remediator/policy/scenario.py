@@ -15,9 +15,10 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from remediator.errors import PolicyError
 from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
 from remediator.policy.durations import Duration, format_duration
-from remediator.policy.evaluate import EvalState, History, PastRemediation, evaluate
+from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
 from remediator.policy.loader import PolicySet, parse_yaml, validate_model
 from remediator.policy.schema import GlobalSettings
+from remediator.remediation.planner import ladder_from_policy
 from remediator.signals.model import Signal, SignalKind
 
 SCENARIO_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -77,12 +78,15 @@ class TimelineEntry(_Strict):
 
 
 class Expectation(_Strict):
-    """`policy: none` means no decision at all for the node at that moment."""
+    """`policy: none` means no decision at all for the node at that moment. `ladder`, when
+    given, is the decision's steps as the engine will run them (notify left out), a fallback
+    written `replace (on failure)`."""
 
     at: Duration
     node: str
     policy: str
     outcome: Literal["admitted", "held"] = "admitted"
+    ladder: list[str] | None = None
 
 
 class Scenario(_Strict):
@@ -110,6 +114,8 @@ class Outcome:
         want = self.expectation.policy
         if want != "none":
             want += f" ({self.expectation.outcome})"
+        if self.expectation.ladder is not None:
+            want += f" ladder {' → '.join(self.expectation.ladder)}"
         verdict = "PASS" if self.passed else "FAIL"
         at = format_duration(self.expectation.at)
         text = f"{verdict} {self.scenario} @{at} {self.expectation.node}: expected {want}"
@@ -204,19 +210,33 @@ def _signal(spec: SignalSpec, at: datetime) -> Signal:
     )
 
 
+def ladder_names(decision: Decision) -> list[str]:
+    """The decision's ladder as stored on its remediation, in the scenario files' words."""
+    return [
+        f"{step.action} (on failure)" if step.fallback else step.action
+        for step in ladder_from_policy(decision.actions, decision.on_failure)
+        if step.action != "notify"
+    ]
+
+
 def _check(name: str, expectation: Expectation, admission: Admission) -> Outcome:
     node = expectation.node
     actual = "none"
     outcome: str | None = None
+    found: Decision | None = None
     for decision in admission.admitted:
         if decision.node == node:
-            actual, outcome = decision.policy, "admitted"
+            actual, outcome, found = decision.policy, "admitted", decision
     for held in admission.held:
         if held.decision.node == node:
-            actual, outcome = held.decision.policy, "held"
-    if outcome is not None:
+            actual, outcome, found = held.decision.policy, "held", held.decision
+    if outcome is not None and found is not None:
         passed = expectation.policy == actual and expectation.outcome == outcome
         actual = f"{actual} ({outcome})"
+        if expectation.ladder is not None:
+            ladder = ladder_names(found)
+            passed = passed and ladder == expectation.ladder
+            actual += f" ladder {' → '.join(ladder)}"
     else:
         passed = expectation.policy == "none"
     return Outcome(name, expectation, actual, passed)

@@ -160,12 +160,66 @@ class Replace(_Strict):
     action: Literal["replace"]
 
 
+class ResetGpu(_Strict):
+    """Reset only the faulty GPU(s) (`nvidia-smi --gpu-reset -i N`, a privileged Job pinned to
+    the node); follows a full drain, so no pod holds the GPU."""
+
+    action: Literal["reset_gpu"]
+    timeout: Duration = timedelta(minutes=5)
+
+
+class Reboot(_Strict):
+    """Reboot through the node pool's provider (or a privileged Job) and wait up to `timeout`
+    for the node to be Ready with a new boot id. At most `max_reboots` reboots of one node within
+    `window`: one more goes to `on_failure` instead (no reboot loops)."""
+
+    action: Literal["reboot"]
+    timeout: Duration = timedelta(minutes=15)
+    max_reboots: int = Field(default=2, ge=1, le=100)
+    window: Duration = timedelta(days=7)
+
+
+class Diagnose(_Strict):
+    """DCGM diagnostics (`dcgmi diag -r LEVEL -j`) as a Job; any failing test fails the step."""
+
+    action: Literal["diagnose"]
+    level: Literal[1, 2, 3] = 2
+    timeout: Duration = timedelta(minutes=30)
+
+
+class Uncordon(_Strict):
+    """Return the node to service: remove our cordon and taint (never a human's)."""
+
+    action: Literal["uncordon"]
+
+
 Step = Annotated[
-    Notify | Cordon | Taint | Checkpoint | Drain | Replace, Field(discriminator="action")
+    Notify
+    | Cordon
+    | Taint
+    | Checkpoint
+    | Drain
+    | ResetGpu
+    | Reboot
+    | Diagnose
+    | Uncordon
+    | Replace,
+    Field(discriminator="action"),
 ]
 
 # Disruptive steps only make sense in this order; notify may go anywhere.
-STEP_ORDER = ("cordon", "taint", "checkpoint", "drain", "replace")
+STEP_ORDER = (
+    "cordon",
+    "taint",
+    "checkpoint",
+    "drain",
+    "reset_gpu",
+    "reboot",
+    "diagnose",
+    "uncordon",
+    "replace",
+)
+REPAIR_STEPS = frozenset({"reset_gpu", "reboot", "diagnose"})
 
 
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -199,6 +253,9 @@ class Policy(_Strict):
     # new work off a sick node (no pod is evicted); never applied while the breaker or a pause
     # holds it, since then the signals themselves are suspect.
     while_queued: Literal["cordon", "nothing"] = "cordon"
+    # Where a failed repair goes (reset, reboot or diagnostics failed, or the reboot cap was
+    # reached): `replace` the node instead of ending failed.
+    on_failure: Literal["replace"] | None = None
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
@@ -219,6 +276,22 @@ class Policy(_Strict):
                 "a drain after a checkpoint step continues its grace: give min_grace/max_grace "
                 "on the checkpoint step, not a grace on the drain"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _repair_ladder(self) -> Policy:
+        steps = {s.action for s in self.actions}
+        if "uncordon" in steps and "replace" in steps:
+            raise ValueError("a ladder ends in uncordon (repaired) or in replace, not both")
+        if steps & REPAIR_STEPS and "drain" not in steps:
+            raise ValueError("reset_gpu, reboot and diagnose need a drain before them")
+        if "uncordon" in steps and "diagnose" not in steps:
+            raise ValueError("uncordon needs diagnose before it: no node goes back unchecked")
+        if self.on_failure is not None:
+            if not steps & REPAIR_STEPS:
+                raise ValueError("on_failure needs a reset_gpu, reboot or diagnose step to follow")
+            if "replace" in steps:
+                raise ValueError("on_failure: replace and a replace step: use one of them")
         return self
 
     @property

@@ -32,7 +32,13 @@ from remediator.clock import utcnow
 from remediator.errors import NotFoundError, PermanentError, RemediatorError, TransientError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
-from remediator.providers.base import CapacityExhausted, Operation, OperationState
+from remediator.providers.base import (
+    CapacityExhausted,
+    Operation,
+    OperationState,
+    RebootReceipt,
+    RebootUnsupported,
+)
 from remediator.providers.replacement import Candidate, choose_replacement
 from remediator.settings import AwsProviderSettings
 
@@ -314,6 +320,13 @@ class AwsAutoScalingProvider:
             if str(i.get("LifecycleState", "")).startswith("Warmed:")
         ]
         return spare + len(warmed)
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        """Not wired yet (EC2 RebootInstances would do it): the repair step reboots the host
+        with a privileged Job instead."""
+        raise RebootUnsupported(
+            f"AWS Auto Scaling provider has no reboot call yet ({node} in {pool})"
+        )
 
     # -- reading AWS -------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The narrow contract remediator needs from a cloud's node pools: ask for a replacement, follow
-the operation, and tell how much spare capacity is left."""
+the operation, tell how much spare capacity is left, and reboot one node."""
 
 from __future__ import annotations
 
@@ -49,6 +49,19 @@ class CapacityExhausted(ReplacementHeld):
         self.pool = pool
 
 
+@dataclass(frozen=True)
+class RebootReceipt:
+    """The provider accepted a reboot; the Node's new boot id tells when it happened."""
+
+    id: str
+    pool: str
+    node: str
+
+
+class RebootUnsupported(PermanentError):
+    """This provider cannot reboot a node: a privileged Job on the node does it instead."""
+
+
 class NodePoolProvider(Protocol):
     def request_replacement(
         self, pool: str, node: str, idempotency_key: str, reason: str
@@ -60,4 +73,9 @@ class NodePoolProvider(Protocol):
 
     def spare_capacity(self, pool: str) -> int | None:
         """Nodes the pool can still hand out; None when the provider cannot tell."""
+        ...
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        """Power-cycle `node`; the same key never reboots twice. RebootUnsupported when the
+        provider cannot."""
         ...

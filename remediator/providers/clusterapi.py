@@ -27,7 +27,13 @@ from remediator.clock import utcnow
 from remediator.errors import NotFoundError, PermanentError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node, parse_time
-from remediator.providers.base import Operation, OperationState, ReplacementHeld
+from remediator.providers.base import (
+    Operation,
+    OperationState,
+    RebootReceipt,
+    RebootUnsupported,
+    ReplacementHeld,
+)
 from remediator.providers.replacement import Candidate, choose_replacement
 from remediator.settings import ClusterApiProviderSettings
 
@@ -278,3 +284,10 @@ class ClusterApiProvider:
             ]
         surge = max_surge(found[0]) if found and found[0] else None
         return surge if surge else None
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        """Not wired yet (a reboot remediation template would do it): the repair step reboots
+        the host with a privileged Job instead."""
+        raise RebootUnsupported(
+            f"the Cluster API provider has no reboot call yet ({node} in {pool})"
+        )

@@ -30,7 +30,7 @@ from remediator.clock import utcnow
 from remediator.errors import NotFoundError, PermanentError, RemediatorError, TransientError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
-from remediator.providers.base import Operation, OperationState
+from remediator.providers.base import Operation, OperationState, RebootReceipt, RebootUnsupported
 from remediator.settings import GceProviderSettings
 
 RETRYABLE = (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServerError)
@@ -199,6 +199,11 @@ class GceProvider:
         """A MIG has no ceiling of its own (GKE's autoscaler limits live elsewhere), and
         recreating keeps its size: unknown."""
         return None
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        """Not wired yet (instances.reset would do it): the repair step reboots the host with a
+        privileged Job instead."""
+        raise RebootUnsupported(f"the GCE provider has no reboot call yet ({node} in {pool})")
 
     # -- reading -----------------------------------------------------------------------------
 

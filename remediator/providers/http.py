@@ -22,7 +22,13 @@ import httpx
 
 from remediator.clock import utcnow
 from remediator.errors import NotFoundError, PermanentError, TransientError
-from remediator.providers.base import CapacityExhausted, Operation, OperationState
+from remediator.providers.base import (
+    CapacityExhausted,
+    Operation,
+    OperationState,
+    RebootReceipt,
+    RebootUnsupported,
+)
 from remediator.settings import ProviderSettings
 
 log = logging.getLogger(__name__)
@@ -166,6 +172,29 @@ class HttpNodePoolProvider:
         if isinstance(value, bool) or not isinstance(value, int):
             raise PermanentError(f"node-pool API: spare_capacity is not an integer: {value!r}")
         return value
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        path = f"/v1/pools/{quote(pool, safe='')}/reboots"
+        try:
+            response = self._request(
+                "POST",
+                path,
+                f"reboot {node} in {pool}",
+                json={"node": node, "reason": reason},
+                headers={"Idempotency-Key": idempotency_key},
+                pool=pool,
+            )
+        except NotFoundError as exc:
+            if " 404 not_found:" in str(exc):
+                # The server does not know the path: an API without the reboot call.
+                raise RebootUnsupported(f"node-pool API has no reboot call: {exc}") from exc
+            raise
+        data = self._json(response)
+        if not isinstance(data, Mapping) or "id" not in data:
+            raise PermanentError(f"node-pool API: malformed reboot answer: {data!r:.200}")
+        return RebootReceipt(
+            str(data["id"]), str(data.get("pool", pool)), str(data.get("node", node))
+        )
 
     # -- transport ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Histogram
 
 from remediator.errors import PermanentError, RemediatorError, TransientError
-from remediator.providers.base import NodePoolProvider, Operation
+from remediator.providers.base import NodePoolProvider, Operation, RebootReceipt
 
 T = TypeVar("T")
 # Calls take from a few milliseconds to the client's timeout and retries (tens of seconds).
@@ -71,3 +71,8 @@ class InstrumentedProvider:
 
     def spare_capacity(self, pool: str) -> int | None:
         return self._timed("spare_capacity", lambda: self._inner.spare_capacity(pool))
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        return self._timed(
+            "reboot", lambda: self._inner.reboot(pool, node, idempotency_key, reason)
+        )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from remediator.kube.client import KubeClient
-from remediator.providers.base import NodePoolProvider, Operation
+from remediator.providers.base import NodePoolProvider, Operation, RebootReceipt
 from remediator.settings import (
     AnyProviderSettings,
     AwsProviderSettings,
@@ -81,3 +81,6 @@ class PoolProviders:
 
     def spare_capacity(self, pool: str) -> int | None:
         return self._for(pool).spare_capacity(pool)
+
+    def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
+        return self._for(pool).reboot(pool, node, idempotency_key, reason)

@@ -170,7 +170,9 @@ def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
         policy=decision.policy,
         reason=decision.reason,
         signals=decision.signals,
-        ladder=[step.to_json() for step in ladder_from_policy(decision.actions)],
+        ladder=[
+            step.to_json() for step in ladder_from_policy(decision.actions, decision.on_failure)
+        ],
         pool=decision.pool or None,
         policy_priority=decision.priority,
         policy_commit=policies.commit,

@@ -41,6 +41,10 @@ STEP_STATES: dict[str, State] = {
     "taint": State.QUARANTINED,
     "checkpoint": State.CHECKPOINTING,
     "drain": State.DRAINING,
+    "reset_gpu": State.RESETTING_GPU,
+    "reboot": State.REBOOTING,
+    "diagnose": State.DIAGNOSING,
+    "uncordon": State.UNCORDONING,
     "replace": State.REPLACING,
 }
 # The timeline and metric name of the work done in each work state.
@@ -48,9 +52,17 @@ STEP_NAMES: dict[State, str] = {
     State.QUARANTINED: "quarantine",
     State.CHECKPOINTING: "checkpoint",
     State.DRAINING: "drain",
+    State.RESETTING_GPU: "reset_gpu",
+    State.REBOOTING: "reboot",
+    State.DIAGNOSING: "diagnose",
+    State.UNCORDONING: "uncordon",
     State.REPLACING: "replace",
     State.VERIFYING: "verify",
 }
+# Repairs whose failure goes to the ladder's fallback (`on_failure: replace`) when it has one.
+REPAIR_STATES = frozenset({State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING})
+REPAIRED = "repaired"
+REPLACED = "replaced"
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,10 @@ class LadderStep:
     timeout_seconds: float | None = None
     on_timeout: str | None = None
     message: str | None = None
+    level: int | None = None  # diagnose: the DCGM run level
+    limit: int | None = None  # reboot: at most this many reboots of the node within the window
+    window_seconds: float | None = None
+    fallback: bool | None = None  # only taken when a repair fails (`on_failure`)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -76,6 +92,10 @@ class LadderStep:
             timeout_seconds=_float(raw.get("timeout_seconds")),
             on_timeout=raw.get("on_timeout"),
             message=raw.get("message"),
+            level=_int(raw.get("level")),
+            limit=_int(raw.get("limit")),
+            window_seconds=_float(raw.get("window_seconds")),
+            fallback=bool(raw["fallback"]) if raw.get("fallback") is not None else None,
         )
 
 
@@ -83,13 +103,22 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def ladder_from_policy(actions: Sequence[Step]) -> tuple[LadderStep, ...]:
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def ladder_from_policy(
+    actions: Sequence[Step], on_failure: str | None = None
+) -> tuple[LadderStep, ...]:
+    """The ladder as stored on a remediation; `on_failure: replace` becomes a trailing fallback
+    replace step, taken only when a repair fails."""
     steps = []
     for step in actions:
         # A checkpoint step's grace is its max_grace (the drain's stays `grace`).
         grace = getattr(step, "max_grace", None) or getattr(step, "grace", None)
         floor = step.floor if isinstance(step, Checkpoint) else None
         timeout = getattr(step, "timeout", None)
+        window = getattr(step, "window", None)
         steps.append(
             LadderStep(
                 action=step.action,
@@ -98,8 +127,13 @@ def ladder_from_policy(actions: Sequence[Step]) -> tuple[LadderStep, ...]:
                 timeout_seconds=timeout.total_seconds() if timeout is not None else None,
                 on_timeout=getattr(step, "on_timeout", None),
                 message=getattr(step, "message", None),
+                level=getattr(step, "level", None),
+                limit=getattr(step, "max_reboots", None),
+                window_seconds=window.total_seconds() if window is not None else None,
             )
         )
+    if on_failure == "replace":
+        steps.append(LadderStep("replace", fallback=True))
     return tuple(steps)
 
 
@@ -108,8 +142,8 @@ def parse_ladder(raw: Sequence[Mapping[str, Any]]) -> tuple[LadderStep, ...]:
 
 
 def work_states(ladder: Sequence[LadderStep]) -> tuple[State, ...]:
-    """The work states a ladder passes through, in order."""
-    states = [STEP_STATES[s.action] for s in ladder if s.action in STEP_STATES]
+    """The work states a ladder passes through, in order (a fallback only on a failed repair)."""
+    states = [STEP_STATES[s.action] for s in ladder if s.action in STEP_STATES and not s.fallback]
     if not states:
         return ()
     ordered: list[State] = [State.QUARANTINED]
@@ -132,7 +166,12 @@ def next_work_state(ladder: Sequence[LadderStep], after: State) -> State | None:
 
 
 def step_of(ladder: Sequence[LadderStep], action: str) -> LadderStep | None:
-    return next((s for s in ladder if s.action == action), None)
+    return next((s for s in ladder if s.action == action and not s.fallback), None)
+
+
+def escalates(ladder: Sequence[LadderStep]) -> bool:
+    """A failed repair goes on to a replacement instead of ending failed."""
+    return any(s.fallback and s.action == "replace" for s in ladder)
 
 
 def notifies(ladder: Sequence[LadderStep]) -> bool:
@@ -247,6 +286,12 @@ def _done(s: Situation, outcome: Done) -> Plan:
         if outcome.facts.get("operation_id"):
             fields["replacement_operation_id"] = outcome.facts["operation_id"]
     if s.state is State.VERIFYING:
+        fields["outcome"] = None if s.dry_run else REPLACED
+        return Move(State.SUCCEEDED, f"{step}_done", detail, fields)
+    if s.state is State.REPLACING:
+        return Move(State.VERIFYING, f"{step}_done", detail, fields)
+    if s.state is State.UNCORDONING:
+        fields["outcome"] = None if s.dry_run else REPAIRED
         return Move(State.SUCCEEDED, f"{step}_done", detail, fields)
     target = next_work_state(s.ladder, s.state)
     if target is None:
@@ -320,6 +365,10 @@ def _fail(s: Situation, reason: str, facts: Mapping[str, Any] | None = None) -> 
     detail = {"reason": reason, **(facts or {})}
     fields: dict[str, Any] = {"error": reason, "attempts": 0}
     action = f"{STEP_NAMES.get(s.state, s.state.value)}_failed"
+    if s.state in REPAIR_STATES and escalates(s.ladder):
+        # The repair did not take: the node is drained already, so replace it now.
+        detail["escalated_to"] = "replace"
+        return Move(State.REPLACING, action, detail, {"attempts": 0, "error": None})
     if s.state is State.REPLACING:
         # A retry must ask for a new operation: this one is finished for good.
         fields["replacement_operation_id"] = None

@@ -25,14 +25,19 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from remediator.actions.checkpoint import give_notice, plan_grace, rest_of_clock
+from remediator.actions.diagnose import diagnose
 from remediator.actions.drain import Drainer, OnTimeout
+from remediator.actions.jobs import DEFAULT_TEMPLATE, JobSettings
 from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.pods import OPT_OUT_LABEL, movable
 from remediator.actions.quarantine import ANN_REMEDIATION_ID, QUARANTINE_TAINT, Why, quarantine
+from remediator.actions.reboot import current_node, judge_reboot, request_reboot
 from remediator.actions.release import release
 from remediator.actions.replace import check_capacity, replace_node
+from remediator.actions.reset_gpu import reset_gpus
+from remediator.actions.uncordon import uncordon
 from remediator.actions.verify import verify_replacement
 from remediator.clock import Clock
 from remediator.errors import (
@@ -52,7 +57,7 @@ from remediator.remediation.disruption import evictions, rescheduled
 from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
 from remediator.remediation.states import State
-from remediator.store.records import RemediationRecord
+from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,16 @@ DEFAULT_DRAIN_TIMEOUT = 600.0
 MAX_MOVES_PER_TICK = 12
 # How often a released capacity hold looks for a spare node again.
 CAPACITY_POLL_SECONDS = 5.0
+DEFAULT_RESET_TIMEOUT = 300.0
+DEFAULT_REBOOT_TIMEOUT = 900.0
+DEFAULT_DIAG_TIMEOUT = 1800.0
+DEFAULT_DIAG_LEVEL = 2
+DEFAULT_JOBS = JobSettings(
+    "remediator",
+    "remediator-repair",
+    "nvcr.io/nvidia/cloud-native/dcgm:3.3.5-1-ubuntu22.04",
+    DEFAULT_TEMPLATE,
+)
 # The states that need no action until a human (or the console) moves them on.
 HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
 
@@ -136,6 +151,28 @@ def replacement_key(record: RemediationRecord) -> str:
     return f"{record.idempotency_key}-{failures}"
 
 
+def attempt_of(record: RemediationRecord, step: str) -> int:
+    """Which try of `step` this is: a human's retry after a failure runs a new Job."""
+    return sum(1 for e in record.events if e.action == f"{step}_failed")
+
+
+def reboot_request(record: RemediationRecord) -> EventRecord | None:
+    """The reboot asked for since the remediation last entered REBOOTING (its boot id before)."""
+    since = entered_at(record, State.REBOOTING)
+    for event in reversed(record.events):
+        if event.action == "reboot_requested" and event.at >= since:
+            return event
+    return None
+
+
+def reboot_accepted(record: RemediationRecord, requested: EventRecord) -> bool:
+    return any(e.action == "reboot_accepted" and e.at >= requested.at for e in record.events)
+
+
+def faulty_gpus(record: RemediationRecord) -> list[int]:
+    return sorted({s.gpu for s in record.signals if s.gpu is not None})
+
+
 def signal_text(record: RemediationRecord) -> str:
     if not record.signals:
         return record.signal_kind
@@ -162,6 +199,8 @@ class RemediationService:
         on_transition: Callable[[TransitionSeen], None] = _noop,
         on_illegal: Callable[[RemediationRecord, State], None] = _illegal_noop,
         may_act: Callable[[], bool] = _always,
+        jobs: JobSettings = DEFAULT_JOBS,
+        repair_poll_seconds: float = 2.0,
     ) -> None:
         self._repo = repository
         self._kube = kube
@@ -175,6 +214,8 @@ class RemediationService:
         self.on_transition = on_transition
         self._on_illegal = on_illegal
         self._may_act = may_act
+        self._jobs = jobs
+        self._repair_poll = repair_poll_seconds
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._due: dict[int, float] = {}
@@ -368,6 +409,18 @@ class RemediationService:
             return self._checkpoint(record, ladder), None
         if state is State.DRAINING:
             return self._drain(record, ladder), None
+        if state is State.RESETTING_GPU:
+            return self._reset_gpu(record, ladder), None
+        if state is State.REBOOTING:
+            return self._reboot(record, ladder), None
+        if state is State.DIAGNOSING:
+            return self._diagnose(record, ladder), None
+        if state is State.UNCORDONING:
+            if record.dry_run:
+                return Done(
+                    "dry run: nothing was fenced, nothing to return", {"dry_run": True}
+                ), None
+            return uncordon(self._kube, node, str(record.id)), None
         if state is State.REPLACING:
             return self._replace(record), None
         if state is State.VERIFYING:
@@ -467,6 +520,107 @@ class RemediationService:
             return None
         started, now = entered_at(record, State.CHECKPOINTING), self._clock.now()
         return lambda pod: rest_of_clock(pod, started, now, *bounds)
+
+    def _reset_gpu(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
+        step = planner.step_of(ladder, "reset_gpu") or LadderStep("reset_gpu")
+        gpus = faulty_gpus(record)
+        if record.dry_run:
+            return Done(f"dry run: would reset GPU {gpus} of {record.node}", {"dry_run": True})
+        return reset_gpus(
+            self._kube,
+            self._jobs,
+            remediation=str(record.id),
+            attempt=attempt_of(record, "reset_gpu"),
+            node=record.node,
+            gpus=gpus,
+            started_at=entered_at(record, State.RESETTING_GPU),
+            now=self._clock.now(),
+            timeout_seconds=step.timeout_seconds or DEFAULT_RESET_TIMEOUT,
+            poll_seconds=self._repair_poll,
+        )
+
+    def _reboots_within(self, node: str, seconds: float) -> int:
+        """Reboots asked for on this node (by any remediation) within the last `seconds`."""
+        since = self._clock.now() - timedelta(seconds=seconds)
+        count = 0
+        for past in self._repo.node_history(node).remediations:
+            if past.updated_at < since:
+                continue
+            full = self._repo.get(past.id)
+            events = full.events if full is not None else ()
+            count += sum(1 for e in events if e.action == "reboot_requested" and e.at >= since)
+        return count
+
+    def _reboot(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
+        """Record the boot id, then ask (idempotently); afterwards only wait for a new boot id.
+        A restart finds the request on the timeline and never asks for a second reboot."""
+        step = planner.step_of(ladder, "reboot") or LadderStep("reboot")
+        if record.dry_run:
+            return Done(f"dry run: would reboot {record.node}", {"dry_run": True})
+        attempt = attempt_of(record, "reboot")
+        requested = reboot_request(record)
+        if requested is None:
+            if step.limit is not None and step.window_seconds is not None:
+                done = self._reboots_within(record.node, step.window_seconds)
+                if done >= step.limit:
+                    hours = step.window_seconds / 3600
+                    return Failed(
+                        f"{record.node} was rebooted {done} times within {hours:g}h "
+                        f"(at most {step.limit}): no reboot loops",
+                        {"node": record.node, "reboots": done, "limit": step.limit},
+                    )
+            node = self._kube.get_node(record.node)
+            self._repo.append_event(
+                record.id,
+                action="reboot_requested",
+                actor=self.actor,
+                detail={"node": record.node, "boot_id": node.boot_id, "attempt": attempt},
+            )
+            record = self._repo.get(record.id) or record
+            requested = reboot_request(record)
+            assert requested is not None
+        if not reboot_accepted(record, requested):
+            how = request_reboot(
+                self._provider,
+                self._kube,
+                self._jobs,
+                pool=record.pool,
+                node=record.node,
+                key=f"{record.idempotency_key}-reboot-{attempt}",
+                reason=record.reason,
+                remediation=str(record.id),
+                attempt=attempt,
+            )
+            self._repo.append_event(
+                record.id, action="reboot_accepted", actor=self.actor, detail=how
+            )
+        return judge_reboot(
+            current_node(self._kube, record.node),
+            name=record.node,
+            boot_id_before=str(requested.detail.get("boot_id") or ""),
+            started_at=requested.at,
+            now=self._clock.now(),
+            timeout_seconds=step.timeout_seconds or DEFAULT_REBOOT_TIMEOUT,
+            poll_seconds=self._repair_poll,
+        )
+
+    def _diagnose(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
+        step = planner.step_of(ladder, "diagnose") or LadderStep("diagnose")
+        level = step.level or DEFAULT_DIAG_LEVEL
+        if record.dry_run:
+            return Done(f"dry run: would run DCGM level {level} diagnostics", {"dry_run": True})
+        return diagnose(
+            self._kube,
+            self._jobs,
+            remediation=str(record.id),
+            attempt=attempt_of(record, "diagnose"),
+            node=record.node,
+            level=level,
+            started_at=entered_at(record, State.DIAGNOSING),
+            now=self._clock.now(),
+            timeout_seconds=step.timeout_seconds or DEFAULT_DIAG_TIMEOUT,
+            poll_seconds=self._repair_poll,
+        )
 
     def _replace(self, record: RemediationRecord) -> Outcome:
         if record.pool is None:

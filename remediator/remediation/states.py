@@ -17,6 +17,12 @@ class State(StrEnum):
     HELD_BY_OPT_OUT = "held_by_opt_out"
     CHECKPOINTING = "checkpointing"
     DRAINING = "draining"
+    # Repair before replace: reset the faulty GPU(s), reboot the node, run DCGM diagnostics,
+    # and return a node that passed them to service.
+    RESETTING_GPU = "resetting_gpu"
+    REBOOTING = "rebooting"
+    DIAGNOSING = "diagnosing"
+    UNCORDONING = "uncordoning"
     REPLACING = "replacing"
     VERIFYING = "verifying"
     HELD = "held"
@@ -26,8 +32,20 @@ class State(StrEnum):
 
 
 _WORK = frozenset(
-    {State.QUARANTINED, State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.VERIFYING}
+    {
+        State.QUARANTINED,
+        State.CHECKPOINTING,
+        State.DRAINING,
+        State.RESETTING_GPU,
+        State.REBOOTING,
+        State.DIAGNOSING,
+        State.UNCORDONING,
+        State.REPLACING,
+        State.VERIFYING,
+    }
 )
+# A repair that fails may escalate to a replacement (`on_failure: replace`).
+_REPAIR_END = frozenset({State.REPLACING, State.HELD, State.FAILED})
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.DETECTED}),
@@ -53,8 +71,23 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         {State.HELD_BY_OPT_OUT, State.DRAINING, State.SUCCEEDED, State.HELD, State.FAILED}
     ),
     State.DRAINING: frozenset(
-        {State.HELD_BY_OPT_OUT, State.REPLACING, State.SUCCEEDED, State.HELD, State.FAILED}
+        {
+            State.HELD_BY_OPT_OUT,
+            State.RESETTING_GPU,
+            State.REBOOTING,
+            State.DIAGNOSING,
+            State.REPLACING,
+            State.SUCCEEDED,
+            State.HELD,
+            State.FAILED,
+        }
     ),
+    State.RESETTING_GPU: frozenset(
+        _REPAIR_END | {State.REBOOTING, State.DIAGNOSING, State.SUCCEEDED}
+    ),
+    State.REBOOTING: frozenset(_REPAIR_END | {State.DIAGNOSING, State.SUCCEEDED}),
+    State.DIAGNOSING: frozenset(_REPAIR_END | {State.UNCORDONING, State.SUCCEEDED}),
+    State.UNCORDONING: frozenset({State.SUCCEEDED, State.HELD, State.FAILED}),
     State.REPLACING: frozenset({State.VERIFYING, State.HELD, State.FAILED}),
     State.VERIFYING: frozenset({State.SUCCEEDED, State.FAILED}),
     State.HELD: frozenset(_WORK | {State.SUCCEEDED, State.FAILED}),

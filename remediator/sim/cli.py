@@ -33,6 +33,12 @@ def register(subparsers: Any) -> None:
         default=3.0,
         help="seconds a replacement node takes to be provisioned",
     )
+    run.add_argument(
+        "--reboot-delay",
+        type=float,
+        default=5.0,
+        help="seconds a rebooted node stays NotReady before it is back with a new boot id",
+    )
     run.add_argument("--host", default="127.0.0.1")
     for name in ("kube", "nodepool", "metrics", "inject"):
         run.add_argument(f"--{name}-port", type=int, default=0, help="default: a free port")
@@ -73,6 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             ready_file=args.ready_file,
             provision_delay=args.provision_delay,
+            reboot_seconds=args.reboot_delay,
             host=args.host,
             kube_port=args.kube_port,
             nodepool_port=args.nodepool_port,

@@ -85,6 +85,7 @@ def start_sim(
     ready_timeout: float = READY_TIMEOUT,
     node_root: Path | None = None,
     cloud: str = "http",
+    reboot_delay: float = 5.0,
 ) -> SimHandle:
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
@@ -102,6 +103,8 @@ def start_sim(
             str(gpus_per_node),
             "--provision-delay",
             str(provision_delay),
+            "--reboot-delay",
+            str(reboot_delay),
             "--kubeconfig",
             str(workdir / "kubeconfig"),
             "--ready-file",

@@ -44,6 +44,7 @@ class ServeOptions:
     kubeconfig: Path
     ready_file: Path
     provision_delay: float = 3.0
+    reboot_seconds: float = 5.0
     host: str = "127.0.0.1"
     kube_port: int = 0
     nodepool_port: int = 0
@@ -184,6 +185,7 @@ def serve(options: ServeOptions) -> int:
         provision_delay=options.provision_delay,
         node_root=options.node_root,
         kube_faults=kube_faults,
+        reboot_seconds=options.reboot_seconds,
     )
     socks = {
         "kube_url": bind(options.host, options.kube_port),

@@ -11,10 +11,13 @@ from starlette.types import ASGIApp
 
 from remediator.clock import Clock, SystemClock
 from remediator.sim.cloud.nodepool import NodePoolService, build_nodepool_app
+from remediator.sim.cloud.reboots import RebootService
 from remediator.sim.faults.inject import FaultInjector, build_inject_app
+from remediator.sim.faults.repair import DEFAULT_REBOOT_SECONDS, FaultRepairs
 from remediator.sim.kube.api.faults import KubeFaults
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.node.hosts import SimHosts
+from remediator.sim.node.programs import HostPrograms
 from remediator.sim.telemetry.exporters import Telemetry, build_metrics_app
 
 
@@ -31,19 +34,31 @@ def build_cloud_apps(
     clock: Clock | None = None,
     node_root: Path | None = None,
     kube_faults: KubeFaults | None = None,
+    reboot_seconds: float = DEFAULT_REBOOT_SECONDS,
 ) -> CloudApps:
     """`clock` must be the one the cluster runs on (the system clock unless a test drives a
-        FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
-        also gets a host directory (kernel log, driver files) that faults write into. `kube_faults`
-    are the Kubernetes API's fault rules and request log, for the inject API."""
+    FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
+    also gets a host directory (kernel log, driver files) that faults write into. `kube_faults`
+    are the Kubernetes API's fault rules and request log, for the inject API. A reboot keeps a
+    node NotReady for `reboot_seconds`."""
     clock = clock or SystemClock()
     telemetry = Telemetry(cluster.store, clock)
     nodepool = NodePoolService(cluster, clock, provision_delay)
     cluster.on_tick(nodepool.advance)
     hosts = SimHosts(node_root, cluster.store) if node_root is not None else None
-    injector = FaultInjector(cluster, telemetry, nodepool, hosts.applied if hosts else None)
+    repairs = FaultRepairs(cluster, telemetry, reboot_seconds)
+
+    def applied(fault: object) -> None:
+        repairs.applied(fault)
+        if hosts is not None:
+            hosts.applied(fault)
+
+    injector = FaultInjector(cluster, telemetry, nodepool, applied)
+    repairs.attach(injector)
+    cluster.set_program_runner(HostPrograms(repairs).run)
+    reboots = RebootService(nodepool, clock, repairs.reboot)
     return CloudApps(
-        nodepool=build_nodepool_app(nodepool),
+        nodepool=build_nodepool_app(nodepool, reboots.handle),
         metrics=build_metrics_app(telemetry),
         inject=build_inject_app(injector, kube_faults or KubeFaults()),
     )

@@ -121,6 +121,9 @@ class Remediation(Base):
     while_queued: Mapped[str | None] = mapped_column(String(16))
     # A human's cancel: no policy re-remediates this node for the same fault before then.
     suppressed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # How a succeeded remediation ended: "repaired" (the node went back into service) or
+    # "replaced" (a new node took its place); None otherwise.
+    outcome: Mapped[str | None] = mapped_column(String(16))
     version: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -80,6 +80,7 @@ class RemediationRecord:
     queue_cause: str | None = None
     while_queued: str | None = None
     suppressed_until: datetime | None = None
+    outcome: str | None = None  # "repaired" or "replaced" once succeeded
 
     @property
     def disruptive(self) -> bool:
@@ -225,6 +226,9 @@ class Overview:
     by_state: Mapping[State, int]
     failed_last_24h: int
     open_by_pool: Mapping[str, int]
+    # Succeeded within the window, by outcome: "repaired" nodes went back into service, so each
+    # is a spare node not spent; "replaced" ones took a spare.
+    by_outcome: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ MUTABLE_FIELDS = frozenset(
         "next_attempt_at",
         "queue_cause",
         "suppressed_until",
+        "outcome",
     }
 )
 FINISHED = frozenset({State.SUCCEEDED, State.CANCELLED, State.FAILED})
@@ -387,7 +388,22 @@ class Repository:
             self.counts_by_state(closed_since=now - closed_window),
             self.count(failed),
             self.open_by_pool(),
+            self.counts_by_outcome(now - closed_window),
         )
+
+    def counts_by_outcome(self, since: datetime) -> dict[str, int]:
+        """Remediations that finished at or after `since`, by outcome (repaired, replaced)."""
+        query = (
+            select(Remediation.outcome, func.count())
+            .where(
+                Remediation.cluster == self.cluster,
+                Remediation.outcome.is_not(None),
+                Remediation.finished_at >= since,
+            )
+            .group_by(Remediation.outcome)
+        )
+        with session_scope(self.session_factory) as session:
+            return {str(outcome): int(n) for outcome, n in session.execute(query)}
 
     def daily_counts_by_kind(self, days: int) -> tuple[DailyCount, ...]:
         """Remediations created per UTC day and signal kind over the last `days` days."""
@@ -407,6 +423,30 @@ class Repository:
             return tuple(
                 DailyCount(d if isinstance(d, date) else date.fromisoformat(d), kind, count)
                 for d, kind, count in session.execute(query)
+            )
+
+    def daily_counts_by_outcome(self, days: int) -> tuple[DailyCount, ...]:
+        """Succeeded remediations per UTC day they finished, by outcome (repaired, replaced)."""
+        start = self._clock.now() - timedelta(days=days)
+        with session_scope(self.session_factory) as session:
+            day: ColumnElement[Any]
+            if session.get_bind().dialect.name == "postgresql":
+                day = cast(func.timezone("UTC", Remediation.finished_at), Date)
+            else:
+                day = func.date(Remediation.finished_at)
+            query = (
+                select(day.label("day"), Remediation.outcome, func.count())
+                .where(
+                    Remediation.cluster == self.cluster,
+                    Remediation.outcome.is_not(None),
+                    Remediation.finished_at >= start,
+                )
+                .group_by(day, Remediation.outcome)
+                .order_by(day, Remediation.outcome)
+            )
+            return tuple(
+                DailyCount(d if isinstance(d, date) else date.fromisoformat(d), str(o), count)
+                for d, o, count in session.execute(query)
             )
 
     def time_to_repair(self, since: datetime, window: int = REPAIR_WINDOW) -> RepairTimes:
@@ -1017,6 +1057,7 @@ def _remediation(row: Remediation, events: tuple[EventRecord, ...] = ()) -> Reme
         queue_cause=row.queue_cause,
         while_queued=row.while_queued,
         suppressed_until=row.suppressed_until,
+        outcome=row.outcome,
     )
 
 

@@ -52,6 +52,17 @@ def daily_by_kind(counts: Sequence[DailyCount], days: Sequence[date]) -> Markup:
     )
 
 
+def daily_outcomes(counts: Sequence[DailyCount], days: Sequence[date]) -> Markup:
+    """Stacked bars: succeeded remediations per day, repaired (node returned) vs replaced."""
+    per_day: dict[date, dict[str, float]] = {d: {} for d in days}
+    for c in counts:
+        if c.day in per_day:
+            per_day[c.day][c.signal_kind] = per_day[c.day].get(c.signal_kind, 0) + c.count
+    return daily_stacked(
+        per_day, days, "Remediations per day by outcome", "no node repaired or replaced yet"
+    )
+
+
 def daily_stacked(
     values: Mapping[date, Mapping[str, float]],
     days: Sequence[date],

@@ -159,6 +159,7 @@ def make_pages_router() -> APIRouter:
                 {State.FAILED}, finished_from=(now - timedelta(hours=24)).isoformat()
             ),
             per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
+            outcomes=charts.daily_outcomes(repo.daily_counts_by_outcome(CHART_DAYS), days),
             lost=lost,
             days_shown=CHART_DAYS,
             lost_chart=charts.daily_stacked(

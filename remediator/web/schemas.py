@@ -60,6 +60,10 @@ class RemediationOut(BaseModel):
     step_index: int
     replacement_operation_id: str | None
     new_node: str | None
+    outcome: str | None = Field(
+        default=None,
+        description="once succeeded: repaired (back in service) or replaced (a new node)",
+    )
     hold_reason: str | None
     queue_cause: str | None = Field(
         default=None, description="while queued: what holds it (budget, breaker or pause)"
@@ -240,6 +244,11 @@ class OverviewOut(BaseModel):
     failed_last_24h: int
     by_state: dict[str, int]
     open_by_pool: dict[str, int]
+    repaired: int = Field(default=0, description="succeeded in the last 7 days, node returned")
+    replaced: int = Field(default=0, description="succeeded in the last 7 days, node replaced")
+    spares_saved: int = Field(
+        default=0, description="replacements not needed because the node was repaired (7 days)"
+    )
     controller: ControllerOut
     sources: list[SourceOut]
     agents_reporting: int = 0

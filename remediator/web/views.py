@@ -32,6 +32,10 @@ STATE_TONE: Mapping[State, str] = {
     State.QUARANTINED: "work",
     State.CHECKPOINTING: "work",
     State.DRAINING: "work",
+    State.RESETTING_GPU: "work",
+    State.REBOOTING: "work",
+    State.DIAGNOSING: "work",
+    State.UNCORDONING: "work",
     State.REPLACING: "work",
     State.VERIFYING: "work",
     State.AWAITING_APPROVAL: "wait",
@@ -193,6 +197,10 @@ def record_runbook(record: RemediationRecord) -> str | None:
         step = entered_from(record, State.FAILED)
         if step in (State.REPLACING, State.VERIFYING):
             return "replacement-failed"
+        if step is State.DIAGNOSING:
+            return "diagnostics-failed"
+        if step is State.REBOOTING:
+            return "reboot-loop"
         return "remediation-stuck"
     if record.signals:
         return signal_runbook(record.signals[0])

@@ -579,7 +579,7 @@ async def replacement_body(request: Request) -> ReplacementRequest:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def build_nodepool_app(service: NodePoolService) -> Starlette:
+def build_nodepool_app(service: NodePoolService, reboot: Handler | None = None) -> Starlette:
     def guarded(handler: Handler) -> Handler:
         """Every route meets the injected fate: an error before or after processing, a 429,
         a delayed answer (given after processing, so a client that times out may retry a request
@@ -649,6 +649,8 @@ def build_nodepool_app(service: NodePoolService) -> Starlette:
         Route("/v1/pools/{pool}/replacements", guarded(replace_node), methods=["POST"]),
         Route("/v1/operations/{operation_id}", guarded(get_operation), methods=["GET"]),
     ]
+    if reboot is not None:
+        routes.append(Route("/v1/pools/{pool}/reboots", guarded(reboot), methods=["POST"]))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 

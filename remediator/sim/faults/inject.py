@@ -41,9 +41,13 @@ class _Fault(BaseModel):
 
 
 class XidFault(_Fault):
+    """`persistent`: a GPU reset or a reboot does not clear it (broken hardware); otherwise
+    either does (a transient fault)."""
+
     type: Literal["xid"]
     gpu: int = Field(ge=0)
     code: int = Field(ge=1, le=1023)
+    persistent: bool = False
 
 
 class TemperatureFault(_Fault):
@@ -83,6 +87,7 @@ class ConditionFault(_Fault):
 class GpuMissingFault(_Fault):
     type: Literal["gpu_missing"]
     gpu: int = Field(ge=0)
+    persistent: bool = False
 
 
 class ClearFault(_Fault):
@@ -468,6 +473,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='make the Kubernetes API misbehave, e.g. \'{"type": "error", "status": 503, '
         '"verbs": ["create"], "duration_seconds": 30}\' ({"type": "clear"} ends it)',
     )
+    parser.add_argument(
+        "--persistent",
+        action="store_true",
+        help="an --xid or --gpu-missing that a GPU reset or a reboot does not clear",
+    )
 
 
 def fault_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -476,8 +486,11 @@ def fault_body(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--node is required for a node fault")
     body: dict[str, Any] = {"node": args.node}
     gpu = {"gpu": args.gpu} if args.gpu is not None else {}
+    persistent = {"persistent": True} if getattr(args, "persistent", False) else {}
+    if persistent and args.xid is None and not args.gpu_missing:
+        raise ValueError("--persistent applies to --xid and --gpu-missing only")
     if args.xid is not None:
-        body.update(type="xid", code=args.xid, **gpu)
+        body.update(type="xid", code=args.xid, **gpu, **persistent)
     elif args.temp is not None:
         body.update(type="temperature", celsius=args.temp, rate=args.rate, **gpu)
     elif args.nvlink_errors is not None:
@@ -495,7 +508,7 @@ def fault_body(args: argparse.Namespace) -> dict[str, Any]:
             )
         body.update(type="condition", condition=kind, status=status)
     elif args.gpu_missing:
-        body.update(type="gpu_missing", **gpu)
+        body.update(type="gpu_missing", **gpu, **persistent)
     else:
         body.update(type="clear", **gpu)
     return body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -77,3 +78,23 @@ def test_transitions_feed_the_step_histogram_and_the_outcomes() -> None:
     assert value("remediator_remediations_started_total", policy="xid-79", signal_kind="xid")
     assert value("remediator_policy_set_info", commit="", hash="f01") == 1
     assert value("remediator_policy_set_info", commit="abc", hash="f00") is None
+
+
+def test_succeeded_remediations_count_by_outcome() -> None:
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    before = record(1, State.UNCORDONING, NOW - timedelta(minutes=1))
+    repaired = replace(record(1, State.SUCCEEDED, NOW), outcome="repaired")
+    metrics.transition(TransitionSeen(before, repaired, 2.0))
+    verifying = record(2, State.VERIFYING, NOW - timedelta(minutes=1))
+    replaced = replace(record(2, State.SUCCEEDED, NOW), outcome="replaced")
+    metrics.transition(TransitionSeen(verifying, replaced, 2.0))
+    metrics.transition(TransitionSeen(before, record(3, State.REBOOTING, NOW), 1.0))
+
+    def resolved(outcome: str) -> float | None:
+        labels = {"outcome": outcome, "policy": "xid-79"}
+        return registry.get_sample_value("remediator_remediations_resolved_total", labels)
+
+    assert resolved("repaired") == 1 and resolved("replaced") == 1
+    step = {"step": "uncordon"}
+    assert registry.get_sample_value("remediator_step_duration_seconds_count", step) == 2

@@ -168,7 +168,7 @@ def test_replacement_operation_is_persisted_as_soon_as_it_is_known() -> None:
         State.SUCCEEDED,
         "verify_done",
         {"result": "ready"},
-        {"attempts": 0, "error": None, "next_attempt_at": None},
+        {"attempts": 0, "error": None, "next_attempt_at": None, "outcome": "replaced"},
     )
 
 

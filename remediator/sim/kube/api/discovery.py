@@ -76,7 +76,7 @@ RESOURCES: tuple[Resource, ...] = (
         True,
         ("po",),
         categories=("all",),
-        subresources=("status", "eviction"),
+        subresources=("status", "eviction", "log"),
     ),
     Resource("", "v1", "events", "event", "Event", True, ("ev",)),
     Resource(
@@ -172,6 +172,14 @@ def _entry(r: Resource) -> Obj:
 
 
 def _subresource_entry(r: Resource, sub: str) -> Obj:
+    if sub == "log":
+        return {
+            "name": f"{r.plural}/log",
+            "singularName": "",
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["get"],
+        }
     if sub == "eviction":
         return {
             "name": f"{r.plural}/eviction",

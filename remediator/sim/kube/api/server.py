@@ -87,6 +87,10 @@ class ClusterOps(Protocol):
 
     def remove_node(self, name: str) -> None: ...
 
+    def pod_log(self, namespace: str, name: str) -> str:
+        """What the pod's container printed so far (host programs print when they exit)."""
+        ...
+
 
 class NotAcceptable(ApiError):
     code, reason = 406, "NotAcceptable"
@@ -316,6 +320,7 @@ class KubeApi:
             ("status", "PUT"): lambda: self._update(request, res, ns, name, status=True),
             ("status", "PATCH"): lambda: self._patch(request, res, ns, name, status=True),
             ("eviction", "POST"): lambda: self._evict(request, ns, name),
+            ("log", "GET"): lambda: self._log(ns, name),
         }
         handler = handlers.get((sub, method))
         if handler is None:
@@ -379,6 +384,10 @@ class KubeApi:
         }
 
     # -- reads ---------------------------------------------------------------------------------
+
+    async def _log(self, ns: str, name: str) -> Response:
+        self.store.get("pods", ns, name)  # 404 for a pod that does not exist
+        return Response(self.cluster.pod_log(ns, name), media_type="text/plain")
 
     async def _get(self, request: Request, res: Resource, ns: str, name: str) -> Response:
         return self._one(request, res, self.store.get(res.key, ns, name))

@@ -354,6 +354,15 @@ def node_lost(pod: Obj, now: datetime) -> None:
     _set_conditions(pod.setdefault("status", {}), now, Ready=("False", ""))
 
 
+def exited(pod: Obj, exit_code: int, now: datetime) -> None:
+    """A run-to-completion container returned on its own with `exit_code`."""
+    terminated(pod, killed=exit_code != 0, now=now)
+    for status in pod["status"].get("containerStatuses") or []:
+        status["state"]["terminated"].update(
+            exitCode=exit_code, reason="Completed" if exit_code == 0 else "Error"
+        )
+
+
 def terminated(pod: Obj, killed: bool, now: datetime) -> None:
     """Every container has exited: on its own after SIGTERM (0), or by SIGKILL (137)."""
     status = pod.setdefault("status", {})

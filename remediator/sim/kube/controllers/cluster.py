@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -53,6 +54,8 @@ from remediator.sim.kube.controllers.context import (
     NODE_READY,
     PDB,
     POD,
+    REBOOTED,
+    ProgramRunner,
     SimContext,
 )
 from remediator.sim.kube.controllers.controllers import Controllers
@@ -209,6 +212,42 @@ class SimCluster:
                     del spec["taints"]
 
             self.store.mutate("nodes", "", node, change)
+
+    def set_program_runner(self, runner: ProgramRunner) -> None:
+        """What containers that run host programs (reset, diagnostics, reboot) do."""
+        with self._lock:
+            self._ctx.programs = runner
+
+    def pod_log(self, namespace: str, name: str) -> str:
+        with self._lock:
+            return self._ctx.logs.get((namespace, name), "")
+
+    def reboot_node(self, name: str, down_seconds: float) -> None:
+        """The host goes down: the kubelet stops posting status (Ready Unknown) and comes back
+        `down_seconds` later with a new boot id."""
+        with self._lock:
+            message = "Kubelet stopped posting node status."
+            self.set_node_condition(name, "Ready", "Unknown", "NodeStatusUnknown", message)
+            self._ctx.after(self._clock.now() + timedelta(seconds=down_seconds), REBOOTED, name)
+
+    def _rebooted(self, name: str) -> None:
+        boot_id = uuid.uuid4().hex
+
+        def boot(obj: Obj) -> None:
+            obj.setdefault("status", {}).setdefault("nodeInfo", {})["bootID"] = boot_id
+
+        try:
+            node = self.store.mutate("nodes", "", name, boot)
+        except NotFound:
+            return
+        self._ctx.record(
+            node,
+            "Rebooted",
+            f"Node {name} has been rebooted, boot id: {boot_id}",
+            type_="Warning",
+            host=name,
+        )
+        self._node_ready(name)
 
     def _node_ready(self, name: str) -> None:
         if self.store.find("nodes", "", name) is not None:
@@ -374,6 +413,8 @@ class SimCluster:
                 queues.nodes[str(arg)] = None
             elif kind == NODE_READY:
                 self._node_ready(str(arg))
+            elif kind == REBOOTED:
+                self._rebooted(str(arg))
             elif kind == PDB:
                 queues.pdbs[cast(Key, arg)] = None
             elif kind == HEARTBEAT:

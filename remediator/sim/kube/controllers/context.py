@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -15,8 +16,25 @@ from remediator.sim.kube.api.store import AlreadyExists, Obj, ObjectStore
 from remediator.sim.kube.controllers import builders
 from remediator.sim.kube.controllers.index import ClusterIndex, Key
 
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """What a started container does: exits with `exit_code` after `seconds`, having printed
+    `output`; `then` runs once it exited (a reboot takes the host down after the command
+    returns). The host programs themselves live in remediator/sim/node/programs.py."""
+
+    exit_code: int
+    output: str
+    seconds: float
+    then: Callable[[], None] | None = None
+
+
+# What a started container does on its node (None: it runs until it is stopped).
+ProgramRunner = Callable[[Obj, str], ProgramRun | None]
+
 # Timer kinds: what to mark dirty when the timer is due.
 POD, NODE, PDB, HEARTBEAT, NODE_READY, EVENT_GC = "pod", "node", "pdb", "heartbeat", "ready", "gc"
+REBOOTED = "rebooted"
 
 
 @dataclass
@@ -76,6 +94,8 @@ class SimContext:
     addresses: PodAddresses = field(init=False)
     _timers: list[tuple[datetime, int, str, object]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
+    programs: ProgramRunner | None = None
+    logs: dict[Key, str] = field(default_factory=dict)  # output of containers that exited
 
     def __post_init__(self) -> None:
         self.addresses = PodAddresses(self.store)

@@ -96,6 +96,20 @@ def delete_gracefully(ctx: SimContext, pod: Obj, now: datetime, grace: int | Non
         return
 
 
+def job_finished(job: Obj, pods: list[Obj]) -> tuple[str, str] | None:
+    """("Complete", reason) once enough pods succeeded, ("Failed", reason) once more failed
+    than the backoff limit allows; None while the Job still runs."""
+    spec = job.get("spec") or {}
+    completions = int(spec.get("completions") or 1)
+    succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+    failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+    if succeeded >= completions:
+        return "Complete", "CompletionsReached"
+    if failed > int(spec.get("backoffLimit", 6)):
+        return "Failed", "BackoffLimitExceeded"
+    return None
+
+
 class Controllers:
     def __init__(self, ctx: SimContext) -> None:
         self._ctx = ctx
@@ -476,16 +490,52 @@ class Controllers:
             self._sync_gang(job, pods, parallelism, now)
         else:
             active = [p for p in pods if is_active(p)]
-            for i in range(parallelism - len(active)):
+            # A finished Job stays finished when its pods are deleted (a drain, pod GC): its
+            # counts live in its status, as the real controller's finalizer-tracked ones do.
+            finished = bool((job.get("status") or {}).get("conditions")) or (
+                job_finished(job, pods) is not None
+            )
+            for i in range(0 if finished else parallelism - len(active)):
                 pod = self.job_pod(job, i, 0, now)
                 ctx.create_named("pods", pod, f"{name}-", f"{name}/{len(pods) + i}/{rfc3339(now)}")
         pods = ctx.index.pods_of_owner(uid)
         active = [p for p in pods if is_active(p)]
+        previous = job.get("status") or {}
         status: Obj = {
             "active": len(active),
             "ready": sum(1 for p in active if is_ready(p)),
-            "startTime": (job.get("status") or {}).get("startTime", rfc3339(now)),
+            "startTime": previous.get("startTime", rfc3339(now)),
         }
+        succeeded = max(
+            int(previous.get("succeeded", 0)),
+            sum(1 for p in pods if p.get("status", {}).get("phase") == "Succeeded"),
+        )
+        failed = max(
+            int(previous.get("failed", 0)),
+            sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed"),
+        )
+        if succeeded:
+            status["succeeded"] = succeeded
+        if failed:
+            status["failed"] = failed
+        verdict = job_finished(job, pods)
+        if previous.get("conditions"):
+            status["conditions"] = previous["conditions"]
+            if previous.get("completionTime"):
+                status["completionTime"] = previous["completionTime"]
+        elif verdict is not None and not active:
+            kind, reason = verdict
+            status["conditions"] = [
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": reason,
+                    "lastProbeTime": rfc3339(now),
+                    "lastTransitionTime": rfc3339(now),
+                }
+            ]
+            if kind == "Complete":
+                status["completionTime"] = rfc3339(now)
         _set_status(ctx, "batch/jobs", job, status)
 
     def _sync_gang(self, job: Obj, pods: list[Obj], size: int, now: datetime) -> None:

@@ -30,7 +30,7 @@ from remediator.sim.kube.api.kobj import (
 )
 from remediator.sim.kube.api.store import NotFound, Obj
 from remediator.sim.kube.controllers import builders
-from remediator.sim.kube.controllers.context import POD, SimContext
+from remediator.sim.kube.controllers.context import POD, ProgramRun, SimContext
 
 DEFAULT_STARTUP_SECONDS = 0.5
 DEFAULT_SHUTDOWN_SECONDS = 1.0
@@ -45,6 +45,7 @@ class Runtime:
     exit_at: datetime | None = None
     kill_at: datetime | None = None
     checkpoint: tuple[str, datetime] | None = None  # (request seen, when to answer)
+    program: tuple[datetime, ProgramRun] | None = None  # a host program: when it exits
 
 
 class Kubelets:
@@ -77,6 +78,9 @@ class Kubelets:
         if not is_ready(pod) and node_status == "True":
             ns, name = key_of(pod)
             self._write(ns, name, pod, lambda p: builders.ready_again(p, now))
+        if rt.program is not None and now >= rt.program[0] and node_status == "True":
+            self._exit(pod, rt.program[1], now)
+            return
         self._checkpoint(pod, rt, now)
 
     # -- start -----------------------------------------------------------------------------
@@ -109,6 +113,20 @@ class Kubelets:
                 f"Started container {builders.container_names(pod)}",
                 host=node["metadata"]["name"],
             )
+            run = self._ctx.programs(pod, node["metadata"]["name"]) if self._ctx.programs else None
+            if run is not None:
+                rt.program = (now + timedelta(seconds=run.seconds), run)
+                self._ctx.after(rt.program[0], POD, (ns, name))
+
+    def _exit(self, pod: Obj, run: ProgramRun, now: datetime) -> None:
+        """A host program returned: the pod completes with its exit code and keeps its log
+        (restartPolicy Never, as remediation Jobs run); then the program's after-effect."""
+        ns, name = key_of(pod)
+        self._ctx.logs[(ns, name)] = run.output
+        self._write(ns, name, pod, lambda p: builders.exited(p, run.exit_code, now))
+        self.forget(pod["metadata"]["uid"])
+        if run.then is not None:
+            run.then()
 
     # -- checkpoints -------------------------------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""The host programs a remediation Job runs on a simulated node: `nvidia-smi --gpu-reset -i N`,
+`dcgmi diag -r LEVEL -j`, and a host reboot. The simulated kubelet asks `HostPrograms.run` what a
+started container does; a command it does not know keeps running, as every workload pod does.
+
+The DCGM JSON follows the layout of DCGM 3.x `dcgmi diag -j` (see docs/repair.md): a top-level
+"DCGM GPU Diagnostic" object with "test_categories", each a category with "tests", each test with
+per-GPU "results" (`gpu_ids`, `status`, `warnings`), plus the driver version and device ids. A GPU
+that still carries a fault fails every per-GPU test of the run — a simplification: a real run
+fails the tests that exercise the broken part.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from remediator.sim.kube.controllers.context import ProgramRun
+from remediator.sim.telemetry.exporters import DRIVER_VERSION, pci_bus_id
+
+DCGM_VERSION = "3.3.5"
+RESET_SECONDS = 0.3
+DIAG_SECONDS = {1: 0.5, 2: 1.0, 3: 2.0}
+REBOOT_COMMAND_SECONDS = 0.2
+# (category, test, per GPU) by the level that first runs it.
+DIAG_TESTS: dict[int, tuple[tuple[str, str, bool], ...]] = {
+    1: (
+        ("Deployment", "Denylist", False),
+        ("Deployment", "NVML Library", False),
+        ("Deployment", "CUDA Main Library", False),
+        ("Deployment", "Permissions and OS Blocks", False),
+        ("Deployment", "Persistence Mode", False),
+        ("Deployment", "Environment Variables", False),
+        ("Deployment", "Page Retirement/Row Remap", True),
+        ("Deployment", "Graphics Processes", False),
+        ("Deployment", "Inforom", True),
+    ),
+    2: (("Integration", "PCIe", True), ("Hardware", "GPU Memory", True)),
+    3: (
+        ("Stress", "Targeted Stress", True),
+        ("Stress", "Targeted Power", True),
+        ("Stress", "Memory Bandwidth", True),
+        ("Hardware", "Diagnostic", True),
+    ),
+}
+
+
+class NodeRepairs(Protocol):
+    def reset_gpu(self, node: str, gpu: int) -> str | None:
+        """Reset one GPU; None when it worked, else the error nvidia-smi prints."""
+        ...
+
+    def reboot(self, node: str) -> None: ...
+
+    def faulty_gpus(self, node: str) -> Mapping[int, str]:
+        """GPU index → what is wrong with it, for the GPUs that still carry a fault."""
+        ...
+
+    def gpu_count(self, node: str) -> int: ...
+
+
+def container_command(pod: Mapping[str, Any]) -> list[str]:
+    """The first container's command and args as one argv (a `sh -c` script is split too)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        return []
+    first = containers[0]
+    argv = [str(a) for a in (first.get("command") or []) + (first.get("args") or [])]
+    if len(argv) >= 3 and argv[0].endswith("sh") and argv[1] == "-c":
+        try:
+            return shlex.split(argv[2])
+        except ValueError:
+            return argv
+    return argv
+
+
+def _option(argv: Sequence[str], *names: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg in names and i + 1 < len(argv):
+            return argv[i + 1]
+        for name in names:
+            if name.startswith("--") and arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def diag_report(level: int, gpus: int, faulty: Mapping[int, str]) -> dict[str, Any]:
+    """The `dcgmi diag -r LEVEL -j` document for a node whose `faulty` GPUs fail."""
+    categories: dict[str, list[dict[str, Any]]] = {}
+    for lvl in range(1, level + 1):
+        for category, test, per_gpu in DIAG_TESTS[lvl]:
+            if per_gpu:
+                results = []
+                for gpu in range(gpus):
+                    entry: dict[str, Any] = {"gpu_ids": str(gpu), "status": "Pass"}
+                    if gpu in faulty:
+                        entry["status"] = "Fail"
+                        entry["warnings"] = [
+                            {
+                                "warning": f"GPU {gpu} ({pci_bus_id(gpu)}): {faulty[gpu]}",
+                                "error_id": 83,
+                                "error_category": 4,
+                                "error_severity": 2,
+                            }
+                        ]
+                    results.append(entry)
+            else:
+                results = [{"status": "Pass"}]
+            categories.setdefault(category, []).append({"name": test, "results": results})
+    return {
+        "DCGM GPU Diagnostic": {
+            "test_categories": [
+                {"category": name, "tests": tests} for name, tests in categories.items()
+            ],
+            "version": DCGM_VERSION,
+        },
+        "Driver Version Detected": DRIVER_VERSION,
+        "GPU Device IDs": ["2330"] * gpus,
+    }
+
+
+class HostPrograms:
+    def __init__(self, repairs: NodeRepairs) -> None:
+        self._repairs = repairs
+
+    def run(self, pod: Mapping[str, Any], node: str) -> ProgramRun | None:
+        argv = container_command(pod)
+        words = [a.rsplit("/", 1)[-1] for a in argv]
+        if "nvidia-smi" in words and any(a in ("--gpu-reset", "-r") for a in argv):
+            return self._reset(argv, node)
+        if "dcgmi" in words and "diag" in argv:
+            return self._diag(argv, node)
+        if any(w in ("reboot", "systemctl") for w in words) and "reboot" in argv:
+            return self._reboot(node)
+        if any(re.fullmatch(r"echo\s+b\s*>\s*/proc/sysrq-trigger", a) for a in argv):
+            return self._reboot(node)
+        return None
+
+    def _reset(self, argv: Sequence[str], node: str) -> ProgramRun:
+        raw = _option(argv, "-i", "--id")
+        if raw is None or not raw.isdigit():
+            return ProgramRun(2, "Reset requires a target GPU: use -i/--id\n", RESET_SECONDS)
+        gpu = int(raw)
+        if gpu >= self._repairs.gpu_count(node):
+            return ProgramRun(6, f"No devices were found matching id {gpu}\n", RESET_SECONDS)
+        error = self._repairs.reset_gpu(node, gpu)
+        if error is not None:
+            return ProgramRun(3, f"Unable to reset GPU {pci_bus_id(gpu)}: {error}\n", RESET_SECONDS)
+        text = f"GPU {pci_bus_id(gpu)} was successfully reset.\nAll done.\n"
+        return ProgramRun(0, text, RESET_SECONDS)
+
+    def _diag(self, argv: Sequence[str], node: str) -> ProgramRun:
+        raw = _option(argv, "-r", "--run") or "1"
+        level = int(raw) if raw in ("1", "2", "3") else 1
+        report = diag_report(level, self._repairs.gpu_count(node), self._repairs.faulty_gpus(node))
+        # dcgmi prints the JSON and exits non-zero when a test failed (DCGM_ST_NVVS_ERROR).
+        failed = any(node_fails(report))
+        output = json.dumps(report, indent=4) + "\n"
+        return ProgramRun(226 if failed else 0, output, DIAG_SECONDS[level])
+
+    def _reboot(self, node: str) -> ProgramRun:
+        def down() -> None:
+            self._repairs.reboot(node)
+
+        return ProgramRun(0, "Rebooting.\n", REBOOT_COMMAND_SECONDS, down)
+
+
+def node_fails(report: Mapping[str, Any]) -> list[bool]:
+    diag = report.get("DCGM GPU Diagnostic") or {}
+    return [
+        r.get("status") == "Fail"
+        for c in diag.get("test_categories") or []
+        for t in c.get("tests") or []
+        for r in t.get("results") or []
+    ]
