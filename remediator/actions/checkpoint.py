@@ -157,6 +157,18 @@ def give_notice(
         "pending": saving if saving else list(plan.expired),
         "pods": _pod_facts(plan.evict, outcomes, now),
     }
+    unsent = [pod for pod, _ in plan.evict if _unsent(outcomes.get(pod.key))]
+    trouble = drainer.api_backoff(node, unsent)
+    if trouble is not None:
+        # A notice the API turned away is not given: retry it once the API allows (the drainer
+        # keeps each pod's Retry-After) rather than end the step and let the drain send it late.
+        message, wait = trouble
+        return Waiting(
+            f"Kubernetes API unavailable: {message}, retrying; "
+            f"{len(unsent)} workload(s) on {node} still to get their notice",
+            wait,
+            facts,
+        )
     if not saving:
         detail = f"every workload on {node} has had its notice"
         if plan.expired:
@@ -166,6 +178,11 @@ def give_notice(
         return Done(detail, facts)
     wait = min(POLL_SECONDS, plan.next_deadline_seconds or POLL_SECONDS)
     return Waiting(f"waiting for {len(saving)} workload(s) to checkpoint", wait, facts)
+
+
+def _unsent(outcome: EvictionOutcome | None) -> bool:
+    """Not asked this round (backing off) or turned away by the API itself."""
+    return outcome is None or outcome.result is EvictionResult.API_UNAVAILABLE
 
 
 def _pod_facts(

@@ -249,6 +249,23 @@ class Drainer:
         ]
         return {a.pod.key: a.outcome for a in self._evict(state, due, mono)}
 
+    def api_backoff(self, node: str, pods: Iterable[Pod]) -> tuple[str, float] | None:
+        """The API's last refusal among these pods and the seconds until the first may be asked
+        again, when the Kubernetes API (not a budget) turned them away."""
+        state = self._nodes.get(node)
+        if state is None:
+            return None
+        refused = [
+            b
+            for p in pods
+            if (b := state.blocked.get(p.uid)) is not None
+            and b.result == EvictionResult.API_UNAVAILABLE.value
+        ]
+        if not refused:
+            return None
+        mono = self._clock.monotonic()
+        return refused[0].message, max(0.1, min(b.not_before for b in refused) - mono)
+
     def _evict(
         self, state: _NodeState, victims: Sequence[tuple[Pod, int | None]], mono: float
     ) -> list[_Attempt]:

@@ -96,13 +96,14 @@ def test_provider_faults_are_retried_or_held_never_doubled(engine: Engine) -> No
     workloads = [p for p in engine.pods_on(node) if p["metadata"]["namespace"] == "training"]
     assert workloads and not any(p["metadata"].get("deletionTimestamp") for p in workloads)
 
-    # Released while the pool is still empty: it waits in draining for a spare node instead of
-    # bouncing straight back into the hold the human just lifted, and evicts nothing meanwhile.
+    # Released while the pool is still empty: it waits in the grace step (where the capacity
+    # check runs, before the first eviction) for a spare node instead of bouncing straight back
+    # into the hold the human just lifted, and evicts nothing meanwhile.
     commands.run(engine.repository, "release", held.id, actor="oncall@example.com")
 
     def waiting_for_capacity() -> bool:
         record = engine.repository.get(held.id)
-        assert record is not None and record.state is State.DRAINING, record
+        assert record is not None and record.state is State.CHECKPOINTING, record
         return any("waiting for a spare node" in str(e.detail) for e in record.events)
 
     wait_for(waiting_for_capacity, what="the released hold to wait for capacity")

@@ -56,6 +56,9 @@ RUNBOOK_SLUGS = {
     "leader-missing",
     "policy-load-refused",
     "remediation-stuck",
+    "no-spare-capacity",
+    "diagnostics-failed",
+    "reboot-loop",
 }
 
 CONTROLLER_METRICS = {
