@@ -55,7 +55,7 @@ def slurm_conf(root: Path, nodes: Sequence[str], ports: dict[str, int], ctld_por
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
-        "ReturnToService=2",
+        "ReturnToService=1",
         "JobRequeue=0",
         "KillWait=5",
         "MinJobAge=300",
