@@ -120,7 +120,7 @@ class SlurmCli:
             ) from exc
         if done.returncode != 0:
             raise classify(what, done.stderr.strip() or done.stdout.strip())
-        return (done.stdout.strip() or done.stderr.strip())[:2000]
+        return done.stdout.strip() or done.stderr.strip()
 
     def _json(self, args: Sequence[str], what: str) -> dict[str, Any]:
         text = self._run(args, what)

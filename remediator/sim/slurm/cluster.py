@@ -41,7 +41,9 @@ def slurm_conf(root: Path, nodes: Sequence[str], ports: dict[str, int], ctld_por
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        # cred_expire is also how long a requeued job waits before it may start again (default
+        # 120 s); short here so that a requeued job runs again within seconds.
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'},cred_expire=10",
         f"StateSaveLocation={root / 'ctld-state'}",
         f"SlurmdSpoolDir={root / 'spool' / '%n'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",
@@ -110,7 +112,7 @@ class SlurmCluster:
         self._ports = {name: free_port() for name in self.nodes}
         self.conf.write_text(slurm_conf(self.root, self.nodes, self._ports, free_port()))
         self._start_munge()
-        self.start_controller()
+        self.start_controller(clear=True)
         for name in self.nodes:
             self.start_node(name)
         self.wait_idle(self.nodes)

@@ -1,0 +1,112 @@
+"""The Slurm adapter and steps against a real slurmctld/slurmd (Debian 22.05): what the CLIs
+answer, how errors are classified, and a checkpointing job requeued off a drained node."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from remediator.actions.outcome import Done, Held, Waiting
+from remediator.errors import NotFoundError, TransientError
+from remediator.sim.slurm.cluster import SlurmCluster
+from remediator.slurm import steps
+from remediator.slurm.client import SlurmCli
+from remediator.slurm.settings import SlurmSettings
+from tests.fixtures.slurm import job_node, submit, wait_job, write_job
+
+pytestmark = pytest.mark.integration
+
+
+def cli(slurm: SlurmCluster) -> SlurmCli:
+    return SlurmCli(SlurmSettings(enabled=True, slurm_conf=slurm.conf))
+
+
+def test_nodes_jobs_and_drain_reason(slurm: SlurmCluster, tmp_path: Path) -> None:
+    client = cli(slurm)
+    assert {n.name: n.state for n in client.nodes()} == dict.fromkeys(slurm.nodes, "idle")
+    script = write_job(tmp_path)
+    job = submit(slurm, script, "--requeue", "--comment=remediator:opt-out", node="gpu-a")
+    wait_job(slurm, job, ("RUNNING",))
+    [seen] = [j for j in client.jobs() if j.id == job]
+    assert seen.nodes == ("gpu-a",) and seen.requeue and "remediator:opt-out" in seen.comment
+
+    journal = steps.Journal()
+    outcome = steps.drain(client, "gpu-a", "7", "xid-79-fallen-off-bus", journal)
+    assert isinstance(outcome, Done)
+    node = client.node("gpu-a")
+    assert node.drained and node.reason == "remediator #7: xid-79-fallen-off-bus"
+    assert journal.entries[0]["command"].startswith("scontrol update nodename=gpu-a state=drain")
+    # The opted-out job holds the node and is left running.
+    held = steps.check_opt_out(client, "gpu-a", SlurmSettings())
+    assert isinstance(held, Held) and held.facts["slurm_jobs"] == [job]
+
+
+def test_errors_are_classified(slurm: SlurmCluster) -> None:
+    client = cli(slurm)
+    with pytest.raises(NotFoundError, match="Invalid node name"):
+        client.set_node_state("no-such-node", "drain", "x")
+    slurm.stop_controller()
+    try:
+        with pytest.raises(TransientError, match="slurmctld unreachable"):
+            client.jobs()  # squeue --json answers 0 with an errors list: not "no jobs"
+        with pytest.raises(TransientError, match="slurmctld unreachable"):
+            client.set_node_state("gpu-a", "drain", "x")
+    finally:
+        slurm.start_controller()
+    slurm.wait_idle(slurm.nodes)
+
+
+def test_a_requeueable_job_checkpoints_and_completes_elsewhere(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    client = cli(slurm)
+    script = write_job(tmp_path)
+    job = submit(slurm, script, "--requeue")
+    wait_job(slurm, job, ("RUNNING",))
+    node = job_node(slurm, job)
+    steps.drain(client, node, "8", "xid-79", steps.Journal())
+    start = datetime.now(UTC)
+    journal = steps.Journal()
+    first = steps.vacate(
+        client,
+        node,
+        SlurmSettings(),
+        signalled=frozenset(),
+        started_at=start,
+        grace_seconds=60,
+        now=start,
+        journal=journal,
+    )
+    assert isinstance(first, Waiting)
+    assert journal.entries[0]["command"] == f"scontrol requeue {job}"
+    wait_job(slurm, job, ("COMPLETED",), timeout=90)
+    assert (tmp_path / f"ckpt.{job}").read_text().startswith(f"step-42 from {node}")
+    log = (tmp_path / f"log.{job}").read_text().splitlines()
+    assert log[0] == f"started on {node}" and log[1] == f"checkpointed on {node}"
+    assert log[2].startswith(f"resumed step-42 from {node} on ")
+    assert job_node(slurm, job) != node
+    later = start + timedelta(seconds=1)
+    after = steps.vacate(
+        client,
+        node,
+        SlurmSettings(),
+        signalled=frozenset(),
+        started_at=start,
+        grace_seconds=60,
+        now=later,
+        journal=steps.Journal(),
+    )
+    assert isinstance(after, Done)
+
+
+def test_resume_only_our_drain(slurm: SlurmCluster) -> None:
+    client = cli(slurm)
+    slurm.run("scontrol", "update", "nodename=gpu-c", "state=drain", "reason=disk check by ops")
+    assert isinstance(steps.drain(client, "gpu-c", "9", "xid-79", steps.Journal()), Done)
+    assert client.node("gpu-c").reason == "disk check by ops"  # not overwritten
+    journal = steps.Journal()
+    outcome = steps.resume(client, "gpu-c", "9", journal)
+    assert isinstance(outcome, Done) and not journal.entries
+    assert client.node("gpu-c").drained
