@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 from remediator.actions.checkpoint import give_notice, plan_grace, rest_of_clock
