@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def slurm_conf(root: Path, nodes: Sequence[str], ports: dict[str, int], ctld_port: int) -> str:
+def slurm_conf(
+    root: Path, socket_path: Path, nodes: Sequence[str], ports: dict[str, int], ctld_port: int
+) -> str:
     """The configuration: root runs everything, state and logs under `root`, fast timers so a
     restarted slurmctld and requeued jobs come back within seconds."""
     lines = [
@@ -43,7 +46,7 @@ def slurm_conf(root: Path, nodes: Sequence[str], ports: dict[str, int], ctld_por
         "CredType=cred/munge",
         # cred_expire is also how long a requeued job waits before it may start again (default
         # 120 s); short here so that a requeued job runs again within seconds.
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'},cred_expire=10",
+        f"AuthInfo=socket={socket_path},cred_expire=10",
         f"StateSaveLocation={root / 'ctld-state'}",
         f"SlurmdSpoolDir={root / 'spool' / '%n'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",
@@ -93,6 +96,9 @@ class SlurmCluster:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.conf = self.root / "slurm.conf"
+        # A Unix socket path must fit in 108 bytes; a test's temporary directory may not.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="munge-"))
+        self.munge_socket = self.socket_dir / "munge.socket"
 
     @property
     def env(self) -> dict[str, str]:
@@ -110,7 +116,9 @@ class SlurmCluster:
         for name in self.nodes:
             (self.root / "spool" / name).mkdir(exist_ok=True)
         self._ports = {name: free_port() for name in self.nodes}
-        self.conf.write_text(slurm_conf(self.root, self.nodes, self._ports, free_port()))
+        self.conf.write_text(
+            slurm_conf(self.root, self.munge_socket, self.nodes, self._ports, free_port())
+        )
         self._start_munge()
         self.start_controller(clear=True)
         for name in self.nodes:
@@ -132,14 +140,14 @@ class SlurmCluster:
                 "-F",
                 "--force",
                 f"--key-file={key}",
-                f"--socket={munge / 'munge.socket'}",
+                f"--socket={self.munge_socket}",
                 f"--pid-file={munge / 'munged.pid'}",
                 f"--log-file={self.root / 'log' / 'munged.log'}",
                 f"--seed-file={munge / 'munged.seed'}",
             ],
         )
         deadline = time.monotonic() + START_TIMEOUT
-        while not (munge / "munge.socket").exists():
+        while not self.munge_socket.exists():
             self._check_alive("munged")
             if time.monotonic() > deadline:
                 raise TimeoutError("munged did not create its socket")
@@ -167,6 +175,7 @@ class SlurmCluster:
                 self._stop(key)
         self._stop("slurmctld")
         self._stop("munged")
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     # -- helpers -----------------------------------------------------------------------------
 
