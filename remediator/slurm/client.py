@@ -131,10 +131,24 @@ class SlurmCli:
         errors = data.get("errors") or []
         if errors:
             message = "; ".join(
-                f"{e.get('source', '')}: {e.get('description') or e.get('error')}" for e in errors
+                ": ".join(
+                    str(x) for x in (e.get("source"), e.get("description"), e.get("error")) if x
+                )
+                for e in errors
             )
+            # sinfo's JSON errors do not say why ("Unspecified error"): ask slurmctld directly.
+            self.ping(what)
             raise classify(what, message)
         return dict(data)
+
+    def ping(self, what: str = "ping slurmctld") -> None:
+        """Raise TransientError when `scontrol ping` says slurmctld is DOWN."""
+        try:
+            self._run(["scontrol", "ping"], what)
+        except PermanentError as exc:
+            if "down" in str(exc).lower():
+                raise TransientError(f"{what}: slurmctld unreachable: {exc}", 5.0) from exc
+            raise
 
     def nodes(self) -> list[SlurmNode]:
         args = ["sinfo", "--json"]

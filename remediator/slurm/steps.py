@@ -195,6 +195,10 @@ def resume(client: SlurmClient, node: str, remediation_id: str, journal: Journal
             f"Slurm node {node} left {current.describe()}: fenced by someone else, not resumed",
             {**facts, "foreign_reason": current.reason},
         )
+    if not current.responding:
+        # Resuming a node whose slurmd has not registered yet only turns it DOWN again, with
+        # our reason gone: wait for the replacement machine's slurmd first.
+        return Waiting(f"waiting for the slurmd of {node} to register", POLL_SECONDS, facts)
     answer = client.set_node_state(node, "resume")
     journal.add(f"scontrol update nodename={node} state=resume", answer)
     return Waiting(f"Slurm node {node} resumed; waiting for it to answer", POLL_SECONDS, facts)
