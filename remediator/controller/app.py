@@ -62,6 +62,7 @@ from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSo
 from remediator.signals.sources.push import InboxUnavailable, SignalInbox
 from remediator.slurm.client import SlurmCli
 from remediator.slurm.engine import SlurmSteps
+from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter, RemediationRecord
@@ -250,6 +251,9 @@ class Controller:
                 timeout_seconds=self.settings.prometheus_timeout_seconds,
             )
             sources.append(PrometheusSource(config))
+        slurm = self.settings.slurm
+        if slurm.enabled and slurm.watch_nodes:
+            sources.append(SlurmNodeSource(SlurmCli(slurm), slurm, self.kube.list_nodes))
         return sources
 
     # -- leadership --------------------------------------------------------------------------

@@ -56,6 +56,7 @@ _KIND_RUNBOOKS: Mapping[SignalKind, str] = {
     SignalKind.ROW_REMAP: "xid-48-94-95-row-remap",
     SignalKind.GPU_MISSING: "gpu-missing",
     SignalKind.NODE_CONDITION: "node-condition",
+    SignalKind.SLURM_NODE: "slurm-node",
 }
 
 
