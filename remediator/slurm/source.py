@@ -58,8 +58,9 @@ def slurm_signals(
             "slurm_node": node.name,
         }
         signals.append(
-            Signal(node=host, kind=SignalKind.SLURM_NODE, source=source, observed_at=now,
-                   labels=labels)
+            Signal(
+                node=host, kind=SignalKind.SLURM_NODE, source=source, observed_at=now, labels=labels
+            )
         )
     return signals
 

@@ -10,10 +10,13 @@ import pytest
 
 from remediator.actions.outcome import Done, Held, Waiting
 from remediator.errors import NotFoundError, TransientError
+from remediator.kube.objects import Node
+from remediator.signals.model import SignalKind
 from remediator.sim.slurm.cluster import SlurmCluster
 from remediator.slurm import steps
 from remediator.slurm.client import SlurmCli
 from remediator.slurm.settings import SlurmSettings
+from remediator.slurm.source import SlurmNodeSource
 from tests.fixtures.slurm import job_node, submit, wait_job, write_job
 
 pytestmark = pytest.mark.integration
@@ -110,3 +113,23 @@ def test_resume_only_our_drain(slurm: SlurmCluster) -> None:
     outcome = steps.resume(client, "gpu-c", "9", journal)
     assert isinstance(outcome, Done) and not journal.entries
     assert client.node("gpu-c").drained
+
+
+def test_slurms_own_drains_become_signals(slurm: SlurmCluster) -> None:
+    settings = SlurmSettings(enabled=True, slurm_conf=slurm.conf)
+    slurm.run("scontrol", "update", "nodename=gpu-a", "state=drain", "reason=NHC: /scratch gone")
+    steps.drain(cli(slurm), "gpu-b", "3", "xid-79", steps.Journal())  # ours: not a signal
+    nodes = [Node(name=n, uid=n, resource_version="1") for n in ("gpu-a", "gpu-b", "gpu-c")]
+    result = SlurmNodeSource(cli(slurm), settings, lambda: nodes).poll(datetime.now(UTC))
+    assert result.health.up
+    [signal] = result.signals
+    assert signal.node == "gpu-a" and signal.kind is SignalKind.SLURM_NODE
+    assert signal.labels["state"] == "drain" and signal.labels["reason_prefix"] == "NHC"
+    assert signal.labels["reason"] == "NHC: /scratch gone"
+    slurm.stop_controller()
+    try:
+        down = SlurmNodeSource(cli(slurm), settings, lambda: nodes).poll(datetime.now(UTC))
+        assert not down.health.up and "slurmctld unreachable" in (down.health.error or "")
+    finally:
+        slurm.start_controller()
+    slurm.wait_idle(("gpu-c",))
