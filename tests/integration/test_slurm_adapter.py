@@ -3,6 +3,7 @@ answer, how errors are classified, and a checkpointing job requeued off a draine
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from remediator.signals.model import SignalKind
 from remediator.sim.slurm.cluster import SlurmCluster
 from remediator.slurm import steps
 from remediator.slurm.client import SlurmCli
-from remediator.slurm.settings import SlurmSettings
+from remediator.slurm.settings import NotRequeueable, SlurmSettings
 from remediator.slurm.source import SlurmNodeSource
 from tests.fixtures.slurm import job_node, submit, wait_job, write_job
 
@@ -133,3 +134,62 @@ def test_slurms_own_drains_become_signals(slurm: SlurmCluster) -> None:
     finally:
         slurm.start_controller()
     slurm.wait_idle(("gpu-c",))
+
+
+USR1_JOB = """#!/bin/bash
+trap 'echo usr1 > {dir}/usr1.$SLURM_JOB_ID' USR1
+sleep 600 &
+while true; do wait; done
+"""
+
+
+@pytest.mark.parametrize("policy", ["cancel", "hold", "requeue"])
+def test_usr1_then_the_policy_for_jobs_that_did_not_opt_into_requeue(
+    slurm: SlurmCluster, tmp_path: Path, policy: str
+) -> None:
+    script = tmp_path / "usr1.sh"
+    script.write_text(USR1_JOB.format(dir=tmp_path))
+    job = submit(slurm, script, "--no-requeue")
+    wait_job(slurm, job, ("RUNNING",))
+    node = job_node(slurm, job)
+    settings = SlurmSettings(signal="USR1", not_requeueable=NotRequeueable(policy))
+    client, start = cli(slurm), datetime.now(UTC)
+    steps.drain(client, node, "4", "xid-79", steps.Journal())
+
+    journal = steps.Journal()
+    args = {"started_at": start, "grace_seconds": 30.0, "journal": journal}
+    first = steps.vacate(client, node, settings, signalled=frozenset(), now=start, **args)
+    assert isinstance(first, Waiting)
+    assert journal.entries == [
+        {
+            "command": f"scancel --full --signal=USR1 {job}",
+            "answer": "ok",
+            "job": job,
+            "signalled": True,
+        }
+    ]
+    wait_for_file(tmp_path / f"usr1.{job}")
+    # Within the grace the signal is not sent twice; after it, the policy.
+    again = steps.vacate(client, node, settings, signalled=frozenset({job}), now=start, **args)
+    assert isinstance(again, Waiting) and len(journal.entries) == 1
+    late = start + timedelta(seconds=31)
+    after = steps.vacate(client, node, settings, signalled=frozenset({job}), now=late, **args)
+    if policy == "hold":
+        assert isinstance(after, Held) and after.facts["held_jobs"] == [job]
+        assert wait_job(slurm, job, ("RUNNING",)) == "RUNNING"
+        return
+    commands = [e["command"] for e in journal.entries[1:]]
+    if policy == "cancel":
+        assert commands == [f"scancel {job}"]
+        wait_job(slurm, job, ("CANCELLED",))
+    else:
+        assert commands == [f"scontrol update jobid={job} requeue=1", f"scontrol requeue {job}"]
+        wait_job(slurm, job, ("PENDING",))
+        slurm.run("scancel", str(job))
+
+
+def wait_for_file(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
