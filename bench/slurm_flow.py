@@ -31,6 +31,7 @@ from remediator.remediation.states import State
 from remediator.settings import LeaderElectionSettings, ProviderSettings, Settings
 from remediator.signals.model import Signal, SignalKind
 from remediator.sim.launch import SimHandle, start_sim
+from remediator.sim.slurm.machines import SLURM_NODE_LABEL
 from remediator.slurm.settings import SlurmSettings
 from remediator.store.db import upgrade
 from remediator.store.records import RemediationFilter, RemediationRecord
@@ -108,19 +109,27 @@ def floor_sample(shell: SlurmShell, script: Path, jobs: Path) -> float:
 
 
 def flow_sample(
-    controller: Controller, shell: SlurmShell, script: Path, jobs: Path
+    controller: Controller, sim: SimHandle, shell: SlurmShell, script: Path, jobs: Path
 ) -> dict[str, float]:
     job = submit(shell, script, "--requeue")
     wait_job(shell, job, ("RUNNING",))
     node = job_node(shell, job)
+    # A replaced machine keeps its Slurm name under a new Kubernetes name: the label maps them.
+    host = sim.kubectl("get", "nodes", "-l", f"{SLURM_NODE_LABEL}={node}", "-o", "name")
+    kube_node = host.strip().removeprefix("node/")
     t0 = time.time()
     signal = Signal(
-        node=node, kind=SignalKind.XID, source="push", code=79, gpu=0, observed_at=datetime.now(UTC)
+        node=kube_node,
+        kind=SignalKind.XID,
+        source="push",
+        code=79,
+        gpu=0,
+        observed_at=datetime.now(UTC),
     )
     controller.inbox.put([signal])
 
     def record() -> RemediationRecord | None:
-        found = controller.repository.list(RemediationFilter(node=node), limit=1).rows
+        found = controller.repository.list(RemediationFilter(node=kube_node), limit=1).rows
         return controller.repository.get(found[0].id) if found else None
 
     def requeued() -> bool:
@@ -186,7 +195,7 @@ def run(workdir: Path, sim: SimHandle, samples: int) -> int:
     try:
         for _ in range(samples):
             rows["floor"].append(floor_sample(shell, script, jobs))
-            for key, value in flow_sample(controller, shell, script, jobs).items():
+            for key, value in flow_sample(controller, sim, shell, script, jobs).items():
                 rows[key].append(value)
     finally:
         controller.stop()

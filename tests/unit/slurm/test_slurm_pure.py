@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from remediator.actions.outcome import Done, Held, Waiting
@@ -11,6 +13,8 @@ from remediator.slurm.engine import both, together
 from remediator.slurm.hostlist import expand
 from remediator.slurm.settings import SlurmSettings
 from remediator.slurm.steps import drain_reason, opted_out
+from remediator.store.records import EventRecord
+from remediator.web import views
 
 
 @pytest.mark.parametrize(
@@ -69,3 +73,20 @@ def test_both_and_together() -> None:
     combined = together(Waiting("pods", 1.0), wait)
     assert isinstance(combined, Waiting) and combined.retry_after == 1.0
     assert isinstance(together(wait, Held("opt-out")), Held)
+
+
+def test_the_detail_page_lists_each_job_with_what_was_sent() -> None:
+    def line(n: int, detail: dict[str, object], action: str = "slurm") -> EventRecord:
+        return EventRecord(n, 1, datetime(2026, 1, 1, tzinfo=UTC), None, None, action, detail, "c")
+
+    events = (
+        line(1, {"slurm_node": "n1", "command": "scontrol update nodename=n1 state=drain"}),
+        line(2, {"slurm_node": "n1", "command": "scontrol requeue 7", "answer": "ok", "job": 7}),
+        line(3, {"slurm_node": "n1", "command": "scancel 9", "answer": "ok", "job": 9}),
+        line(4, {"job": 8}, action="progress"),
+    )
+    rows = views.slurm_jobs(events)
+    assert [(r.job, r.slurm_node, r.commands) for r in rows] == [
+        (7, "n1", ["scontrol requeue 7 → ok"]),
+        (9, "n1", ["scancel 9 → ok"]),
+    ]
