@@ -147,7 +147,11 @@ def flow_sample(
     out["requeue"] = wait(requeued, 60, "requeue") - t0
     out["running"] = resumed_at(jobs, job) - t0
     wait(finished, 180, "remediation succeeded")
-    out["done"] = wait(lambda: shell.node(node)["State"] == "IDLE", 60, "node idle") - t0
+    # Back in the partition: IDLE, or already running the next job (the requeued one, when
+    # the replacement was quicker than Slurm's requeue delay).
+    back = ("IDLE", "ALLOCATED", "MIXED")
+    out["done"] = wait(lambda: shell.node(node)["State"] in back, 60, "node back") - t0
+    print(f"sample: {node}: job {job} resumed on {job_node(shell, job)}; {out}", file=sys.stderr)
     shell.run("scancel", str(job))
     return out
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from remediator.remediation import commands
 from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
 from tests.fixtures.sim import SimHandle
@@ -107,6 +108,20 @@ def test_a_checkpointing_job_is_requeued_and_completes_elsewhere(
     # The replacement machine rejoined under the same Slurm name and is back in the partition.
     wait_for(lambda: shell.node(node)["State"] == "IDLE", 60, f"{node} IDLE")
     assert shell.node(node)["Reason"] == ""
+
+
+def test_a_cancel_resumes_only_the_slurm_node_we_drained(
+    engine: Engine, shell: SlurmShell, tmp_path: Path
+) -> None:
+    job = submit(shell, write_job(tmp_path / "jobs"), "--requeue", "--comment=remediator:opt-out")
+    wait_job(shell, job, ("RUNNING",))
+    node = job_node(shell, job)
+    engine.push(xid(node))
+    held = engine.wait_state(node, State.HELD_BY_OPT_OUT)
+    assert "DRAIN" in shell.node(node)["State"]
+    commands.run(engine.repository, "cancel", held.id, actor="carol", reason="keep it")
+    wait_for(lambda: "DRAIN" not in shell.node(node)["State"], 60, f"{node} resumed")
+    assert shell.node(node)["Reason"] == "" and wait_job(shell, job, ("RUNNING",)) == "RUNNING"
 
 
 def test_an_opted_out_job_holds_the_node(engine: Engine, shell: SlurmShell, tmp_path: Path) -> None:
