@@ -207,7 +207,7 @@ def run(workdir: Path, sim: SimHandle, samples: int) -> int:
         "drain": "XID 79 → Slurm node DRAIN (our reason)",
         "requeue": "XID 79 → job requeued (SIGTERM, checkpoint)",
         "running": "XID 79 → job running again on another node",
-        "done": "XID 79 → node replaced, Slurm node IDLE again",
+        "done": "XID 79 → node replaced, back in the partition",
         "floor": "bare `scontrol requeue` → running again (Slurm's floor)",
     }
     print(f"{'step':<58} {'median s':>9} {'max s':>7}")
