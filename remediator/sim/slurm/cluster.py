@@ -65,8 +65,11 @@ def slurm_conf(
         "KillWait=5",
         "MinJobAge=300",
         "SlurmctldTimeout=10",
-        "SlurmdTimeout=30",
-        "MessageTimeout=5",
+        # Generous under load (tests share two cores with many processes): a batch launch that
+        # times out is requeued and held, which would look like a lost job.
+        "SlurmdTimeout=120",
+        "MessageTimeout=20",
+        "BatchStartTimeout=60",
         "InactiveLimit=0",
         "SchedulerParameters=sched_interval=1,bf_interval=1",
         "JobCompType=jobcomp/none",
