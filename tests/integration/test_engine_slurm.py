@@ -194,3 +194,50 @@ def test_slurmctld_down_holds_the_step_until_it_returns(
         if restarted is not None:
             restarted.terminate()
             restarted.wait(timeout=15)
+
+
+def test_slurmctld_stopped_after_the_requeue_holds_the_replacement(
+    engine: Engine, sim: SimHandle, shell: SlurmShell, tmp_path: Path
+) -> None:
+    assert sim.slurm is not None
+    conf = Path(sim.slurm["slurm_conf"])
+    job = submit(shell, write_job(tmp_path / "jobs"), "--requeue")
+    wait_job(shell, job, ("RUNNING",))
+    node = job_node(shell, job)
+    engine.push(xid(node))
+    checkpointing = engine.wait_state(node, State.CHECKPOINTING)
+    wait_for(
+        lambda: f"scontrol requeue {job}" in slurm_lines(engine.of_node(node) or checkpointing)
+    )
+    pid = int((conf.parent / "slurmctld.pid").read_text())
+    subprocess.run(["kill", str(pid)], check=True)
+    wait_for(lambda: shell.run("sinfo", check=False).returncode != 0, 30, "slurmctld down")
+    restarted: subprocess.Popen[bytes] | None = None
+    try:
+
+        def holding() -> bool:
+            record = engine.of_node(node)
+            return record is not None and any(
+                "slurmctld unreachable" in str(e.detail.get("reason", ""))
+                for e in record.events
+                if e.action == "progress"
+            )
+
+        wait_for(holding, 90, "a step to hold on slurmctld")
+        record = engine.of_node(node)
+        assert record is not None
+        assert record.state in (State.CHECKPOINTING, State.DRAINING, State.REPLACING)
+        assert record.replacement_operation_id is None and record.new_node is None
+        restarted = subprocess.Popen(
+            ["slurmctld", "-D", "-f", str(conf), "-i"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=150)
+        assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+        wait_job(shell, job, ("RUNNING", "COMPLETED"), timeout=90)
+    finally:
+        if restarted is not None:
+            restarted.terminate()
+            restarted.wait(timeout=15)
