@@ -49,9 +49,8 @@ policies:
     actions:
       - action: cordon
       - action: checkpoint
-        grace: 5s
+        max_grace: 5s
       - action: drain
-        grace: 1s
         timeout: 1m
         on_timeout: force
       - action: replace

@@ -40,9 +40,8 @@ policies:
     actions:
       - action: cordon
       - action: checkpoint
-        grace: 40s
+        max_grace: 40s
       - action: drain
-        grace: 1s
         timeout: 1m
         on_timeout: force
       - action: replace
