@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 def slurm_conf(
-    root: Path, socket_path: Path, nodes: Sequence[str], ports: dict[str, int], ctld_port: int
+    root: Path, short: Path, nodes: Sequence[str], ports: dict[str, int], ctld_port: int
 ) -> str:
     """The configuration: root runs everything, state and logs under `root`, fast timers so a
     restarted slurmctld and requeued jobs come back within seconds."""
@@ -46,9 +46,10 @@ def slurm_conf(
         "CredType=cred/munge",
         # cred_expire is also how long a requeued job waits before it may start again (default
         # 120 s); short here so that a requeued job runs again within seconds.
-        f"AuthInfo=socket={socket_path},cred_expire=10",
+        f"AuthInfo=socket={short / 'munge.socket'},cred_expire=10",
         f"StateSaveLocation={root / 'ctld-state'}",
-        f"SlurmdSpoolDir={root / 'spool' / '%n'}",
+        # slurmstepd's sockets live here: Unix socket paths must fit in 108 bytes.
+        f"SlurmdSpoolDir={short / 'spool' / '%n'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",
         f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
@@ -99,8 +100,9 @@ class SlurmCluster:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.conf = self.root / "slurm.conf"
-        # A Unix socket path must fit in 108 bytes; a test's temporary directory may not.
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="munge-"))
+        # Unix socket paths (munge's, slurmstepd's in the spool) must fit in 108 bytes; a test's
+        # temporary directory may not.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="slurm-"))
         self.munge_socket = self.socket_dir / "munge.socket"
 
     @property
@@ -117,10 +119,10 @@ class SlurmCluster:
         for sub in ("munge", "ctld-state", "spool", "log", "jobs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         for name in self.nodes:
-            (self.root / "spool" / name).mkdir(exist_ok=True)
+            (self.socket_dir / "spool" / name).mkdir(parents=True, exist_ok=True)
         self._ports = {name: free_port() for name in self.nodes}
         self.conf.write_text(
-            slurm_conf(self.root, self.munge_socket, self.nodes, self._ports, free_port())
+            slurm_conf(self.root, self.socket_dir, self.nodes, self._ports, free_port())
         )
         self._start_munge()
         self.start_controller(clear=True)
