@@ -40,6 +40,9 @@ policies:
     actions:
       - action: cordon
       - action: checkpoint
+        # At least Slurm's requeue delay (cred_expire=10 s): the job runs again on another
+        # node before this one is replaced.
+        min_grace: 20s
         max_grace: 40s
       - action: drain
         timeout: 1m
