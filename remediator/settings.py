@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from remediator.errors import RemediatorError
+from remediator.slurm.settings import SlurmSettings
 
 
 class ProviderSettings(BaseModel):
@@ -204,6 +205,7 @@ class Settings(BaseSettings):
     backtest_dirs: dict[str, Path] = Field(default_factory=dict)
     kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)
     repair: RepairSettings = Field(default_factory=RepairSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

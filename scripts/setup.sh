@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a machine for remediator: the Python virtualenv always, and with --system the Debian
 # packages the test suite runs against (Prometheus, Alertmanager, Chromium, PostgreSQL server
-# binaries).
+# binaries, Slurm's slurmctld/slurmd/client and munge).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,10 @@ if [ "$want_system" = 1 ]; then
     { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
         || missing+=(postgresql)
     command -v kubectl >/dev/null 2>&1 || missing+=(kubectl)
+    command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
+    command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
+    command -v sbatch >/dev/null 2>&1 || missing+=(slurm-client)
+    command -v munged >/dev/null 2>&1 || missing+=(munge)
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ]; then
             echo "setup: installing system packages: ${missing[*]}"

@@ -5,6 +5,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.alertmanager",
     "tests.fixtures.postgres",
     "tests.fixtures.sim",
+    "tests.fixtures.slurm",
     "tests.fixtures.web",
     "tests.fixtures.browser",
 ]

@@ -13,9 +13,10 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -62,6 +63,9 @@ from remediator.signals.sources.base import Source, SourceResult
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
 from remediator.signals.sources.push import InboxUnavailable, SignalInbox
+from remediator.slurm.client import SlurmCli
+from remediator.slurm.engine import SlurmSteps
+from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter, RemediationRecord
@@ -202,6 +206,7 @@ class Controller:
                 settings.repair.job_template,
             ),
             repair_poll_seconds=settings.repair.poll_seconds,
+            slurm=self._slurm_steps(settings),
         )
         self.service.on_wake = self._wake_advance
         self.activity = NodeActivity(
@@ -260,9 +265,22 @@ class Controller:
                 sample_max_age_seconds=self.settings.prometheus_sample_max_age_seconds,
             )
             sources.append(PrometheusSource(config))
+        slurm = self.settings.slurm
+        if slurm.enabled and slurm.watch_nodes:
+            sources.append(SlurmNodeSource(SlurmCli(slurm), slurm, self.kube.list_nodes))
         return sources
 
     # -- leadership --------------------------------------------------------------------------
+
+    def _slurm_steps(self, settings: Settings) -> SlurmSteps | None:
+        if not settings.slurm.enabled:
+            return None
+        repo, actor = self.repository, self.actor
+
+        def append(remediation_id: int, action: str, detail: Mapping[str, Any]) -> None:
+            repo.append_event(remediation_id, action=action, actor=actor, detail=detail)
+
+        return SlurmSteps(SlurmCli(settings.slurm), settings.slurm, self.kube, append)
 
     def is_leader(self) -> bool:
         """Leading, and (with an election) still inside the renew deadline: a leader that could

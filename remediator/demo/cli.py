@@ -95,6 +95,12 @@ def register(subparsers: Any) -> None:
         help="whose API replaces nodes: the generic node-pool contract (default), AWS (moto), "
         "Cluster API or Compute Engine",
     )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="also run a real Slurm (Debian's slurmctld/slurmd/munge) named after the nodes, with "
+        "checkpointing jobs that remediator drains, signals, requeues and resumes",
+    )
     parser.set_defaults(func=_demo)
 
 
@@ -111,5 +117,6 @@ def _demo(args: argparse.Namespace) -> int:
         provision_delay=args.provision_delay,
         policies=args.policies,
         cloud=args.cloud,
+        slurm=args.slurm,
     )
     return Demo(options).run()

@@ -27,6 +27,7 @@ class ControllerInputs:
     operator_token: str
     prometheus_url: str | None = None
     provider: dict[str, Any] | None = None  # the simulator's own `provider` object, if any
+    slurm: dict[str, Any] | None = None  # the simulator's ready-file `slurm` object
 
 
 def demo_provider(inputs: ControllerInputs) -> dict[str, Any]:
@@ -58,6 +59,8 @@ def controller_settings(inputs: ControllerInputs) -> dict[str, Any]:
         "advance_interval_seconds": ADVANCE_SECONDS,
         "log_format": "text",
     }
+    if inputs.slurm is not None:
+        data["slurm"] = dict(inputs.slurm)
     Settings(**data)
     return data
 

@@ -43,6 +43,7 @@ from remediator.demo.policies import (
 )
 from remediator.demo.relay import Relay
 from remediator.demo.scenario import FIRST_ROUND, GUARDED_NAMESPACE, ScenarioRunner
+from remediator.demo.slurm_jobs import slurm_banner, submit_demo_jobs
 from remediator.demo.status import StatusReporter
 from remediator.errors import RemediatorError
 from remediator.store import db
@@ -73,6 +74,7 @@ class DemoOptions:
     provision_delay: float = 3.0
     policies: Path | None = None
     cloud: str = "http"
+    slurm: bool = False  # a real Slurm beside the cluster, with checkpointing jobs on it
 
 
 def _die_with_parent() -> None:
@@ -304,6 +306,7 @@ class Demo:
                 "--namespace", "remediator",
                 "--namespace", GUARDED_NAMESPACE,
                 "--cloud", opts.cloud,
+                *(["--slurm"] if opts.slurm else []),
             ),
         )  # fmt: skip
         urls = wait_for_json(sim_ready, sim, self.stop)
@@ -336,6 +339,7 @@ class Demo:
                 operator_token=token,
                 prometheus_url=prometheus_url,
                 provider=urls.get("provider"),
+                slurm=urls.get("slurm"),
             )
         )
         config = self.data_dir / "remediator.yaml"
@@ -354,6 +358,9 @@ class Demo:
             return False
         console = str(ready["web_url"])
 
+        if urls.get("slurm"):
+            submitted = submit_demo_jobs(urls["slurm"], self.data_dir / "slurm-jobs", opts.nodes)
+            self.say(f"submitted {len(submitted)} checkpointing Slurm jobs: {submitted}")
         self._banner(console, token, urls, prometheus_url, source, timings, config)
         if mode == "push":
             relay = Relay(urls["metrics_url"], console, token)
@@ -482,6 +489,7 @@ class Demo:
             f"  inject    {Path(sys.executable).parent / 'remediator'} sim inject "
             f"--url {urls['inject_url']} --node NODE --gpu 0 --xid 79",
             f"  faults    {faults}",
+            *slurm_banner(urls.get("slurm"), self.data_dir / "slurm-jobs"),
             "Press Ctrl-C to stop everything.",
             "",
         ]

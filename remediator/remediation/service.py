@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 from remediator.actions.checkpoint import give_notice, plan_grace, rest_of_clock
@@ -57,6 +58,7 @@ from remediator.remediation.disruption import evictions, rescheduled
 from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.planner import LadderStep, Move, Situation, Stay
 from remediator.remediation.states import State
+from remediator.slurm.engine import SlurmSteps, both, together
 from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.repository import Repository
 
@@ -201,6 +203,7 @@ class RemediationService:
         may_act: Callable[[], bool] = _always,
         jobs: JobSettings = DEFAULT_JOBS,
         repair_poll_seconds: float = 2.0,
+        slurm: SlurmSteps | None = None,
     ) -> None:
         self._repo = repository
         self._kube = kube
@@ -216,6 +219,7 @@ class RemediationService:
         self._may_act = may_act
         self._jobs = jobs
         self._repair_poll = repair_poll_seconds
+        self._slurm = slurm
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._due: dict[int, float] = {}
@@ -398,17 +402,20 @@ class RemediationService:
         if state is State.QUARANTINED:
             why = Why(str(record.id), record.policy, signal_text(record))
             outcome = quarantine(self._kube, node, why, dry_run=record.dry_run)
+            fence = self._slurm_for(record)
+            if fence is not None:
+                outcome = both(outcome, partial(fence.quarantine, record))
             opt_out = None
             more = planner.next_work_state(ladder, state) is not None
             if isinstance(outcome, Done) and more and not opt_out_overridden(record):
-                opt_out = check_opt_out(self._kube, node, self._opt_out_label)
+                opt_out = self._check_opt_out(record)
             return outcome, opt_out
         if state is State.HELD_BY_OPT_OUT:
-            return None, check_opt_out(self._kube, node, self._opt_out_label)
+            return None, self._check_opt_out(record)
         if state is State.CHECKPOINTING:
-            return self._checkpoint(record, ladder), None
+            return self._with_slurm_jobs(record, ladder, "checkpoint", self._checkpoint), None
         if state is State.DRAINING:
-            return self._drain(record, ladder), None
+            return self._with_slurm_jobs(record, ladder, "drain", self._drain), None
         if state is State.RESETTING_GPU:
             return self._reset_gpu(record, ladder), None
         if state is State.REBOOTING:
@@ -420,11 +427,20 @@ class RemediationService:
                 return Done(
                     "dry run: nothing was fenced, nothing to return", {"dry_run": True}
                 ), None
-            return uncordon(self._kube, node, str(record.id)), None
+            back = uncordon(self._kube, node, str(record.id))
+            slurm = self._slurm_for(record)
+            # A repaired node goes back to Slurm too (only if the drain was ours).
+            return (back if slurm is None else both(back, lambda: slurm.after_verify(record))), None
         if state is State.REPLACING:
-            return self._replace(record), None
+            slurm = self._slurm_for(record)
+            if slurm is None:
+                return self._replace(record), None
+            return both(slurm.before_replace(record), lambda: self._replace(record)), None
         if state is State.VERIFYING:
-            return self._verify(record), None
+            slurm = self._slurm_for(record)
+            if slurm is None:
+                return self._verify(record), None
+            return both(self._verify(record), lambda: slurm.after_verify(record)), None
         return None, None
 
     def _grace_bounds(self, ladder: tuple[LadderStep, ...]) -> tuple[float, float] | None:
@@ -435,6 +451,37 @@ class RemediationService:
         top = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
         floor = step.min_grace_seconds
         return (min(DEFAULT_MIN_GRACE_SECONDS, top) if floor is None else floor), top
+
+    # -- Slurm (only when `slurm.enabled`; never in a dry run) -------------------------------
+
+    def _slurm_for(self, record: RemediationRecord) -> SlurmSteps | None:
+        return None if record.dry_run else self._slurm
+
+    def _check_opt_out(self, record: RemediationRecord) -> Outcome:
+        pods = check_opt_out(self._kube, record.node, self._opt_out_label)
+        slurm = self._slurm_for(record)
+        return pods if slurm is None else both(pods, lambda: slurm.opt_out(record))
+
+    def _with_slurm_jobs(
+        self,
+        record: RemediationRecord,
+        ladder: tuple[LadderStep, ...],
+        action: str,
+        kube_side: Callable[[RemediationRecord, tuple[LadderStep, ...]], Outcome],
+    ) -> Outcome:
+        """The node's Slurm jobs are signalled and requeued within the step's grace, side by
+        side with the pods' checkpoints; at the drain (when the ladder has no checkpoint) the
+        jobs go first."""
+        slurm = self._slurm_for(record)
+        if slurm is None:
+            return kube_side(record, ladder)
+        step = planner.step_of(ladder, action) or LadderStep(action)
+        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        state = State.CHECKPOINTING if action == "checkpoint" else State.DRAINING
+        jobs = slurm.vacate(record, entered_at(record, state), grace, self._clock.now())
+        if action == "checkpoint":
+            return together(kube_side(record, ladder), jobs)
+        return both(jobs, lambda: kube_side(record, ladder))
 
     def _checkpoint(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
         low, high = self._grace_bounds(ladder) or (DEFAULT_MIN_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)
@@ -813,4 +860,17 @@ class RemediationService:
                     actor=self.actor,
                     detail={"result": outcome.detail, **outcome.facts},
                 )
+                self._release_slurm(record)
         return released
+
+    def _release_slurm(self, record: RemediationRecord) -> None:
+        """Resume the Slurm node of a cancelled remediation if (and only if) we drained it."""
+        slurm = self._slurm_for(record)
+        if slurm is None:
+            return
+        try:
+            slurm.release(record)
+        except RemediatorError as exc:
+            log.warning(
+                "Slurm release of %s failed: %s", record.node, exc, extra={"node": record.node}
+            )

@@ -28,7 +28,9 @@ from operator import attrgetter
 
 from remediator.signals.model import Signal, SignalKind
 
-READING_KINDS: frozenset[SignalKind] = frozenset({SignalKind.THERMAL, SignalKind.NODE_CONDITION})
+READING_KINDS: frozenset[SignalKind] = frozenset(
+    {SignalKind.THERMAL, SignalKind.NODE_CONDITION, SignalKind.SLURM_NODE}
+)
 
 # Kinds whose every emission reports new errors (a counter rose within the query window), so a
 # burst counts each one; other event kinds report a lasting state, re-announced once per window.

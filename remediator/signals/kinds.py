@@ -14,3 +14,5 @@ class SignalKind(StrEnum):
     ROW_REMAP = "row_remap"
     GPU_MISSING = "gpu_missing"
     NODE_CONDITION = "node_condition"
+    # A node Slurm itself set DOWN/DRAIN/FAIL with a reason not ours (remediator/slurm/source.py).
+    SLURM_NODE = "slurm_node"

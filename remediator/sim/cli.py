@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
         default="http",
         help="whose API replaces nodes: the generic node-pool contract (default) or a platform's",
     )
+    run.add_argument(
+        "--slurm",
+        action="store_true",
+        help="also run a real Slurm (Debian's slurmctld, one slurmd per node, munge) named after "
+        "the nodes; the ready file's `slurm` object is valid as the controller's `slurm:`",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -89,5 +95,6 @@ def _serve(args: argparse.Namespace) -> int:
             namespaces=tuple(args.namespaces or ("remediator",)),
             node_root=args.node_root.resolve() if args.node_root else None,
             cloud=args.cloud,
+            slurm=args.slurm,
         )
     )

@@ -39,6 +39,8 @@ class SimHandle:
         self.provider: dict[str, Any] = dict(ready.get("provider") or {})
         self.aws_url = ready.get("aws_url")
         self.gce_url = ready.get("gce_url")
+        # The `slurm` object of the ready file (with --slurm): the controller's `slurm:`.
+        self.slurm: dict[str, Any] | None = ready.get("slurm")
         self.kubeconfig = workdir / "kubeconfig"
         self.log_path = workdir / "sim.log"
 
@@ -86,6 +88,7 @@ def start_sim(
     node_root: Path | None = None,
     cloud: str = "http",
     reboot_delay: float = 5.0,
+    slurm: bool = False,
 ) -> SimHandle:
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
@@ -112,6 +115,7 @@ def start_sim(
             *(["--node-root", str(node_root)] if node_root is not None else []),
             "--cloud",
             cloud,
+            *(["--slurm"] if slurm else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -31,6 +31,7 @@ from remediator.sim.kube.api.server import create_kube_app
 from remediator.sim.kube.api.store import ObjectStore
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.services import build_cloud_apps
+from remediator.sim.slurm.machines import SimSlurm
 
 CONTEXT = "remediator-sim"
 READY_TIMEOUT = 60.0
@@ -54,6 +55,7 @@ class ServeOptions:
     namespaces: tuple[str, ...] = ("remediator",)
     node_root: Path | None = None  # per-node kernel log and driver files, for node agents
     cloud: str = "http"
+    slurm: bool = False  # a real slurmctld + one slurmd per node, beside the cluster
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -205,6 +207,7 @@ def serve(options: ServeOptions) -> int:
     provider: dict[str, object] = {"type": "http", "url": urls["nodepool_url"]}
     servers = AppServers()
     cluster.start(options.tick_interval)
+    slurm = SimSlurm(cluster.store, options.ready_file.parent / "slurm") if options.slurm else None
     stops: list[Callable[[], None]] = []
     try:
         if options.cloud == "aws":
@@ -229,6 +232,7 @@ def serve(options: ServeOptions) -> int:
             urls["gce_url"] = url_of(socks["gce_url"])
             apps["gce_url"] = gce.app
             provider = gce.provider(urls["gce_url"])
+        extra = slurm.start() if slurm else {}
         for key, sock in socks.items():
             servers.start(apps[key], sock)
         write_atomically(options.kubeconfig, yaml.safe_dump(kubeconfig(urls["kube_url"], token)))
@@ -245,6 +249,7 @@ def serve(options: ServeOptions) -> int:
             **node_root,
             "provider": provider,
             "cloud": options.cloud,
+            **extra,
             "pid": os.getpid(),
         }
         write_atomically(options.ready_file, json.dumps(ready))
@@ -258,5 +263,7 @@ def serve(options: ServeOptions) -> int:
         for stop_cloud in stops:
             stop_cloud()
         cluster.stop()
+        if slurm:
+            slurm.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

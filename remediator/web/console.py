@@ -24,6 +24,7 @@ from remediator.web.schemas import (
     PolicySourceOut,
     RemediationDetailOut,
     RemediationOut,
+    SlurmJobOut,
     SourceOut,
 )
 
@@ -131,6 +132,7 @@ def remediation_detail(
         **base.model_dump(),
         events=[EventOut.model_validate(e) for e in record.events],
         pods=[PodOut.model_validate(p) for p in views.pods(record.events)],
+        slurm_jobs=[SlurmJobOut.model_validate(j) for j in views.slurm_jobs(record.events)],
         policy_source=policy_source(deps, texts, record),
         xid_explanation=views.xid_explanation(record.xid_code),
         gpu_hours_out_of_service=_rounded(views.gpu_hours(span, now)) if span else None,

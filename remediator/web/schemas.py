@@ -102,6 +102,14 @@ class PodOut(BaseModel):
     note: str
 
 
+class SlurmJobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    job: int
+    slurm_node: str
+    commands: list[str]
+
+
 class PolicySourceOut(BaseModel):
     file: str
     commit: str | None
@@ -112,6 +120,7 @@ class PolicySourceOut(BaseModel):
 class RemediationDetailOut(RemediationOut):
     events: list[EventOut]
     pods: list[PodOut]
+    slurm_jobs: list[SlurmJobOut] = []
     policy_source: PolicySourceOut | None
     xid_explanation: str | None
     gpu_hours_out_of_service: float | None = Field(

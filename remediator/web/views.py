@@ -61,6 +61,7 @@ _KIND_RUNBOOKS: Mapping[SignalKind, str] = {
     SignalKind.ROW_REMAP: "xid-48-94-95-row-remap",
     SignalKind.GPU_MISSING: "gpu-missing",
     SignalKind.NODE_CONDITION: "node-condition",
+    SignalKind.SLURM_NODE: "slurm-node",
 }
 
 
@@ -170,6 +171,26 @@ def pods(events: Iterable[EventRecord]) -> list[PodRow]:
             note = entry.get("message") or entry.get("reason")
             current.note = str(note) if note else current.note
     return sorted(rows.values(), key=lambda r: r.pod)
+
+
+@dataclass
+class SlurmJobRow:
+    job: int
+    slurm_node: str
+    commands: list[str] = field(default_factory=list)
+
+
+def slurm_jobs(events: Iterable[EventRecord]) -> list[SlurmJobRow]:
+    """Each Slurm job the remediation touched, with the commands sent for it (from its `slurm`
+    timeline lines)."""
+    rows: dict[int, SlurmJobRow] = {}
+    for event in events:
+        job = event.detail.get("job")
+        if event.action != "slurm" or not isinstance(job, int):
+            continue
+        row = rows.setdefault(job, SlurmJobRow(job, str(event.detail.get("slurm_node", ""))))
+        row.commands.append(f"{event.detail.get('command')} → {event.detail.get('answer')}")
+    return sorted(rows.values(), key=lambda r: r.job)
 
 
 def _strings(value: object) -> list[str]:

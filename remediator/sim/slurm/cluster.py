@@ -1,0 +1,254 @@
+"""Start one real slurmctld and one `slurmd -N NAME` per simulated node, side by side on this
+machine, under a private munged (own key and socket), all in one directory with absolute paths.
+
+Nothing here imitates Slurm: these are Debian's daemons. What the launcher owns is the layout —
+`NodeHostname=localhost` and a distinct `Port=` per node so several slurmd share one host — and
+the lifecycle: start quickly, wait until every node answers IDLE, stop every process it started.
+The `settings()` it returns is valid as the controller's `slurm:` section.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PARTITION = "gpu"
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def slurm_conf(
+    root: Path, short: Path, nodes: Sequence[str], ports: dict[str, int], ctld_port: int
+) -> str:
+    """The configuration: root runs everything, state and logs under `root`, fast timers so a
+    restarted slurmctld and requeued jobs come back within seconds."""
+    lines = [
+        "ClusterName=remediator",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={ctld_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        # cred_expire is also how long a requeued job waits before it may start again (default
+        # 120 s); short here so that a requeued job runs again within seconds.
+        f"AuthInfo=socket={short / 'munge.socket'},cred_expire=10",
+        f"StateSaveLocation={root / 'ctld-state'}",
+        # slurmstepd's sockets live here: Unix socket paths must fit in 108 bytes.
+        f"SlurmdSpoolDir={short / 'spool' / '%n'}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd-%n.log'}",
+        "ProctrackType=proctrack/pgid",
+        "TaskPlugin=task/none",
+        "SwitchType=switch/none",
+        "MpiDefault=none",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "ReturnToService=1",
+        "JobRequeue=0",
+        "KillWait=5",
+        "MinJobAge=300",
+        "SlurmctldTimeout=10",
+        # Generous under load (tests share two cores with many processes): a batch launch that
+        # times out is requeued and held, which would look like a lost job.
+        "SlurmdTimeout=120",
+        "MessageTimeout=20",
+        "BatchStartTimeout=60",
+        "InactiveLimit=0",
+        "SchedulerParameters=sched_interval=1,bf_interval=1",
+        "JobCompType=jobcomp/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MailProg=/bin/true",
+    ]
+    for name in nodes:
+        lines.append(
+            f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[name]} "
+            "CPUs=1 RealMemory=100 State=UNKNOWN"
+        )
+    lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class SlurmCluster:
+    """A running Slurm: `conf` is the absolute slurm.conf path for every client."""
+
+    root: Path
+    nodes: tuple[str, ...]
+    conf: Path = field(init=False)
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
+    _ports: dict[str, int] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()
+        self.conf = self.root / "slurm.conf"
+        # Unix socket paths (munge's, slurmstepd's in the spool) must fit in 108 bytes; a test's
+        # temporary directory may not.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="slurm-"))
+        self.munge_socket = self.socket_dir / "munge.socket"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def settings(self) -> dict[str, Any]:
+        """Valid, as it stands, as the controller's `slurm:` settings."""
+        return {"enabled": True, "slurm_conf": str(self.conf), "partition": PARTITION}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> SlurmCluster:
+        for sub in ("munge", "ctld-state", "spool", "log", "jobs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for name in self.nodes:
+            (self.socket_dir / "spool" / name).mkdir(parents=True, exist_ok=True)
+        self._ports = {name: free_port() for name in self.nodes}
+        self.conf.write_text(
+            slurm_conf(self.root, self.socket_dir, self.nodes, self._ports, free_port())
+        )
+        self._start_munge()
+        self.start_controller(clear=True)
+        for name in self.nodes:
+            self.start_node(name)
+        self.wait_idle(self.nodes)
+        return self
+
+    def _start_munge(self) -> None:
+        munge = self.root / "munge"
+        key = munge / "munge.key"
+        if not key.exists():
+            subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
+        key.chmod(0o600)
+        munge.chmod(0o700)
+        self._spawn(
+            "munged",
+            [
+                "munged",
+                "-F",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self.munge_socket}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--seed-file={munge / 'munged.seed'}",
+            ],
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self.munge_socket.exists():
+            self._check_alive("munged")
+            if time.monotonic() > deadline:
+                raise TimeoutError("munged did not create its socket")
+            time.sleep(0.05)
+
+    def start_controller(self, *, clear: bool = False) -> None:
+        # -i: ignore state files that cannot be read; -c (clear) only for a fresh start.
+        args = ["slurmctld", "-D", "-f", str(self.conf), "-i"]
+        if clear:
+            args.append("-c")
+        self._spawn("slurmctld", args)
+
+    def stop_controller(self) -> None:
+        self._stop("slurmctld")
+
+    def start_node(self, name: str) -> None:
+        self._spawn(f"slurmd:{name}", ["slurmd", "-D", "-f", str(self.conf), "-N", name])
+
+    def stop_node(self, name: str) -> None:
+        self._stop(f"slurmd:{name}")
+
+    def stop(self) -> None:
+        for key in list(self._procs):
+            if key.startswith("slurmd:"):
+                self._stop(key)
+        self._stop("slurmctld")
+        self._stop("munged")
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster (tests and the demo use it)."""
+        return subprocess.run(
+            list(args), env=self.env, capture_output=True, text=True, check=check, timeout=30
+        )
+
+    def node_states(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        states: dict[str, str] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    def wait_idle(self, names: Sequence[str], timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.node_states()
+            if all(states.get(n, "").rstrip("*") == "idle" for n in names):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Slurm nodes not idle: {states}")
+            time.sleep(0.2)
+
+    def reset(self) -> None:
+        """Between tests: every job cancelled, every node resumed and idle."""
+        self.run("scancel", "--full", "-u", "root", check=False)
+        for name in self.nodes:
+            if f"slurmd:{name}" not in self._procs or self._procs[f"slurmd:{name}"].poll():
+                self.start_node(name)
+        deadline = time.monotonic() + START_TIMEOUT
+        while self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip():
+            if time.monotonic() > deadline:
+                raise TimeoutError("jobs did not end after scancel")
+            time.sleep(0.2)
+        for name, state in self.node_states().items():
+            if state.rstrip("*") != "idle":
+                self.run("scontrol", "update", f"nodename={name}", "state=resume", check=False)
+        self.wait_idle(self.nodes)
+
+    def _spawn(self, key: str, args: list[str]) -> None:
+        log = (self.root / "log" / f"{key.replace(':', '-')}.out").open("ab")
+        self._procs[key] = subprocess.Popen(
+            args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def _check_alive(self, key: str) -> None:
+        proc = self._procs[key]
+        if proc.poll() is not None:
+            raise RuntimeError(f"{key} exited with {proc.returncode}; see {self.root / 'log'}")
+
+    def _stop(self, key: str) -> None:
+        proc = self._procs.pop(key, None)
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+def available() -> bool:
+    """Whether this machine has the Debian packages (scripts/setup.sh --system installs them)."""
+    return all(shutil.which(b) for b in ("slurmctld", "slurmd", "sinfo", "munged", "mungekey"))

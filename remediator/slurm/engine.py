@@ -1,0 +1,172 @@
+"""The Slurm executor the remediation steps call when `slurm.enabled`: it maps the Kubernetes
+node to its Slurm node, runs the step's Slurm action, and writes every command and answer on the
+remediation's timeline (action `slurm`).
+
+Fail safe: when slurmctld does not answer, the step waits with that reason (the planner keeps the
+remediation where it is) and goes on when it answers again — a node whose jobs' fate is unknown
+is never drained further or replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
+from remediator.errors import NotFoundError, TransientError
+from remediator.kube.client import KubeClient
+from remediator.slurm import steps
+from remediator.slurm.client import SlurmClient
+from remediator.slurm.settings import SlurmSettings
+from remediator.store.records import RemediationRecord
+
+UNREACHABLE_POLL_SECONDS = 5.0
+Append = Callable[[int, str, Mapping[str, Any]], None]
+
+
+def both(first: Outcome, second: Callable[[], Outcome]) -> Outcome:
+    """The Kubernetes side, then the Slurm side: Done only when both are."""
+    if not isinstance(first, Done):
+        return first
+    after = second()
+    if isinstance(after, Done):
+        return Done(f"{first.detail}; {after.detail}", {**first.facts, **after.facts})
+    return after
+
+
+class SlurmSteps:
+    def __init__(
+        self, client: SlurmClient, settings: SlurmSettings, kube: KubeClient, append: Append
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._kube = kube
+        self._append = append
+
+    # -- mapping -----------------------------------------------------------------------------
+
+    def slurm_node(self, record: RemediationRecord) -> str:
+        """From the timeline once known (the Kubernetes node may be gone), else the mapping."""
+        for event in record.events:
+            name = event.detail.get("slurm_node") if event.action == "slurm" else None
+            if name:
+                return str(name)
+        return self.map_node(record.node)
+
+    def map_node(self, kube_node: str) -> str:
+        label = self._settings.node_label
+        if label:
+            try:
+                value = self._kube.get_node(kube_node).labels.get(label)
+            except NotFoundError:
+                value = None
+            if value:
+                return value
+        return self._settings.node_template.format(name=kube_node)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def quarantine(self, record: RemediationRecord) -> Outcome:
+        return self._run(
+            record,
+            "drain",
+            lambda node, journal: steps.drain(
+                self._client, node, str(record.id), record.policy, journal
+            ),
+        )
+
+    def opt_out(self, record: RemediationRecord) -> Outcome:
+        outcome = self._run(
+            record,
+            "opt-out check",
+            lambda node, _: steps.check_opt_out(self._client, node, self._settings),
+        )
+        # Unknown is not "no opt-out": hold (the opt-out hold shows the reason) until it answers.
+        return Held(outcome.reason, outcome.facts) if isinstance(outcome, Waiting) else outcome
+
+    def vacate(
+        self, record: RemediationRecord, started_at: datetime, grace_seconds: float, now: datetime
+    ) -> Outcome:
+        signalled = frozenset(
+            int(e.detail["job"])
+            for e in record.events
+            if e.action == "slurm" and e.detail.get("signalled") and "job" in e.detail
+        )
+        return self._run(
+            record,
+            "checkpoint",
+            lambda node, journal: steps.vacate(
+                self._client,
+                node,
+                self._settings,
+                signalled=signalled,
+                started_at=started_at,
+                grace_seconds=grace_seconds,
+                now=now,
+                journal=journal,
+            ),
+        )
+
+    def before_replace(self, record: RemediationRecord) -> Outcome:
+        return self._run(
+            record,
+            "down",
+            lambda node, journal: steps.down(
+                self._client, node, str(record.id), record.policy, journal
+            ),
+        )
+
+    def after_verify(self, record: RemediationRecord) -> Outcome:
+        return self._run(
+            record,
+            "resume",
+            lambda node, journal: steps.resume(self._client, node, str(record.id), journal),
+        )
+
+    def release(self, record: RemediationRecord) -> Outcome:
+        """On a cancel or a finished remediation: resume the node only if we drained it."""
+        return self.after_verify(record)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _run(
+        self,
+        record: RemediationRecord,
+        step: str,
+        action: Callable[[str, steps.Journal], Outcome],
+    ) -> Outcome:
+        node = self.slurm_node(record)
+        journal = steps.Journal()
+        try:
+            outcome = action(node, journal)
+        except TransientError as exc:
+            outcome = Waiting(
+                f"holding the {step}: {exc}; the fate of the Slurm jobs on {node} is unknown "
+                "until slurmctld answers",
+                max(exc.delay, UNREACHABLE_POLL_SECONDS),
+                {"slurm_node": node, "slurm_error": str(exc)},
+            )
+        except NotFoundError as exc:
+            outcome = Failed(f"Slurm {step}: {exc}", {"slurm_node": node})
+        finally:
+            for entry in journal.entries:
+                self._append(record.id, "slurm", {"slurm_node": node, "step": step, **entry})
+        return outcome
+
+
+def together(first: Outcome, second: Outcome) -> Outcome:
+    """Two sides of one step run side by side (pods' checkpoints, Slurm's jobs): the step is Done
+    when both are; a hold or failure of either wins; else wait for the sooner retry."""
+    for outcome in (first, second):
+        if isinstance(outcome, Held | Failed):
+            return outcome
+    if isinstance(first, Done) and isinstance(second, Done):
+        return Done(f"{first.detail}; {second.detail}", {**first.facts, **second.facts})
+    waits = [o for o in (first, second) if isinstance(o, Waiting)]
+    retry = min(w.retry_after for w in waits)
+    reason = "; ".join(w.reason for w in waits)
+    facts: dict[str, Any] = {}
+    for outcome in (first, second):
+        facts.update(outcome.facts)
+    return Waiting(reason, retry, facts)

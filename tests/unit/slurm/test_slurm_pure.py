@@ -1,0 +1,92 @@
+"""The Slurm package's pure parts: host lists, error classes, opt-out, outcome combination."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from remediator.actions.outcome import Done, Held, Waiting
+from remediator.errors import NotFoundError, PermanentError, TransientError
+from remediator.slurm.client import SlurmJob, classify, parse_job
+from remediator.slurm.engine import both, together
+from remediator.slurm.hostlist import expand
+from remediator.slurm.settings import SlurmSettings
+from remediator.slurm.steps import drain_reason, opted_out
+from remediator.store.records import EventRecord
+from remediator.web import views
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("", []),
+        ("gpu-node-0", ["gpu-node-0"]),
+        ("gpu-node-[0-2]", ["gpu-node-0", "gpu-node-1", "gpu-node-2"]),
+        ("n[08-10],x", ["n08", "n09", "n10", "x"]),
+        ("a[1,3]-b", ["a1-b", "a3-b"]),
+    ],
+)
+def test_hostlists_expand(text: str, names: list[str]) -> None:
+    assert expand(text) == names
+
+
+def test_errors_are_classified() -> None:
+    down = classify("drain", "slurm_update error: Unable to contact slurm controller")
+    assert isinstance(down, TransientError) and "slurmctld unreachable" in str(down)
+    assert isinstance(classify("drain", "Invalid node name specified"), NotFoundError)
+    denied = classify("drain", "slurm_update error: Access/permission denied")
+    assert isinstance(denied, PermanentError) and "permission denied" in str(denied)
+
+
+def job(comment: str = "", features: str = "") -> SlurmJob:
+    return parse_job(
+        {
+            "job_id": 5,
+            "job_state": "RUNNING",
+            "nodes": "n[1-2]",
+            "comment": comment,
+            "features": features,
+            "requeue": True,
+        }
+    )
+
+
+def test_opt_out_by_comment_or_feature() -> None:
+    settings = SlurmSettings(opt_out_feature="keep")
+    assert job().nodes == ("n1", "n2")
+    assert opted_out(job(comment="please remediator:opt-out"), settings)
+    assert opted_out(job(features="ib&keep"), settings)
+    assert not opted_out(job(features="keeper"), settings)
+    assert not opted_out(job(), SlurmSettings())
+
+
+def test_reason_names_the_remediation_and_policy() -> None:
+    assert drain_reason("12", "xid-79-fallen-off-bus") == "remediator #12: xid-79-fallen-off-bus"
+
+
+def test_both_and_together() -> None:
+    wait = Waiting("slurm", 2.0, {"slurm_node": "n1"})
+    assert both(Held("pods"), lambda: pytest.fail("not asked")) == Held("pods")
+    assert both(Done("k"), lambda: wait) == wait
+    assert isinstance(together(Done("k"), Done("s")), Done)
+    combined = together(Waiting("pods", 1.0), wait)
+    assert isinstance(combined, Waiting) and combined.retry_after == 1.0
+    assert isinstance(together(wait, Held("opt-out")), Held)
+
+
+def test_the_detail_page_lists_each_job_with_what_was_sent() -> None:
+    def line(n: int, detail: dict[str, object], action: str = "slurm") -> EventRecord:
+        return EventRecord(n, 1, datetime(2026, 1, 1, tzinfo=UTC), None, None, action, detail, "c")
+
+    events = (
+        line(1, {"slurm_node": "n1", "command": "scontrol update nodename=n1 state=drain"}),
+        line(2, {"slurm_node": "n1", "command": "scontrol requeue 7", "answer": "ok", "job": 7}),
+        line(3, {"slurm_node": "n1", "command": "scancel 9", "answer": "ok", "job": 9}),
+        line(4, {"job": 8}, action="progress"),
+    )
+    rows = views.slurm_jobs(events)
+    assert [(r.job, r.slurm_node, r.commands) for r in rows] == [
+        (7, "n1", ["scontrol requeue 7 → ok"]),
+        (9, "n1", ["scancel 9 → ok"]),
+    ]
