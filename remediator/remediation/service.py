@@ -428,9 +428,11 @@ class RemediationService:
                     "dry run: nothing was fenced, nothing to return", {"dry_run": True}
                 ), None
             back = uncordon(self._kube, node, str(record.id))
-            slurm = self._slurm_for(record)
+            returning = self._slurm_for(record)
+            if returning is None:
+                return back, None
             # A repaired node goes back to Slurm too (only if the drain was ours).
-            return (back if slurm is None else both(back, lambda: slurm.after_verify(record))), None
+            return both(back, lambda: returning.after_verify(record)), None
         if state is State.REPLACING:
             slurm = self._slurm_for(record)
             if slurm is None:
