@@ -102,7 +102,8 @@ class RemediationFilter:
 
     `node` matches exactly, `node_search` is a case-insensitive substring; the time range is
     [created_from, created_to). `in_flight_first` lists open remediations before the rest.
-    `finished_from` keeps those that finished (succeeded, failed, cancelled) at or after it.
+    `finished_from` keeps those that finished (succeeded, failed, cancelled) at or after it;
+    `outcome` those that succeeded as "repaired" or "replaced".
     """
 
     node: str | None = None
@@ -117,6 +118,7 @@ class RemediationFilter:
     dry_run: bool | None = None
     in_flight_first: bool = False
     finished_from: datetime | None = None
+    outcome: str | None = None
 
 
 class Page(NamedTuple):

@@ -973,6 +973,8 @@ def _filter_clauses(filters: RemediationFilter) -> list[ColumnElement[bool]]:
         clauses.append(Remediation.dry_run.is_(filters.dry_run))
     if filters.finished_from is not None:
         clauses.append(Remediation.finished_at >= filters.finished_from)
+    if filters.outcome is not None:
+        clauses.append(Remediation.outcome == filters.outcome)
     return clauses
 
 

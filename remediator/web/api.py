@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
@@ -92,6 +92,9 @@ def list_filters(
     finished_from: Annotated[
         datetime | None, Query(description="finished (succeeded, failed, cancelled) since")
     ] = None,
+    outcome: Annotated[
+        Literal["repaired", "replaced"] | None, Query(description="how a success ended")
+    ] = None,
 ) -> RemediationFilter:
     return RemediationFilter(
         node=node,
@@ -106,6 +109,7 @@ def list_filters(
         dry_run=dry_run,
         in_flight_first=in_flight_first,
         finished_from=_utc(finished_from, "finished_from"),
+        outcome=outcome,
     )
 
 

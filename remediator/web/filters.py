@@ -14,6 +14,7 @@ from remediator.signals.model import SignalKind
 from remediator.store.records import RemediationFilter
 
 MAX_INT = 2**31 - 1
+OUTCOMES = ("repaired", "replaced")
 MAX_TEXT = 253
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 TEXT_FIELDS = (
@@ -26,6 +27,7 @@ TEXT_FIELDS = (
     "from",
     "to",
     "finished_from",
+    "outcome",
     "dry_run",
 )
 
@@ -95,6 +97,10 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> ParsedFilters:
                 times[key] = parse_time(values[key])
             except ValueError:
                 problems.append(f"{key}: not a date or time: {values[key]!r}")
+    outcome = values.get("outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        problems.append(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        outcome = None
     dry_run = {"yes": True, "no": False}.get(values.get("dry_run", ""))
     filters = RemediationFilter(
         node=values.get("node"),
@@ -109,5 +115,6 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> ParsedFilters:
         dry_run=dry_run,
         in_flight_first=params.get("order", ["in_flight"])[-1] != "newest",
         finished_from=times.get("finished_from"),
+        outcome=outcome,
     )
     return ParsedFilters(filters, values, frozenset(s.value for s in states), tuple(problems))

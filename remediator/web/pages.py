@@ -118,6 +118,10 @@ def error_page(request: Request, status: int, reason: str) -> HTMLResponse:
     return render(request, "error.html", None, status=status, code=status, reason=reason)
 
 
+# The repaired/replaced tiles count this far back (Repository.overview's closed window).
+OUTCOME_WINDOW = timedelta(days=7)
+
+
 def _list_url(states: Iterable[State], **params: str) -> str:
     query = [("state", s.value) for s in sorted(states)] + list(params.items())
     return "/remediations?" + urlencode(query)
@@ -157,6 +161,16 @@ def make_pages_router() -> APIRouter:
             working_url=_list_url(views.WORKING),
             failed_url=_list_url(
                 {State.FAILED}, finished_from=(now - timedelta(hours=24)).isoformat()
+            ),
+            repaired_url=_list_url(
+                {State.SUCCEEDED},
+                finished_from=(now - OUTCOME_WINDOW).isoformat(),
+                outcome="repaired",
+            ),
+            replaced_url=_list_url(
+                {State.SUCCEEDED},
+                finished_from=(now - OUTCOME_WINDOW).isoformat(),
+                outcome="replaced",
             ),
             per_day=charts.daily_by_kind(repo.daily_counts_by_kind(CHART_DAYS), days),
             outcomes=charts.daily_outcomes(repo.daily_counts_by_outcome(CHART_DAYS), days),

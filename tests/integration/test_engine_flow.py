@@ -89,8 +89,9 @@ def test_xid_79_is_remediated_end_to_end(engine: Engine) -> None:
     assert span is not None and done.finished_at is not None
     assert {e.pod for e in span.evictions} == set(disrupted)
     hours = views.disrupted_gpu_hours(span, done.finished_at + timedelta(days=1))
+    # (It may be zero: the API's times are whole seconds, and a simulated ReplicaSet's
+    # replacement can be Ready within the second of its eviction.)
     assert hours == pytest.approx(disrupted_gpu_hours(span.evictions, done.finished_at))
-    assert hours > 0
     for e in span.evictions:
         assert e.rescheduled_at is None or e.evicted_at <= e.rescheduled_at <= done.finished_at
 

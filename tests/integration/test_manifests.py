@@ -59,6 +59,7 @@ RUNBOOK_SLUGS = {
     "no-spare-capacity",
     "diagnostics-failed",
     "reboot-loop",
+    "slurm-node",
 }
 
 CONTROLLER_METRICS = {
