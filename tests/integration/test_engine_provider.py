@@ -44,13 +44,13 @@ def operations(record: RemediationRecord) -> set[str]:
 
 
 def replace_under(engine: Engine, node: str, *rules: dict[str, Any]) -> RemediationRecord:
-    """Fault the node-pool API once the drain has begun (after the capacity check), so the
-    replacement request is the first to meet it; returns the finished remediation."""
+    """Fault the node-pool API's POSTs before the fault, so the replacement request is the first
+    to meet them (the capacity check and the operation's polls are GETs); returns the finished
+    remediation."""
     before = engine.spare(POOL)
-    engine.push(xid(node))
-    engine.wait_state(node, State.DRAINING)
     for rule in rules:
-        engine.nodepool_fault(rule)
+        engine.nodepool_fault({**rule, "method": "POST"})
+    engine.push(xid(node))
     done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=90)
     engine.nodepool_fault({"type": "clear"})
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason

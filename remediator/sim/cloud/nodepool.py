@@ -182,15 +182,19 @@ def error_response(
 
 @dataclass
 class RequestFaults:
-    """What the next requests suffer. Injecting a kind again replaces its previous rule."""
+    """What the next requests suffer. Injecting a kind again replaces its previous rule; a kind
+    with a method meets only requests of that method (POST: replacements and reboots)."""
 
     error_count: int = 0
     error_status: int = 500
     error_after_processing: bool = False
+    error_method: str | None = None
     throttle_count: int = 0
     retry_after: int = 1
+    throttle_method: str | None = None
     delay_count: int = 0
     delay_seconds: float = 0.0
+    delay_method: str | None = None
     fail_next: list[OperationError] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -199,9 +203,18 @@ class RequestFaults:
                 "count": self.error_count,
                 "status": self.error_status,
                 "after_processing": self.error_after_processing,
+                "method": self.error_method,
             },
-            "throttle": {"count": self.throttle_count, "retry_after": self.retry_after},
-            "delay": {"count": self.delay_count, "seconds": self.delay_seconds},
+            "throttle": {
+                "count": self.throttle_count,
+                "retry_after": self.retry_after,
+                "method": self.throttle_method,
+            },
+            "delay": {
+                "count": self.delay_count,
+                "seconds": self.delay_seconds,
+                "method": self.delay_method,
+            },
             "fail_next": [e.to_json() for e in self.fail_next],
         }
 
@@ -216,20 +229,20 @@ class RequestFate:
     delay: float = 0.0
 
 
-def take_fate(faults: RequestFaults) -> RequestFate:
+def take_fate(faults: RequestFaults, method: str) -> RequestFate:
     """Consume one request's share of the injected faults; errors take precedence over 429s."""
     fate = RequestFate()
-    if faults.error_count > 0:
+    if faults.error_count > 0 and faults.error_method in (None, method):
         faults.error_count -= 1
         fate = replace(
             fate,
             error_status=faults.error_status,
             error_after_processing=faults.error_after_processing,
         )
-    elif faults.throttle_count > 0:
+    elif faults.throttle_count > 0 and faults.throttle_method in (None, method):
         faults.throttle_count -= 1
         fate = replace(fate, retry_after=faults.retry_after)
-    if faults.delay_count > 0:
+    if faults.delay_count > 0 and faults.delay_method in (None, method):
         faults.delay_count -= 1
         fate = replace(fate, delay=faults.delay_seconds)
     return fate
@@ -459,9 +472,9 @@ class NodePoolService:
         with self._lock:
             self.faults.fail_next.extend(OperationError(code, message) for _ in range(count))
 
-    def take_fate(self) -> RequestFate:
+    def take_fate(self, method: str) -> RequestFate:
         with self._lock:
-            return take_fate(self.faults)
+            return take_fate(self.faults, method)
 
     def update_faults(self, **changes: Any) -> dict[str, Any]:
         with self._lock:
@@ -586,7 +599,7 @@ def build_nodepool_app(service: NodePoolService, reboot: Handler | None = None) 
         that already took effect)."""
 
         async def endpoint(request: Request) -> Response:
-            fate = service.take_fate()
+            fate = service.take_fate(request.method)
             try:
                 if fate.error_status is not None and not fate.error_after_processing:
                     raise injected_error(fate.error_status)

@@ -115,7 +115,16 @@ class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ErrorRule(_Rule):
+class _RequestRule(_Rule):
+    """`method` narrows a rule to requests of one HTTP method (POST: replacements, reboots)."""
+
+    method: Literal["GET", "POST"] | None = None
+
+    def requests(self) -> str:
+        return f"node-pool {self.method} requests" if self.method else "node-pool requests"
+
+
+class ErrorRule(_RequestRule):
     """The next `count` requests answer `status`; with `after_processing` the request takes
     effect first and only its answer is lost, as when a load balancer drops a reply."""
 
@@ -125,13 +134,13 @@ class ErrorRule(_Rule):
     after_processing: bool = False
 
 
-class ThrottleRule(_Rule):
+class ThrottleRule(_RequestRule):
     type: Literal["throttle"]
     count: int = Field(default=1, ge=0, le=10_000)
     retry_after: int = Field(default=1, ge=0, le=3600)
 
 
-class DelayRule(_Rule):
+class DelayRule(_RequestRule):
     type: Literal["delay"]
     count: int = Field(default=1, ge=0, le=10_000)
     seconds: float = Field(gt=0, le=300)
@@ -321,18 +330,23 @@ class FaultInjector:
                 error_count=rule.count,
                 error_status=rule.status,
                 error_after_processing=rule.after_processing,
+                error_method=rule.method,
             )
             when = "after taking effect" if rule.after_processing else "without taking effect"
-            return f"the next {rule.count} node-pool requests answer {rule.status} {when}"
+            return f"the next {rule.count} {rule.requests()} answer {rule.status} {when}"
         if isinstance(rule, ThrottleRule):
-            pool.update_faults(throttle_count=rule.count, retry_after=rule.retry_after)
+            pool.update_faults(
+                throttle_count=rule.count, retry_after=rule.retry_after, throttle_method=rule.method
+            )
             return (
-                f"the next {rule.count} node-pool requests answer 429 "
+                f"the next {rule.count} {rule.requests()} answer 429 "
                 f"with Retry-After: {rule.retry_after}"
             )
         if isinstance(rule, DelayRule):
-            pool.update_faults(delay_count=rule.count, delay_seconds=rule.seconds)
-            return f"the next {rule.count} node-pool answers come {rule.seconds:g}s late"
+            pool.update_faults(
+                delay_count=rule.count, delay_seconds=rule.seconds, delay_method=rule.method
+            )
+            return f"the next {rule.count} {rule.requests()} are answered {rule.seconds:g}s late"
         if isinstance(rule, SpareCapacityRule):
             try:
                 pool.set_spare(rule.pool, rule.spare)

@@ -125,13 +125,22 @@ def test_fates_are_consumed_in_order_errors_before_throttling() -> None:
         delay_count=1,
         delay_seconds=0.5,
     )
-    first = take_fate(faults)
+    first = take_fate(faults, "POST")
     assert (first.error_status, first.retry_after, first.delay) == (503, None, 0.5)
-    second = take_fate(faults)
+    second = take_fate(faults, "GET")
     assert (second.error_status, second.retry_after, second.delay) == (None, 7, 0.0)
-    assert take_fate(faults).retry_after == 7
-    clean = take_fate(faults)
+    assert take_fate(faults, "POST").retry_after == 7
+    clean = take_fate(faults, "POST")
     assert (clean.error_status, clean.retry_after, clean.delay) == (None, None, 0.0)
+
+
+def test_a_fate_scoped_to_a_method_spares_the_others() -> None:
+    faults = RequestFaults(error_count=1, error_method="POST", delay_count=1, delay_seconds=2.0)
+    read = take_fate(faults, "GET")
+    assert (read.error_status, read.delay) == (None, 2.0)
+    assert faults.error_count == 1
+    write = take_fate(faults, "POST")
+    assert (write.error_status, write.delay) == (500, 0.0)
 
 
 # -- the service on a real cluster ------------------------------------------------------------
