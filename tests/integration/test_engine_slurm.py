@@ -48,9 +48,15 @@ policies:
 """
 
 
+# Long enough that the requeued job starts again (Slurm's requeue delay is cred_expire, 10 s)
+# before the replacement machine can take the freed Slurm name.
+SLOW_PROVISION = 30.0
+
+
 @pytest.fixture
-def sim(sim_factory: Callable[..., SimHandle]) -> SimHandle:
-    return sim_factory(nodes=8, provision_delay=1.0, slurm=True)
+def sim(sim_factory: Callable[..., SimHandle], request: pytest.FixtureRequest) -> SimHandle:
+    delay = SLOW_PROVISION if request.node.get_closest_marker("slow_provision") else 1.0
+    return sim_factory(nodes=8, provision_delay=delay, slurm=True)
 
 
 @pytest.fixture
@@ -76,6 +82,7 @@ def slurm_lines(record: RemediationRecord) -> list[str]:
     return [str(e.detail.get("command")) for e in record.events if e.action == "slurm"]
 
 
+@pytest.mark.slow_provision
 def test_a_checkpointing_job_is_requeued_and_completes_elsewhere(
     engine: Engine, shell: SlurmShell, tmp_path: Path
 ) -> None:
@@ -103,9 +110,11 @@ def test_a_checkpointing_job_is_requeued_and_completes_elsewhere(
     wait_job(shell, job, ("COMPLETED",), timeout=90)
     log = (tmp_path / "jobs" / f"log.{job}").read_text().splitlines()
     assert log[:2] == [f"started on {node}", f"checkpointed on {node}"]
-    # It resumed from its checkpoint on another machine: another Slurm node, or the replacement
-    # machine when that joined (under the same Slurm name) before Slurm's requeue delay ended.
+    # It resumed from its checkpoint on another Slurm node, while its own was still being
+    # replaced, and ran to completion there.
     assert log[2].startswith(f"resumed step-42 from {node} on ")
+    elsewhere = log[2].removeprefix(f"resumed step-42 from {node} on ").split()[0]
+    assert elsewhere != node and job_node(shell, job) == elsewhere, log
     # The replacement machine rejoined under the same Slurm name and is back in the partition.
     wait_for(lambda: shell.node(node)["State"] == "IDLE", 60, f"{node} IDLE")
     assert shell.node(node)["Reason"] == ""
