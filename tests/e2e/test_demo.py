@@ -35,7 +35,7 @@ STOP_TIMEOUT = 60.0
 class DemoProcess:
     """The demo with its stdout collected line by line in the background."""
 
-    def __init__(self, data_dir: Path, signals: str, nodes: int) -> None:
+    def __init__(self, data_dir: Path, signals: str, nodes: int, *extra: str) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -54,6 +54,7 @@ class DemoProcess:
                 signals,
                 "--data-dir",
                 str(data_dir),
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -135,8 +136,8 @@ def remediations(client: httpx.Client, console: str, token: str) -> list[dict[st
 def demo_factory(tmp_path: Path) -> Iterator[Any]:
     started: list[DemoProcess] = []
 
-    def start(signals: str, nodes: int) -> DemoProcess:
-        demo = DemoProcess(tmp_path / "demo", signals, nodes)
+    def start(signals: str, nodes: int, *extra: str) -> DemoProcess:
+        demo = DemoProcess(tmp_path / "demo", signals, nodes, *extra)
         started.append(demo)
         return demo
 
@@ -218,3 +219,65 @@ def test_demo_remediates_and_stops_cleanly_on_ctrl_c(
         assert time.monotonic() < deadline, f"left running: {left}"
         time.sleep(0.1)
     assert os.path.exists(tmp_path / "demo" / "logs" / "controller.log")
+
+
+def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
+    demo_factory: Any, tmp_path: Path
+) -> None:
+    """`demo --slurm`: a real Slurm beside the cluster, checkpointing jobs on it; a remediation of
+    a node that ran one drains its Slurm node, requeues the job (which checkpoints on SIGTERM and
+    resumes elsewhere), resumes the Slurm node, and Ctrl-C stops slurmctld and the slurmds too."""
+    demo: DemoProcess = demo_factory("push", 8, "--slurm")
+    console = demo.wait_for(r"^  console\s+(http://\S+/)$", START_TIMEOUT).group(1)
+    token = demo.wait_for(r"^  token\s+(\S+)$", 5).group(1)
+    conf = demo.wait_for(r"^  slurm\s+SLURM_CONF=(\S+) squeue", 5).group(1)
+    demo.wait_for(r"submitted \d+ checkpointing Slurm jobs", 5)
+    jobs_dir = tmp_path / "demo" / "slurm-jobs"
+
+    def requeued(client: httpx.Client) -> dict[str, Any] | None:
+        for item in remediations(client, console, token):
+            if item["state"] != "succeeded":
+                continue
+            response = client.get(
+                f"{console}api/v1/remediations/{item['id']}",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            response.raise_for_status()
+            detail: dict[str, Any] = response.json()
+            if detail["slurm_jobs"]:
+                return detail
+        return None
+
+    with httpx.Client(timeout=10.0) as client:
+        deadline = time.monotonic() + SUCCESS_TIMEOUT
+        while (detail := requeued(client)) is None:
+            assert time.monotonic() < deadline, demo.output
+            time.sleep(1.0)
+    node = detail["node"]
+    commands = [str(e["detail"].get("command")) for e in detail["events"] if e["action"] == "slurm"]
+    assert commands[0].startswith(f"scontrol update nodename={node} state=drain reason=")
+    assert f"remediator #{detail['id']}: {detail['policy']}" in commands[0]
+    job = detail["slurm_jobs"][0]["job"]
+    assert f"scontrol requeue {job}" in commands
+    assert commands[-1] == f"scontrol update nodename={node} state=resume"
+    log = (jobs_dir / f"log.{job}").read_text()
+    assert f"SIGTERM: checkpointed on {node}" in log
+    deadline = time.monotonic() + 60
+    while f"from {node} on " not in (log := (jobs_dir / f"log.{job}").read_text()):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.5)
+    env = {**os.environ, "SLURM_CONF": conf}
+    queue = subprocess.run(
+        ["squeue", "-h", "-j", str(job), "-o", "%T"], env=env, capture_output=True, text=True
+    )
+    assert queue.stdout.strip() in {"RUNNING", "PENDING"}, queue
+
+    children = demo.descendants()
+    names = {Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in children}
+    assert any(b"slurmctld" in n for n in names) and any(b"slurmd" in n for n in names)
+    demo.proc.send_signal(signal.SIGINT)
+    assert demo.proc.wait(timeout=STOP_TIMEOUT) == 0, demo.output
+    deadline = time.monotonic() + 10
+    while left := [pid for pid in children if running(pid)]:
+        assert time.monotonic() < deadline, f"left running: {left}"
+        time.sleep(0.1)
