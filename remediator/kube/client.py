@@ -290,6 +290,19 @@ class KubeClient:
         `resource_version`, until the server ends the stream; ResourceExpired on 410 Gone,
         whether the server answers it at once or sends it as an ERROR event."""
         what = f"watch {path}"
+        stream = self._open_watch(path, resource_version, timeout_seconds, what)
+        try:
+            yield from _watch_events(stream.stream(decode_content=True), what)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise connection_error(exc, f"{what}: stream broke") from exc
+        finally:
+            stream.release_conn()
+
+    def _open_watch(
+        self, path: str, resource_version: str, timeout_seconds: int, what: str
+    ) -> urllib3.BaseHTTPResponse:
+        """The open watch stream (bookmarks on); the read timeout outlasts the server's own end
+        of the stream. A 410 at open is ResourceExpired."""
         query = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
@@ -318,13 +331,8 @@ class KubeClient:
             raise wrap_api_exception(exc, what) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise connection_error(exc, what) from exc
-        stream = response.response
-        try:
-            yield from _watch_events(stream.stream(decode_content=True), what)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise connection_error(exc, f"{what}: stream broke") from exc
-        finally:
-            stream.release_conn()
+        stream: urllib3.BaseHTTPResponse = response.response
+        return stream
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -345,34 +353,9 @@ class KubeClient:
     def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
         """Open a watch on nodes after `resource_version` (bookmarks on). The server ends it
         after `timeout_seconds`; a 410 (at open or as an ERROR event) is ResourceExpired."""
-        query = [
-            ("watch", "true"),
-            ("resourceVersion", resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(timeout_seconds)),
-        ]
         what = "watch nodes"
-        if self._limiter is not None:
-            self._limiter.take()
-        request = self._api.param_serialize(
-            "GET",
-            "/api/v1/nodes",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        try:
-            response = self._api.call_api(
-                *request, _request_timeout=(self._timeout[0], timeout_seconds + 30.0)
-            )
-            if not 200 <= response.status <= 299:
-                response.read()
-                raise ApiException.from_response(http_resp=response, body=None, data=None)
-        except ApiException as exc:
-            raise wrap_api_exception(exc, what) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise connection_error(exc, what) from exc
-        return WatchStream(response.response, what)
+        stream = self._open_watch("/api/v1/nodes", resource_version, timeout_seconds, what)
+        return WatchStream(stream, what)
 
     def _patch_node(self, name: str, patch: JSON, content_type: str, what: str) -> Node:
         raw = self._call(
