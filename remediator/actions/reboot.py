@@ -38,7 +38,7 @@ def request_reboot(
     if pool is not None:
         try:
             receipt = provider.reboot(pool, node, key, reason)
-            return {"via": "provider", "reboot_id": receipt.id, "pool": pool}
+            return {"via": "provider", "reboot_id": receipt.id, "pool": pool, **receipt.detail}
         except RebootUnsupported as exc:
             fallback = str(exc)
     else:

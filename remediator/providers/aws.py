@@ -13,6 +13,11 @@ activity log is empty, as on moto). It is claimed with a `remediator.io/replaces
 replacements in one group never take the same instance. The operation succeeds once that
 instance's Node (matched by `spec.providerID`) is Ready.
 
+Reboot is `RebootInstances` on the node's instance. EC2 takes no idempotency token for it, so the
+key is tagged on the instance first and a repeated key finds it there and never asks again; a
+call EC2 refused removes the tag so that a retry asks again. A crash (or a lost reply) between the
+tag and the answer leaves it at most once: the step's boot-id wait then decides.
+
 Operation ids are `<group>/<old instance id>`. Credentials come only from boto3's own chain.
 """
 
@@ -37,7 +42,6 @@ from remediator.providers.base import (
     Operation,
     OperationState,
     RebootReceipt,
-    RebootUnsupported,
 )
 from remediator.providers.replacement import Candidate, choose_replacement
 from remediator.settings import AwsProviderSettings
@@ -46,6 +50,8 @@ KEY_TAG = "remediator.io/remediation-key"
 GROUP_TAG = "remediator.io/auto-scaling-group"
 REQUESTED_TAG = "remediator.io/requested-at"
 REPLACES_TAG = "remediator.io/replaces"
+REBOOT_KEY_TAG = "remediator.io/reboot-key"
+REBOOT_AT_TAG = "remediator.io/reboot-requested-at"
 
 PROVIDER_ID = re.compile(r"^aws://[^/]*/(?P<zone>[^/]*)/(?P<instance>i-[0-9a-f]+)$")
 LAUNCH_DESCRIPTION = re.compile(r"Launching a new EC2 instance: (?P<instance>i-[0-9a-f]+)")
@@ -151,6 +157,15 @@ def judge(p: Progress) -> Operation:
         **base,
         state=OperationState.PROVISIONING,
         new_node=p.new_node.name if p.new_node else None,
+    )
+
+
+def reboot_receipt(pool: str, node: str, instance: str, requested_at: str) -> RebootReceipt:
+    return RebootReceipt(
+        id=instance,
+        pool=pool,
+        node=node,
+        detail={"call": "ec2:RebootInstances", "instance": instance, "requested_at": requested_at},
     )
 
 
@@ -322,11 +337,40 @@ class AwsAutoScalingProvider:
         return spare + len(warmed)
 
     def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
-        """Not wired yet (EC2 RebootInstances would do it): the repair step reboots the host
-        with a privileged Job instead."""
-        raise RebootUnsupported(
-            f"AWS Auto Scaling provider has no reboot call yet ({node} in {pool})"
+        """`RebootInstances` on the node's instance, at most once per key (module docstring)."""
+        _, instance = parse_provider_id(self._kube.get_node(node).provider_id)
+        described = self._instances(instance_ids=[instance])
+        if not described:
+            raise NotFoundError(f"instance {instance} of node {node} does not exist")
+        tags = _tags(described[0])
+        if tags.get(REBOOT_KEY_TAG) == idempotency_key:
+            return reboot_receipt(pool, node, instance, tags.get(REBOOT_AT_TAG, ""))
+        requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
+        self._aws(
+            f"tag instance {instance}",
+            self._ec2.create_tags,
+            pool,
+            Resources=[instance],
+            Tags=[
+                {"Key": REBOOT_KEY_TAG, "Value": idempotency_key},
+                {"Key": REBOOT_AT_TAG, "Value": requested},
+            ],
         )
+        try:
+            self._ec2.reboot_instances(InstanceIds=[instance])
+        except ClientError as exc:
+            # EC2 answered no: nothing rebooted, so a retry of this key must ask again.
+            self._aws(
+                f"untag instance {instance}",
+                self._ec2.delete_tags,
+                pool,
+                Resources=[instance],
+                Tags=[{"Key": REBOOT_KEY_TAG}, {"Key": REBOOT_AT_TAG}],
+            )
+            raise wrap_client_error(exc, f"reboot instance {instance}", pool) from exc
+        except BotoCoreError as exc:
+            raise wrap_client_error(exc, f"reboot instance {instance}", pool) from exc
+        return reboot_receipt(pool, node, instance, requested)
 
     # -- reading AWS -------------------------------------------------------------------------
 

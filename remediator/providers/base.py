@@ -51,11 +51,13 @@ class CapacityExhausted(ReplacementHeld):
 
 @dataclass(frozen=True)
 class RebootReceipt:
-    """The provider accepted a reboot; the Node's new boot id tells when it happened."""
+    """The provider accepted a reboot; the Node's new boot id tells when it happened. `detail`
+    names it in the provider's own terms (instance, operation, Machine)."""
 
     id: str
     pool: str
     node: str
+    detail: Mapping[str, str] = field(default_factory=dict)
 
 
 class RebootUnsupported(PermanentError):

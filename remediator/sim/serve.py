@@ -213,7 +213,7 @@ def serve(options: ServeOptions) -> int:
         if options.cloud == "aws":
             from remediator.sim.cloud.aws import start_aws  # moto: only when asked for
 
-            aws = start_aws(cluster, options.provision_delay)
+            aws = start_aws(cluster, options.provision_delay, reboot=cloud.reboot)
             stops.append(aws.stop)
             socks["aws_url"] = bind(options.host, 0)
             urls["aws_url"] = url_of(socks["aws_url"])
@@ -222,12 +222,12 @@ def serve(options: ServeOptions) -> int:
         elif options.cloud == "clusterapi":
             from remediator.sim.cloud.clusterapi import provider_setting, start_clusterapi
 
-            start_clusterapi(cluster, options.provision_delay)
+            start_clusterapi(cluster, options.provision_delay, reboot=cloud.reboot)
             provider = provider_setting()
         elif options.cloud == "gce":
             from remediator.sim.cloud.gce import start_gce
 
-            gce = start_gce(cluster, options.provision_delay)
+            gce = start_gce(cluster, options.provision_delay, reboot=cloud.reboot)
             socks["gce_url"] = bind(options.host, 0)
             urls["gce_url"] = url_of(socks["gce_url"])
             apps["gce_url"] = gce.app

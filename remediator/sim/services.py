@@ -4,6 +4,7 @@ loopback ports. All three share one state, so a fault injected through one shows
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class CloudApps:
     nodepool: ASGIApp  # the cloud node-pool REST API (contract in docs/nodepool-api.yaml)
     metrics: ASGIApp  # GET /metrics: DCGM exporter + node_exporter infiniband series
     inject: ASGIApp  # POST fault injection endpoints
+    reboot: Callable[[str], None]  # power-cycle one node: what a cloud's reboot call does
 
 
 def build_cloud_apps(
@@ -61,4 +63,5 @@ def build_cloud_apps(
         nodepool=build_nodepool_app(nodepool, reboots.handle),
         metrics=build_metrics_app(telemetry),
         inject=build_inject_app(injector, kube_faults or KubeFaults()),
+        reboot=repairs.reboot,
     )

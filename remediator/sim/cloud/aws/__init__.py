@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,12 @@ class SimAws:
         self.moto.stop()
 
 
-def start_aws(cluster: SimCluster, provision_delay: float) -> SimAws:
+def start_aws(
+    cluster: SimCluster,
+    provision_delay: float,
+    reboot: Callable[[str], None] | None = None,
+) -> SimAws:
+    """`reboot` power-cycles a node by name: what EC2 RebootInstances does to its instance."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
@@ -43,4 +49,4 @@ def start_aws(cluster: SimCluster, provision_delay: float) -> SimAws:
     fleet = SimAwsFleet(cluster, moto_url, provision_delay)
     fleet.bootstrap()
     fleet.start()
-    return SimAws(build_aws_app(fleet, moto_url), fleet, moto)
+    return SimAws(build_aws_app(fleet, moto_url, reboot), fleet, moto)

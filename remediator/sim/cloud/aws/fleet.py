@@ -166,6 +166,11 @@ class SimAwsFleet:
         self._wear(name, instance, zone)
         log.info("sim aws: instance %s of %s registered as node %s", instance, pool, name)
 
+    def node_of(self, instance: str) -> str | None:
+        """The Node an instance registered as, if it did."""
+        with self._lock:
+            return self._nodes.get(instance)
+
     # -- faults ------------------------------------------------------------------------------
 
     def set_spare(self, pool: str, spare: int) -> None:

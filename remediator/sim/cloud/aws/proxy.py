@@ -7,6 +7,9 @@ Faults are set with `POST /_sim/faults`:
 - `{"type": "never_ready", "count": N}`: the next N launched instances register a Node that never
   turns Ready;
 - `{"type": "spare_capacity", "pool": P, "spare": N}`: the group's MaxSize becomes desired + N.
+
+`RebootInstances` that moto accepted also reboots each instance's Node (NotReady for the reboot
+time, back with a new boot id): moto only keeps the instance `running`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -62,7 +66,18 @@ def error_xml(service: str, code: str, message: str) -> str:
     )
 
 
-def build_aws_app(fleet: SimAwsFleet, moto_url: str) -> Starlette:
+def reboot_targets(body: str) -> list[str]:
+    """The instance ids of a query-protocol `RebootInstances` call (`InstanceId.N`)."""
+    params = parse_qs(body)
+    if (params.get("Action") or [""])[0] != "RebootInstances":
+        return []
+    found = sorted(params.items())
+    return [v for key, values in found if key.startswith("InstanceId.") for v in values]
+
+
+def build_aws_app(
+    fleet: SimAwsFleet, moto_url: str, reboot: Callable[[str], None] | None = None
+) -> Starlette:
     throttle = Throttle()
     lock = threading.Lock()
     client = httpx.AsyncClient(base_url=moto_url, timeout=30.0)
@@ -116,6 +131,11 @@ def build_aws_app(fleet: SimAwsFleet, moto_url: str) -> Starlette:
         out: dict[str, Any] = {
             k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS
         }
+        if upstream.status_code == 200 and reboot is not None:
+            for instance in reboot_targets(body.decode(errors="replace")):
+                node = fleet.node_of(instance)
+                if node is not None:
+                    reboot(node)
         return Response(upstream.content, status_code=upstream.status_code, headers=out)
 
     return Starlette(
