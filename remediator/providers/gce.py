@@ -12,6 +12,12 @@ recreates twice. The operation id is `PROJECT/ZONE/GROUP/INSTANCE/OPERATION`. Th
 DONE once the MIG accepted the request; the work shows in the managed instance's `currentAction`
 (RECREATING → CREATING → NONE with `instanceStatus` RUNNING), and the replacement succeeds when a
 Node of that name created after the request is Ready.
+
+Reboot is `instances.reset` of the node's VM (a hard power-cycle), with a `requestId` from the
+key, so a repeat returns the first operation and never resets twice (Compute Engine keeps request
+ids for at least 60 minutes, far longer than a reboot step). The provider follows the zonal
+operation with `zoneOperations.wait` itself: the client's own ExtendedOperation polls through an
+operations client that ignores `api_endpoint`.
 """
 
 from __future__ import annotations
@@ -79,8 +85,10 @@ class GceProvider:
         groups: dict[str, str] | None = None,
         launch_timeout: float = 900.0,
         now: Callable[[], datetime] = utcnow,
+        instances: Any = None,
     ) -> None:
         self._kube = kube
+        self._instances = instances
         self._igms = igms
         self._ops = operations
         self._project = project
@@ -106,6 +114,7 @@ class GceProvider:
             project=settings.project,
             groups=settings.groups,
             launch_timeout=settings.launch_timeout_seconds,
+            instances=compute_v1.InstancesClient(**kwargs),
         )
 
     def _call(self, what: str, call: Callable[..., Any], **kwargs: Any) -> Any:
@@ -201,9 +210,43 @@ class GceProvider:
         return None
 
     def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
-        """Not wired yet (instances.reset would do it): the repair step reboots the host with a
-        privileged Job instead."""
-        raise RebootUnsupported(f"the GCE provider has no reboot call yet ({node} in {pool})")
+        """`instances.reset` of the node's VM, once per key (its requestId); waits for the
+        operation: DONE means the VM was power-cycled, an error on it stops the step."""
+        if self._instances is None:
+            raise RebootUnsupported(f"no Compute Engine instances client ({node} in {pool})")
+        project, zone, instance = parse_provider_id(self._kube.get_node(node).provider_id)
+        request = compute_v1.ResetInstanceRequest(
+            project=project,
+            zone=zone,
+            instance=instance,
+            request_id=request_id(idempotency_key),
+        )
+        op = self._call(f"reset {instance}", self._instances.reset_unary, request=request)
+        if op.status != compute_v1.Operation.Status.DONE:
+            op = self._call(
+                f"wait for reset {op.name}",
+                self._ops.wait,
+                project=project,
+                zone=zone,
+                operation=op.name,
+            )
+        errors = list(op.error.errors) if op.error and op.error.errors else []
+        if errors:
+            text = "; ".join(f"{e.code}: {e.message}" for e in errors)
+            raise PermanentError(f"GCE: reset {instance} failed: {text}")
+        if op.status != compute_v1.Operation.Status.DONE:
+            raise TransientError(f"GCE: reset {instance} ({op.name}) is still {op.status.name}")
+        return RebootReceipt(
+            id=op.name,
+            pool=pool,
+            node=node,
+            detail={
+                "call": "compute.instances.reset",
+                "instance": instance,
+                "zone": zone,
+                "operation": op.name,
+            },
+        )
 
     # -- reading -----------------------------------------------------------------------------
 

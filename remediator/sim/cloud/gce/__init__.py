@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +29,13 @@ class SimGceCloud:
         }
 
 
-def start_gce(cluster: SimCluster, provision_delay: float) -> SimGceCloud:
-    service = SimGce(cluster, provision_delay)
+def start_gce(
+    cluster: SimCluster,
+    provision_delay: float,
+    reboot: Callable[[str], None] | None = None,
+) -> SimGceCloud:
+    """`reboot` power-cycles a node by name: what instances.reset does to its VM."""
+    service = SimGce(cluster, provision_delay, reboot=reboot)
     service.bootstrap()
     cluster.on_tick(service.tick)
     return SimGceCloud(build_gce_app(service), service)

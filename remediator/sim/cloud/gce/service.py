@@ -13,6 +13,10 @@ Faults (`POST /_sim/faults`): `{"type": "throttle", "count": N}` answers the nex
 `rateLimitExceeded`; `{"type": "capacity", "count": N}` leaves the next N recreated instances
 CREATING with a `ZONE_RESOURCE_POOL_EXHAUSTED` last attempt; `{"type": "never_ready", "count": N}`
 registers their Nodes but never Ready.
+
+`instances.reset` power-cycles one VM: a zonal Operation of type "reset" answers RUNNING (a
+`requestId` seen before returns the same operation and resets nothing), the VM's Node goes
+NotReady for the reboot time and comes back with a new boot id, and the operation reads DONE.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -79,6 +84,7 @@ class SimGce:
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_request: dict[str, str] = field(default_factory=dict)
     templates: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
+    reboot: Callable[[str], None] | None = None  # power-cycles a node: what a reset does
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(4_000_000_001))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -180,6 +186,43 @@ class SimGce:
                 self.by_request[request_id] = name
             return op
 
+    def reset(self, name: str, request_id: str | None) -> dict[str, Any] | None:
+        """Power-cycle a RUNNING instance once per requestId; None when there is no such VM,
+        ValueError when it is not running (GCE: `resourceNotReady`)."""
+        now = datetime.now(UTC)
+        with self._lock:
+            if request_id and request_id in self.by_request:
+                return dict(self.ops[self.by_request[request_id]])
+            target = self.instances.get(name)
+            if target is None or self.reboot is None:
+                return None
+            if target.status != "RUNNING":
+                raise ValueError(f"instance {name} is {target.status}")
+            op_name = f"operation-{int(now.timestamp() * 1000)}-{uuid.uuid4().hex[:12]}"
+            op = {
+                "kind": "compute#operation",
+                "id": str(next(self._ids)),
+                "name": op_name,
+                "zone": zone_url(ZONE),
+                "operationType": "reset",
+                "targetLink": f"{zone_url(ZONE)}/instances/{name}",
+                "targetId": str(target.id),
+                "status": "RUNNING",
+                "user": "anonymous",
+                "progress": 0,
+                "insertTime": rfc3339(now),
+                "startTime": rfc3339(now),
+                "selfLink": f"{zone_url(ZONE)}/operations/{op_name}",
+            }
+            self.ops[op_name] = op
+            if request_id:
+                self.by_request[request_id] = op_name
+            answer = dict(op)
+        self.reboot(name)
+        with self._lock:
+            op.update(status="DONE", progress=100, endTime=rfc3339(datetime.now(UTC)))
+        return answer
+
     def operation(self, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self.ops.get(name)
@@ -267,6 +310,21 @@ def build_gce_app(gce: SimGce) -> Starlette:
             return _error(400, "invalid", f"Instances not in the group: {exc}", "INVALID_ARGUMENT")
         return JSONResponse(op)
 
+    async def reset(request: Request) -> Response:
+        throttle = throttled()
+        if throttle:
+            return throttle
+        name = request.path_params["instance"]
+        try:
+            op = gce.reset(name, request.query_params.get("requestId"))
+        except ValueError as exc:
+            return _error(
+                400, "resourceNotReady", f"The resource is not ready: {exc}", "FAILED_PRECONDITION"
+            )
+        if op is None:
+            return missing(f"projects/{PROJECT}/zones/{ZONE}/instances/{name}")
+        return JSONResponse(op)
+
     async def get_operation(request: Request) -> Response:
         name = request.path_params["op"]
         op = gce.operation(name)
@@ -308,6 +366,7 @@ def build_gce_app(gce: SimGce) -> Starlette:
                 recreate,
                 methods=["POST"],
             ),
+            Route(f"{prefix}/instances/{{instance}}/reset", reset, methods=["POST"]),
             Route(f"{prefix}/operations", list_operations, methods=["GET"]),
             Route(f"{prefix}/operations/{{op}}", get_operation, methods=["GET"]),
             Route(f"{prefix}/operations/{{op}}/wait", get_operation, methods=["POST"]),
