@@ -71,6 +71,10 @@ class ClusterApiProviderSettings(BaseModel):
     # a pool not listed is the MachineDeployment of the same name, in any namespace.
     deployments: dict[str, str] = Field(default_factory=dict)
     launch_timeout_seconds: float = Field(default=900.0, gt=0)
+    # Cluster API has no reboot verb: the annotation, set on the Machine, that this cluster's
+    # infrastructure provider honours as "power-cycle the host, then remove me". Unset: a
+    # privileged Job reboots the host instead.
+    reboot_annotation: str | None = None
 
 
 class GceProviderSettings(BaseModel):

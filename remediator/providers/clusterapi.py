@@ -12,6 +12,12 @@ Node is Ready. Machines paused or opted out of remediation are held with the rea
 control-plane Machine is never deleted.
 
 Operation ids are `<namespace>/<machineset>/<old machine>`.
+
+Cluster API has no reboot verb. Where the infrastructure provider honours a reboot annotation
+(`reboot_annotation`, e.g. Metal3's `reboot.metal3.io` on a BareMetalHost), reboot sets it on the
+Machine in one patch with our key: a repeated key finds the key there and never asks again. The
+infrastructure provider power-cycles the host and removes its annotation; the key stays as the
+record. Without the setting, or on a paused Machine, RebootUnsupported: a Job reboots the host.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ SET_LABEL = "cluster.x-k8s.io/set-name"
 KEY_ANNOTATION = "remediator.io/remediation-key"
 REPLACES = "remediator.io/replaces"
 RECORD_PREFIX = "replacement.remediator.io/"
+REBOOT_KEY_ANNOTATION = "remediator.io/reboot-key"
+REBOOT_AT_ANNOTATION = "remediator.io/reboot-requested-at"
 
 JSON = dict[str, Any]
 
@@ -101,8 +109,10 @@ class ClusterApiProvider:
         deployments: Mapping[str, str] | None = None,
         launch_timeout: float = 900.0,
         now: Callable[[], datetime] = utcnow,
+        reboot_annotation: str | None = None,
     ) -> None:
         self._kube = kube
+        self._reboot_annotation = reboot_annotation
         self._deployments = dict(deployments or {})
         self._launch_timeout = launch_timeout
         self._now = now
@@ -115,6 +125,7 @@ class ClusterApiProvider:
             kube,
             deployments=settings.deployments,
             launch_timeout=settings.launch_timeout_seconds,
+            reboot_annotation=settings.reboot_annotation,
         )
 
     # -- reading -----------------------------------------------------------------------------
@@ -286,8 +297,43 @@ class ClusterApiProvider:
         return surge if surge else None
 
     def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
-        """Not wired yet (a reboot remediation template would do it): the repair step reboots
-        the host with a privileged Job instead."""
-        raise RebootUnsupported(
-            f"the Cluster API provider has no reboot call yet ({node} in {pool})"
+        """The reboot annotation on the node's Machine, once per key (module docstring)."""
+        annotation = self._reboot_annotation
+        if not annotation:
+            raise RebootUnsupported(
+                f"Cluster API has no reboot verb and no reboot_annotation is set ({node} in {pool})"
+            )
+        annotations = self._kube.get_node(node).annotations
+        name = annotations.get(MACHINE_ANNOTATION)
+        if not name:
+            raise PermanentError(f"node {node} has no {MACHINE_ANNOTATION} annotation")
+        namespace = annotations.get(NAMESPACE_ANNOTATION, "default")
+        machine = self._get("machines", namespace, name)
+        if machine is None:
+            raise NotFoundError(f"Machine {namespace}/{name} of node {node} does not exist")
+        mine = _annotations(machine)
+        if mine.get(REBOOT_KEY_ANNOTATION) != idempotency_key:
+            if PAUSED in mine:
+                raise RebootUnsupported(
+                    f"Machine {namespace}/{name} is paused: no controller would act on {annotation}"
+                )
+            requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
+            patch = {annotation: "", REBOOT_KEY_ANNOTATION: idempotency_key}
+            patch[REBOOT_AT_ANNOTATION] = requested
+            self._kube.patch_custom(
+                GV, "machines", namespace, name, {"metadata": {"annotations": patch}}
+            )
+        else:
+            requested = mine.get(REBOOT_AT_ANNOTATION, "")
+        return RebootReceipt(
+            id=f"{namespace}/{name}/{requested}",
+            pool=pool,
+            node=node,
+            detail={
+                "call": "clusterapi:reboot-annotation",
+                "machine": name,
+                "namespace": namespace,
+                "annotation": annotation,
+                "requested_at": requested,
+            },
         )

@@ -171,7 +171,7 @@ def test_clusterapi_replaces_the_machine_and_holds_a_paused_one(
     tmp_path: Path,
 ) -> None:
     sim = sim_factory(nodes=5, provision_delay=0.5, cloud="clusterapi")
-    assert sim.provider == {"type": "clusterapi"}
+    assert sim.provider == {"type": "clusterapi", "reboot_annotation": "reboot.sim.x-k8s.io"}
     before = {m["metadata"]["name"] for m in machines(sim)}
     # A paused Machine: Cluster API would not replace it, so the remediation holds.
     sim.kubectl(

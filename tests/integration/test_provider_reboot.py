@@ -147,11 +147,11 @@ def test_clusterapi_reboots_through_the_machine_annotation_once_per_key(
     kube = kube_of(sim)
     node = node_of(sim)
     with pytest.raises(RebootUnsupported):
-        provider_of(sim, kube).reboot(POOL, node, "rem-3-reboot-0", "XID 79")
-    provider = provider_of(sim, kube, reboot_annotation="reboot.sim.x-k8s.io")
+        provider_of(sim, kube, reboot_annotation=None).reboot(POOL, node, "rem-3-reboot-0", "")
+    provider = provider_of(sim, kube)
     detail = reboot_once_per_key(sim, provider, node)
     assert detail["annotation"] == "reboot.sim.x-k8s.io"
     machine = json.loads(sim.kubectl("get", "machines", detail["machine"], "-o", "json"))
     annotations = machine["metadata"]["annotations"]
     assert "reboot.sim.x-k8s.io" not in annotations  # the infrastructure provider took it
-    assert annotations["remediator.io/reboot-key"] == "rem-3-reboot-0"
+    assert annotations["remediator.io/reboot-key"] == "rem-1-reboot-0"

@@ -6,11 +6,15 @@ the provision delay (phase Running, `nodeRef` set), and a deleted Machine's Node
 
 It runs on the cluster's tick; the objects are served by the simulated API server as the CRDs
 would serve them (discovery, list, watch, get, patch, delete), so kubectl works against them.
+
+The simulated infrastructure provider honours `reboot.sim.x-k8s.io` on a Machine the way Metal3
+honours `reboot.metal3.io` on a BareMetalHost: it power-cycles the host and removes the annotation.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -25,6 +29,7 @@ MACHINESETS = "cluster.x-k8s.io/machinesets"
 DEPLOYMENTS = "cluster.x-k8s.io/machinedeployments"
 NAMESPACE = "default"
 CLUSTER = "sim"
+REBOOT_ANNOTATION = "reboot.sim.x-k8s.io"
 
 
 def _labels(pool: str, machineset: str) -> dict[str, str]:
@@ -72,6 +77,7 @@ class SimClusterApi:
     cluster: SimCluster
     provision_delay: float
     max_surge: int = 1
+    reboot: Callable[[str], None] | None = None  # power-cycles a node by name
     _due: dict[str, datetime] = field(default_factory=dict)  # machine → when its node registers
     _nodes: dict[str, str] = field(default_factory=dict)  # machine → its node
     _templates: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
@@ -157,6 +163,24 @@ class SimClusterApi:
         for ms in store.list(MACHINESETS)[0]:
             self._scale(ms, [m for m in machines if self._owned(m, ms)], now)
         self._register(now)
+        self._reboot_annotated(machines)
+
+    def _reboot_annotated(self, machines: list[Obj]) -> None:
+        """Power-cycle the host of each Machine carrying the reboot annotation, then drop it."""
+        if self.reboot is None:
+            return
+        for m in machines:
+            if REBOOT_ANNOTATION not in (m["metadata"].get("annotations") or {}):
+                continue
+            name = m["metadata"]["name"]
+
+            def taken(obj: Obj) -> None:
+                (obj["metadata"].get("annotations") or {}).pop(REBOOT_ANNOTATION, None)
+
+            self.cluster.store.mutate(MACHINES, m["metadata"]["namespace"], name, taken)
+            node = ((m.get("status") or {}).get("nodeRef") or {}).get("name")
+            if node and self.cluster.store.find("nodes", "", node) is not None:
+                self.reboot(node)
 
     @staticmethod
     def _owned(m: Obj, ms: Obj) -> bool:
