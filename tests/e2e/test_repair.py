@@ -7,7 +7,8 @@ API as the node agent would.
 - a persistent XID 79 → reboot → diagnose fails → replace: succeeded (replaced);
 - a transient XID 95 on GPU 3 → drain → reset GPU 3 only → diagnose → uncordon;
 - the third reboot of one node within the window goes straight to replace;
-- SIGKILL during the reboot wait: the restarted controller waits for that reboot, one reboot.
+- SIGKILL during the reboot wait: the restarted controller waits for that reboot, one reboot;
+- on Compute Engine (`sim serve --cloud gce`), the reboot is the provider's `instances.reset`.
 """
 
 from __future__ import annotations
@@ -319,3 +320,47 @@ def test_sigkill_during_the_gpu_reset_resumes_without_a_second_reset(flow: Flow)
         )
     )["items"]
     assert [j["metadata"]["name"] for j in jobs] == [f"remediator-reset-gpu-{done.id}-0-gpu3"]
+
+
+@pytest.fixture
+def gce_flow(
+    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+) -> Iterator[Flow]:
+    sim = sim_factory(nodes=6, provision_delay=0.5, reboot_delay=2.0, cloud="gce")
+    running = Flow(sim, tmp_path, migrated_database_url)
+    yield running
+    running.controller.stop()
+
+
+def test_transient_xid_79_on_gce_is_repaired_by_an_instance_reset(gce_flow: Flow) -> None:
+    flow = gce_flow
+    node = train(flow, 0)
+    flow.inject(node, "--gpu", "0", "--xid", "79")
+    flow.push_xid(node, 0, 79)
+    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    assert done.state is State.SUCCEEDED, (done.error, actions(done))
+    assert done.outcome == "repaired" and done.new_node is None
+    steps = actions(done)
+    assert steps.count("reboot_requested") == 1 and steps.count("reboot_accepted") == 1
+    for step in ("reboot_done", "diagnose_done", "uncordon_done"):
+        assert step in steps
+    accepted = next(e for e in done.events if e.action == "reboot_accepted")
+    assert accepted.detail["via"] == "provider"
+    assert accepted.detail["call"] == "compute.instances.reset"
+    assert accepted.detail["instance"] == node
+    assert accepted.detail["operation"].startswith("operation-")
+    assert accepted.detail["reboot_id"] == accepted.detail["operation"]
+    operations = httpx.get(
+        f"{flow.sim.gce_url}/compute/v1/projects/sim-project/zones/sim-central1-a/operations",
+        timeout=5,
+    ).json()["items"]
+    resets = [op for op in operations if op["operationType"] == "reset"]
+    assert [op["name"] for op in resets] == [accepted.detail["operation"]]
+    assert resets[0]["targetLink"].endswith(f"/instances/{node}") and resets[0]["status"] == "DONE"
+    assert not json.loads(
+        flow.sim.kubectl(
+            "get", "jobs", "-n", "remediator", "-l", "remediator.io/step=reboot", "-o", "json"
+        )
+    )["items"]
+    assert back_in_service(flow, node)
+    assert flow.reboots_seen(node) == 1
