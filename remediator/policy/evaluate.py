@@ -5,12 +5,13 @@ result, so the controller can persist it or hand it back next cycle."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Literal
 
 from remediator.policy.durations import format_duration
+from remediator.policy.fallbacks import Fallback, fallback_chain
 from remediator.policy.schema import GlobalSettings, Policy, Step, Threshold
 from remediator.signals.dedup import COUNTER_KINDS
 from remediator.signals.model import Signal, SignalKind
@@ -95,6 +96,8 @@ class Decision:
     reason: str
     decided_at: datetime
     on_failure: str | None = None
+    # The ladders a failed repair goes on to, resolved now: the remediation stores them.
+    fallbacks: tuple[Fallback, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,8 @@ def evaluate(
             by_name[name], node, hit, events.get((name, node), ()), history, now, settings
         )
         if decision is not None:
-            per_node.setdefault(node, []).append(decision)
+            chain = fallback_chain(by_name[name], by_name)
+            per_node.setdefault(node, []).append(replace(decision, fallbacks=chain))
     winners = [min(found, key=lambda d: (-d.priority, d.policy)) for found in per_node.values()]
     winners.sort(key=lambda d: (-d.priority, d.node))
     return Evaluation(tuple(winners), EvalState(streaks, events))

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from remediator.clock import utcnow
 from remediator.errors import PolicyError
+from remediator.policy.fallbacks import fallback_problems
 from remediator.policy.schema import GlobalSettings, Policy, PolicyFile
 from remediator.signals import xid
 from remediator.signals.model import SignalKind
@@ -92,6 +93,7 @@ def load_policy_dir(
     policies: list[Policy] = []
     origins: dict[str, Origin] = {}
     first_seen: dict[str, str] = {}
+    fallback_at: dict[str, str] = {}
     settings = GlobalSettings()
     for path in policy_files(directory):
         name = path.name
@@ -129,6 +131,8 @@ def load_policy_dir(
             if not isinstance(policy, Policy):
                 continue
             policies.append(policy)
+            at = _line_of(node, ("policies", index, "on_failure"))
+            fallback_at[policy.name] = f"{name}:{at}: {where}.on_failure"
             item = _child(node, ("policies", index))
             if item is not None:
                 origins[policy.name] = Origin(
@@ -142,6 +146,7 @@ def load_policy_dir(
                             f"{name}:{at}: {where}.match.codes[{i}]: XID {code} is not in the "
                             "catalog"
                         )
+    problems.extend(fallback_problems(policies, fallback_at))
     if not texts:
         problems.append(f"{directory}: no policy files (*.yaml)")
     if problems:

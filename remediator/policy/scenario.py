@@ -80,7 +80,7 @@ class TimelineEntry(_Strict):
 class Expectation(_Strict):
     """`policy: none` means no decision at all for the node at that moment. `ladder`, when
     given, is the decision's steps as the engine will run them (notify left out), a fallback
-    written `replace (on failure)`."""
+    written `replace (on failure)`, a named fallback ladder's steps `reboot (on failure: NAME)`."""
 
     at: Duration
     node: str
@@ -213,10 +213,16 @@ def _signal(spec: SignalSpec, at: datetime) -> Signal:
 def ladder_names(decision: Decision) -> list[str]:
     """The decision's ladder as stored on its remediation, in the scenario files' words."""
     return [
-        f"{step.action} (on failure)" if step.fallback else step.action
-        for step in ladder_from_policy(decision.actions, decision.on_failure)
+        _rung_name(step.action, step.fallback, step.ladder)
+        for step in ladder_from_policy(decision.actions, decision.on_failure, decision.fallbacks)
         if step.action != "notify"
     ]
+
+
+def _rung_name(action: str, fallback: bool | None, ladder: str | None) -> str:
+    if not fallback:
+        return action
+    return f"{action} (on failure: {ladder})" if ladder else f"{action} (on failure)"
 
 
 def _check(name: str, expectation: Expectation, admission: Admission) -> Outcome:

@@ -220,6 +220,16 @@ STEP_ORDER = (
     "replace",
 )
 REPAIR_STEPS = frozenset({"reset_gpu", "reboot", "diagnose"})
+REPLACE = "replace"  # `on_failure: replace`: the replace step, not a policy of that name
+
+
+def fallback_steps(actions: list[Step]) -> list[Step]:
+    """What a ladder contributes as another policy's `on_failure`: its steps from its first
+    repair or replace step on (the node is fenced and drained already; notify is left out)."""
+    starts = [i for i, s in enumerate(actions) if s.action in REPAIR_STEPS | {REPLACE}]
+    if not starts:
+        return []
+    return [s for s in actions[starts[0] :] if s.action != "notify"]
 
 
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -254,8 +264,10 @@ class Policy(_Strict):
     # holds it, since then the signals themselves are suspect.
     while_queued: Literal["cordon", "nothing"] = "cordon"
     # Where a failed repair goes (reset, reboot or diagnostics failed, or the reboot cap was
-    # reached): `replace` the node instead of ending failed.
-    on_failure: Literal["replace"] | None = None
+    # reached) instead of ending failed: `replace` the node, or the name of another policy whose
+    # ladder continues from its first repair or replace step (checked by the loader: it exists,
+    # and the chain has no cycle).
+    on_failure: Annotated[str, AfterValidator(_policy_name)] | None = None
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
@@ -291,7 +303,9 @@ class Policy(_Strict):
             if not steps & REPAIR_STEPS:
                 raise ValueError("on_failure needs a reset_gpu, reboot or diagnose step to follow")
             if "replace" in steps:
-                raise ValueError("on_failure: replace and a replace step: use one of them")
+                raise ValueError("on_failure and a replace step: use one of them")
+            if self.on_failure == self.name:
+                raise ValueError("on_failure names this policy itself: a fallback loop")
         return self
 
     @property

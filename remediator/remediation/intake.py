@@ -171,7 +171,10 @@ def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
         reason=decision.reason,
         signals=decision.signals,
         ladder=[
-            step.to_json() for step in ladder_from_policy(decision.actions, decision.on_failure)
+            step.to_json()
+            for step in ladder_from_policy(
+                decision.actions, decision.on_failure, decision.fallbacks
+            )
         ],
         pool=decision.pool or None,
         policy_priority=decision.priority,

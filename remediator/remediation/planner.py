@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
@@ -79,6 +79,8 @@ class LadderStep:
     limit: int | None = None  # reboot: at most this many reboots of the node within the window
     window_seconds: float | None = None
     fallback: bool | None = None  # only taken when a repair fails (`on_failure`)
+    stage: int | None = None  # which fallback in a chain (a fallback without one is the first)
+    ladder: str | None = None  # the policy a named fallback's steps come from
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -96,6 +98,8 @@ class LadderStep:
             limit=_int(raw.get("limit")),
             window_seconds=_float(raw.get("window_seconds")),
             fallback=bool(raw["fallback"]) if raw.get("fallback") is not None else None,
+            stage=_int(raw.get("stage")),
+            ladder=raw.get("ladder"),
         )
 
 
@@ -107,33 +111,43 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _rung(step: Step) -> LadderStep:
+    # A checkpoint step's grace is its max_grace (the drain's stays `grace`).
+    grace = getattr(step, "max_grace", None) or getattr(step, "grace", None)
+    floor = step.floor if isinstance(step, Checkpoint) else None
+    timeout = getattr(step, "timeout", None)
+    window = getattr(step, "window", None)
+    return LadderStep(
+        action=step.action,
+        grace_seconds=grace.total_seconds() if grace is not None else None,
+        min_grace_seconds=floor.total_seconds() if floor is not None else None,
+        timeout_seconds=timeout.total_seconds() if timeout is not None else None,
+        on_timeout=getattr(step, "on_timeout", None),
+        message=getattr(step, "message", None),
+        level=getattr(step, "level", None),
+        limit=getattr(step, "max_reboots", None),
+        window_seconds=window.total_seconds() if window is not None else None,
+    )
+
+
 def ladder_from_policy(
-    actions: Sequence[Step], on_failure: str | None = None
+    actions: Sequence[Step],
+    on_failure: str | None = None,
+    fallbacks: Sequence[tuple[str, Sequence[Step]]] = (),
 ) -> tuple[LadderStep, ...]:
-    """The ladder as stored on a remediation; `on_failure: replace` becomes a trailing fallback
-    replace step, taken only when a repair fails."""
-    steps = []
-    for step in actions:
-        # A checkpoint step's grace is its max_grace (the drain's stays `grace`).
-        grace = getattr(step, "max_grace", None) or getattr(step, "grace", None)
-        floor = step.floor if isinstance(step, Checkpoint) else None
-        timeout = getattr(step, "timeout", None)
-        window = getattr(step, "window", None)
-        steps.append(
-            LadderStep(
-                action=step.action,
-                grace_seconds=grace.total_seconds() if grace is not None else None,
-                min_grace_seconds=floor.total_seconds() if floor is not None else None,
-                timeout_seconds=timeout.total_seconds() if timeout is not None else None,
-                on_timeout=getattr(step, "on_timeout", None),
-                message=getattr(step, "message", None),
-                level=getattr(step, "level", None),
-                limit=getattr(step, "max_reboots", None),
-                window_seconds=window.total_seconds() if window is not None else None,
-            )
-        )
-    if on_failure == "replace":
-        steps.append(LadderStep("replace", fallback=True))
+    """The ladder as stored on a remediation. Each fallback (`on_failure`, resolved into
+    `fallbacks` when it names other policies) trails it as steps taken only when a repair fails:
+    `replace` as one fallback replace step, a named ladder as its steps with their stage."""
+    steps = [_rung(step) for step in actions]
+    if not fallbacks and on_failure == "replace":
+        fallbacks = (("replace", ()),)
+    for index, (name, following) in enumerate(fallbacks, start=1):
+        if name == "replace":
+            stage = None if index == 1 else index
+            steps.append(LadderStep("replace", fallback=True, stage=stage))
+            continue
+        for step in following:
+            steps.append(replace(_rung(step), fallback=True, stage=index, ladder=name))
     return tuple(steps)
 
 
@@ -169,9 +183,35 @@ def step_of(ladder: Sequence[LadderStep], action: str) -> LadderStep | None:
     return next((s for s in ladder if s.action == action and not s.fallback), None)
 
 
+def _stage(step: LadderStep) -> int:
+    if not step.fallback:
+        return 0
+    return step.stage or 1
+
+
 def escalates(ladder: Sequence[LadderStep]) -> bool:
-    """A failed repair goes on to a replacement instead of ending failed."""
-    return any(s.fallback and s.action == "replace" for s in ladder)
+    """A failed repair goes on to a fallback (a replacement or a named ladder) instead of ending
+    failed."""
+    return any(_stage(s) == 1 for s in ladder)
+
+
+def escalation_name(ladder: Sequence[LadderStep]) -> str:
+    """What a failed repair escalates to: "replace" or the named ladder's policy."""
+    first = [s for s in ladder if _stage(s) == 1]
+    return next((s.ladder for s in first if s.ladder), "replace")
+
+
+def escalated(ladder: Sequence[LadderStep]) -> tuple[LadderStep, ...]:
+    """The ladder once a repair failed: the first fallback's steps are the ladder now, the
+    fallbacks after it move up one stage."""
+    out: list[LadderStep] = []
+    for step in ladder:
+        stage = _stage(step)
+        if stage == 1:
+            out.append(replace(step, fallback=None, stage=None, ladder=None))
+        elif stage > 1:
+            out.append(replace(step, stage=stage - 1))
+    return tuple(out)
 
 
 def notifies(ladder: Sequence[LadderStep]) -> bool:
@@ -366,9 +406,16 @@ def _fail(s: Situation, reason: str, facts: Mapping[str, Any] | None = None) -> 
     fields: dict[str, Any] = {"error": reason, "attempts": 0}
     action = f"{STEP_NAMES.get(s.state, s.state.value)}_failed"
     if s.state in REPAIR_STATES and escalates(s.ladder):
-        # The repair did not take: the node is drained already, so replace it now.
-        detail["escalated_to"] = "replace"
-        return Move(State.REPLACING, action, detail, {"attempts": 0, "error": None})
+        # The repair did not take: the node is drained already, so go on with the fallback.
+        detail["escalated_to"] = escalation_name(s.ladder)
+        if detail["escalated_to"] == "replace":
+            return Move(State.REPLACING, action, detail, {"attempts": 0, "error": None})
+        # A named ladder: it becomes the remediation's ladder, in the same write as the move.
+        after = escalated(s.ladder)
+        ladder = [step.to_json() for step in after]
+        detail["ladder"] = [step.action for step in after if not step.fallback]
+        target = work_states(after)[1]
+        return Move(target, action, detail, {"attempts": 0, "error": None, "ladder": ladder})
     if s.state is State.REPLACING:
         # A retry must ask for a new operation: this one is finished for good.
         fields["replacement_operation_id"] = None

@@ -44,7 +44,9 @@ _WORK = frozenset(
         State.VERIFYING,
     }
 )
-# A repair that fails may escalate to a replacement (`on_failure: replace`).
+# A repair that fails may escalate to a replacement (`on_failure: replace`) or to another
+# repair, the first step of a named fallback ladder (`on_failure: <policy>`).
+_REPAIR = frozenset({State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING})
 _REPAIR_END = frozenset({State.REPLACING, State.HELD, State.FAILED})
 
 TRANSITIONS: dict[State, frozenset[State]] = {
@@ -83,10 +85,12 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         }
     ),
     State.RESETTING_GPU: frozenset(
-        _REPAIR_END | {State.REBOOTING, State.DIAGNOSING, State.SUCCEEDED}
+        _REPAIR_END | _REPAIR - {State.RESETTING_GPU} | {State.SUCCEEDED}
     ),
-    State.REBOOTING: frozenset(_REPAIR_END | {State.DIAGNOSING, State.SUCCEEDED}),
-    State.DIAGNOSING: frozenset(_REPAIR_END | {State.UNCORDONING, State.SUCCEEDED}),
+    State.REBOOTING: frozenset(_REPAIR_END | _REPAIR - {State.REBOOTING} | {State.SUCCEEDED}),
+    State.DIAGNOSING: frozenset(
+        _REPAIR_END | _REPAIR - {State.DIAGNOSING} | {State.UNCORDONING, State.SUCCEEDED}
+    ),
     State.UNCORDONING: frozenset({State.SUCCEEDED, State.HELD, State.FAILED}),
     State.REPLACING: frozenset({State.VERIFYING, State.HELD, State.FAILED}),
     State.VERIFYING: frozenset({State.SUCCEEDED, State.FAILED}),

@@ -35,7 +35,8 @@ def test_a_full_repair_ladder_with_a_fallback_is_valid() -> None:
         (["cordon", "reboot", "diagnose", "uncordon"], {}, "need a drain"),
         (["cordon", "drain", "reboot", "uncordon"], {}, "uncordon needs diagnose"),
         (["cordon", "drain", "replace"], {"on_failure": "replace"}, "on_failure needs"),
-        (["cordon", "drain", "diagnose", "uncordon"], {"on_failure": "retry"}, "replace"),
+        (["cordon", "drain", "diagnose", "uncordon"], {"on_failure": "Retry!"}, "lowercase"),
+        (["cordon", "drain", "diagnose", "uncordon"], {"on_failure": "p"}, "fallback loop"),
         (["cordon", "drain", "diagnose", "reboot", "uncordon"], {}, "follow the order"),
     ],
 )
