@@ -7,6 +7,8 @@ API as the node agent would.
 - a persistent XID 79 → reboot → diagnose fails → replace: succeeded (replaced);
 - a transient XID 95 on GPU 3 → drain → reset GPU 3 only → diagnose → uncordon;
 - the third reboot of one node within the window goes straight to replace;
+- a GPU reset that fails goes on with the named fallback ladder (`on_failure: xid-79-reboot`):
+  reboot → diagnose → uncordon, repaired;
 - SIGKILL during the reboot wait: the restarted controller waits for that reboot, one reboot;
 - on Compute Engine (`sim serve --cloud gce`), the reboot is the provider's `instances.reset`.
 """
@@ -61,11 +63,11 @@ policies:
       - action: uncordon
   - name: xid-95-reset
     description: Uncontained ECC error; reset the GPU, check, return the node.
-    why: NVIDIA XID catalog, XID 95 - reset the GPU; replace when it does not recover.
+    why: NVIDIA XID catalog, XID 95 - reset the GPU; reboot when the reset fails, then replace.
     match: {kind: xid, codes: [95]}
     priority: 100
     cooldown: 1s
-    on_failure: replace
+    on_failure: xid-79-reboot
     actions:
       - action: cordon
       - action: drain
@@ -250,6 +252,26 @@ def test_transient_xid_95_resets_only_its_gpu(flow: Flow) -> None:
     )["items"]
     assert [j["metadata"]["name"] for j in jobs] == [f"remediator-reset-gpu-{done.id}-0-gpu3"]
     assert flow.reboots_seen(node) == 0
+    assert back_in_service(flow, node)
+
+
+def test_a_failed_gpu_reset_goes_on_with_the_named_reboot_ladder(flow: Flow) -> None:
+    node = train(flow, 7)
+    # The driver lost GPU 3: `nvidia-smi --gpu-reset` cannot find it, a reboot brings it back.
+    flow.inject(node, "--gpu", "3", "--gpu-missing")
+    flow.push_xid(node, 3, 95)
+    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    assert done.state is State.SUCCEEDED, (done.error, actions(done))
+    assert done.outcome == "repaired" and done.new_node is None
+    failed = next(e for e in done.events if e.action == "reset_gpu_failed")
+    assert failed.detail["escalated_to"] == "xid-79-reboot"
+    assert failed.detail["ladder"] == ["reboot", "diagnose", "uncordon"]
+    steps = actions(done)
+    after = steps[steps.index("reset_gpu_failed") :]
+    for step in ("reboot_requested", "reboot_done", "diagnose_done", "uncordon_done"):
+        assert step in after
+    assert [step["action"] for step in done.ladder] == ["reboot", "diagnose", "uncordon", "replace"]
+    assert flow.reboots_seen(node) == 1
     assert back_in_service(flow, node)
 
 
