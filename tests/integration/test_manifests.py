@@ -97,6 +97,13 @@ CLUSTER_GRANTS = {
     ("", "pods/eviction", "create"),
     ("", "events", "create"),
     ("policy", "poddisruptionbudgets", "list"),
+    # The repair steps: their Jobs, and the DCGM JSON in their pods' logs.
+    ("batch", "jobs", "create"),
+    ("batch", "jobs", "get"),
+    ("batch", "jobs", "list"),
+    ("batch", "jobs", "watch"),
+    ("batch", "jobs", "delete"),
+    ("", "pods/log", "get"),
 }
 LEASE_VERBS = {"get", "create", "update"}
 
@@ -164,9 +171,14 @@ def is_agent(obj: Obj) -> bool:
     return (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "agent"
 
 
+def is_repair(obj: Obj) -> bool:
+    return (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "repair"
+
+
 def controller_part(objects: list[Obj]) -> list[Obj]:
-    """Everything but the node agent's objects (its own account, role and DaemonSet)."""
-    return [o for o in objects if not is_agent(o)]
+    """Everything but the node agent's objects (its own account, role and DaemonSet) and the
+    repair Jobs' account."""
+    return [o for o in objects if not is_agent(o) and not is_repair(o)]
 
 
 def containers(deployment: Obj) -> list[Obj]:
@@ -264,6 +276,42 @@ def test_cluster_role_is_exactly_the_least_privilege_list(
             "namespace": account["metadata"]["namespace"],
         }
     ]
+
+
+@pytest.mark.parametrize("render", sorted(RENDERERS))
+def test_repair_jobs_get_their_own_account_with_no_grants_and_no_token(
+    rendered: dict[str, list[Obj]], render: str
+) -> None:
+    """The privileged repair Jobs run under `remediator-repair` in the controller's namespace,
+    the account the config names; nothing binds it to any role."""
+    objects = rendered[render]
+    account = only(objects, "ServiceAccount", "remediator-repair")
+    assert is_repair(account) and account["automountServiceAccountToken"] is False
+    config = yaml.safe_load(only(objects, "ConfigMap", "remediator-config")["data"]["config.yaml"])
+    assert config["repair"]["service_account"] == "remediator-repair"
+    assert config["repair"]["namespace"] == (account["metadata"].get("namespace") or "remediator")
+    bindings = by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding")
+    bound = {s["name"] for b in bindings for s in b["subjects"]}
+    assert "remediator-repair" not in bound
+    for namespace in by_kind(objects, "Namespace"):  # rendered by kustomize, and helm on request
+        labels = namespace["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+        assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_helm_repair_account_follows_the_release() -> None:
+    objects = helm_template("--namespace", "gpu-ops", "--set", "fullnameOverride=gpu-remediator")
+    account = only(objects, "ServiceAccount", "gpu-remediator-repair")
+    assert account["metadata"]["namespace"] == "gpu-ops"
+    config_map = only(objects, "ConfigMap", "gpu-remediator-config")
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["repair"] == {"namespace": "gpu-ops", "service_account": "gpu-remediator-repair"}
+    with_image = helm_template("--set", "config.repair.image=registry.example.org/dcgm:4")
+    config = yaml.safe_load(
+        only(with_image, "ConfigMap", "remediator-config")["data"]["config.yaml"]
+    )
+    assert config["repair"]["image"] == "registry.example.org/dcgm:4"
+    assert config["repair"]["service_account"] == "remediator-repair"
 
 
 @pytest.mark.parametrize("render", sorted(RENDERERS))
