@@ -10,7 +10,8 @@ API as the node agent would.
 - a GPU reset that fails goes on with the named fallback ladder (`on_failure: xid-79-reboot`):
   reboot → diagnose → uncordon, repaired;
 - SIGKILL during the reboot wait: the restarted controller waits for that reboot, one reboot;
-- on Compute Engine (`sim serve --cloud gce`), the reboot is the provider's `instances.reset`.
+- on Compute Engine and AWS (`sim serve --cloud gce|aws`), the reboot is the provider's own call
+  (`instances.reset`, EC2 `RebootInstances`), named on the timeline.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 
@@ -344,18 +346,51 @@ def test_sigkill_during_the_gpu_reset_resumes_without_a_second_reset(flow: Flow)
     assert [j["metadata"]["name"] for j in jobs] == [f"remediator-reset-gpu-{done.id}-0-gpu3"]
 
 
-@pytest.fixture
-def gce_flow(
-    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+@pytest.fixture(params=["gce", "aws"])
+def cloud_flow(
+    request: pytest.FixtureRequest,
+    sim_factory: Callable[..., SimHandle],
+    migrated_database_url: str,
+    tmp_path: Path,
 ) -> Iterator[Flow]:
-    sim = sim_factory(nodes=6, provision_delay=0.5, reboot_delay=2.0, cloud="gce")
+    sim = sim_factory(nodes=6, provision_delay=0.5, reboot_delay=2.0, cloud=request.param)
     running = Flow(sim, tmp_path, migrated_database_url)
     yield running
     running.controller.stop()
 
 
-def test_transient_xid_79_on_gce_is_repaired_by_an_instance_reset(gce_flow: Flow) -> None:
-    flow = gce_flow
+def reboot_calls(flow: Flow, node: str, detail: dict[str, Any]) -> list[str]:
+    """The cloud's own record of the reboots of `node`: GCE's reset operations, or the EC2
+    instance's reboot key (the call itself leaves no trace in EC2's API)."""
+    if flow.sim.provider["type"] == "gce":
+        operations = httpx.get(
+            f"{flow.sim.gce_url}/compute/v1/projects/sim-project/zones/sim-central1-a/operations",
+            timeout=5,
+        ).json()["items"]
+        resets = [
+            op
+            for op in operations
+            if op["operationType"] == "reset" and op["targetLink"].endswith(f"/instances/{node}")
+        ]
+        assert all(op["status"] == "DONE" for op in resets)
+        return [op["name"] for op in resets]
+    keys = flow.sim.provider["test_credentials"]
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=flow.sim.provider["endpoint_url"],
+        region_name=flow.sim.provider["region"],
+        aws_access_key_id=keys["access_key_id"],
+        aws_secret_access_key=keys["secret_access_key"],
+    )
+    found = ec2.describe_instances(InstanceIds=[detail["instance"]])["Reservations"]
+    tags = {t["Key"]: t["Value"] for t in found[0]["Instances"][0].get("Tags") or ()}
+    return [tags["remediator.io/reboot-key"]] if "remediator.io/reboot-key" in tags else []
+
+
+def test_transient_xid_79_on_a_cloud_is_repaired_by_the_providers_reboot(
+    cloud_flow: Flow,
+) -> None:
+    flow = cloud_flow
     node = train(flow, 0)
     flow.inject(node, "--gpu", "0", "--xid", "79")
     flow.push_xid(node, 0, 79)
@@ -367,22 +402,29 @@ def test_transient_xid_79_on_gce_is_repaired_by_an_instance_reset(gce_flow: Flow
     for step in ("reboot_done", "diagnose_done", "uncordon_done"):
         assert step in steps
     accepted = next(e for e in done.events if e.action == "reboot_accepted")
-    assert accepted.detail["via"] == "provider"
-    assert accepted.detail["call"] == "compute.instances.reset"
-    assert accepted.detail["instance"] == node
-    assert accepted.detail["operation"].startswith("operation-")
-    assert accepted.detail["reboot_id"] == accepted.detail["operation"]
-    operations = httpx.get(
-        f"{flow.sim.gce_url}/compute/v1/projects/sim-project/zones/sim-central1-a/operations",
-        timeout=5,
-    ).json()["items"]
-    resets = [op for op in operations if op["operationType"] == "reset"]
-    assert [op["name"] for op in resets] == [accepted.detail["operation"]]
-    assert resets[0]["targetLink"].endswith(f"/instances/{node}") and resets[0]["status"] == "DONE"
-    assert not json.loads(
-        flow.sim.kubectl(
-            "get", "jobs", "-n", "remediator", "-l", "remediator.io/step=reboot", "-o", "json"
-        )
-    )["items"]
+    detail = dict(accepted.detail)
+    assert detail["via"] == "provider"
+    if flow.sim.provider["type"] == "gce":
+        assert detail["call"] == "compute.instances.reset" and detail["instance"] == node
+        assert detail["reboot_id"] == detail["operation"]
+        shown = [detail["call"], detail["operation"]]
+        assert reboot_calls(flow, node, detail) == [detail["operation"]]
+    else:
+        provider_id = (flow.node(node) or {})["spec"]["providerID"]
+        assert detail["call"] == "ec2:RebootInstances"
+        assert detail["instance"] == provider_id.rsplit("/", 1)[-1] == detail["reboot_id"]
+        shown = [detail["call"], detail["instance"]]
+        assert reboot_calls(flow, node, detail) == [f"{done.idempotency_key}-reboot-0"]
+    jobs = flow.sim.kubectl(
+        "get", "jobs", "-n", "remediator", "-l", "remediator.io/step=reboot", "-o", "json"
+    )
+    assert not json.loads(jobs)["items"]
     assert back_in_service(flow, node)
     assert flow.reboots_seen(node) == 1
+    # The console's timeline names the provider's reboot.
+    page = httpx.get(
+        f"{flow.controller.web_url}/remediations/{done.id}", headers=OPERATOR, timeout=10
+    )
+    assert page.status_code == 200, page.text[:300]
+    for text in (*shown, "repaired"):
+        assert text in page.text, text
