@@ -140,6 +140,23 @@ def test_gce_resets_the_instance_once_per_key(
     assert detail["call"] == "compute.instances.reset"
 
 
+def test_gce_reset_throttled_can_be_asked_again(
+    sim_factory: Callable[..., SimHandle], kube_of: Callable[[SimHandle], KubeClient]
+) -> None:
+    """A 429 before Compute Engine took the request: nothing reset, the retry resets once."""
+    sim = sim_factory(nodes=4, provision_delay=0.5, cloud="gce", reboot_delay=1.0)
+    kube = kube_of(sim)
+    node = node_of(sim, 1)
+    provider = provider_of(sim, kube)
+    fault = {"type": "throttle", "count": 1}
+    httpx.post(f"{sim.gce_url}/_sim/faults", json=fault, timeout=10).raise_for_status()
+    before, _ = boot_state(sim, node)
+    with pytest.raises(TransientError, match="429"):
+        provider.reboot(POOL, node, "rem-1-reboot-0", "XID 79")
+    assert boot_state(sim, node) == (before, "True")
+    reboot_once_per_key(sim, provider, node)
+
+
 def test_clusterapi_reboots_through_the_machine_annotation_once_per_key(
     sim_factory: Callable[..., SimHandle], kube_of: Callable[[SimHandle], KubeClient]
 ) -> None:
