@@ -118,6 +118,7 @@ class Progress:
     failed_launch: str | None  # the group's latest failed launch since the request
     now: datetime
     launch_timeout: float
+    launch_activity: str | None = None  # the scaling activity that launched it, or that failed
 
 
 def judge(p: Progress) -> Operation:
@@ -128,6 +129,8 @@ def judge(p: Progress) -> Operation:
     facts = {"auto_scaling_group": p.group, "old_instance": p.old}
     if p.new_instance:
         facts["new_instance"] = p.new_instance
+    if p.launch_activity:
+        facts["launch_activity"] = p.launch_activity
     base = {**base, "detail": facts}
     if p.new_node is not None and p.new_node.ready:
         return Operation(**base, state=OperationState.SUCCEEDED, new_node=p.new_node.name)
@@ -286,9 +289,10 @@ class AwsAutoScalingProvider:
         old_gone = old_state in GONE_STATES or not members.get(old, "InService").startswith(
             ("InService", "Pending")
         )
-        launched, failed = self._launches(group, requested_at)
+        launched, failed, activities = self._launches(group, requested_at)
         chosen = self._claim(old, group, requested_at, launched, members)
         new_instance = chosen.instance_id if chosen else None
+        activity = activities.get(new_instance or "") or (None if new_instance else failed[1])
         new_node = self._node_of(new_instance) if new_instance else None
         return judge(
             Progress(
@@ -299,9 +303,10 @@ class AwsAutoScalingProvider:
                 new_instance=new_instance,
                 launched_at=chosen.launched_at if chosen else None,
                 new_node=new_node,
-                failed_launch=failed,
+                failed_launch=failed[0],
                 now=self._now(),
                 launch_timeout=self._launch_timeout,
+                launch_activity=activity,
             )
         )
 
@@ -358,25 +363,32 @@ class AwsAutoScalingProvider:
             raise NotFoundError(f"Auto Scaling group {name!r} does not exist")
         return dict(groups[0])
 
-    def _launches(self, group: str, since: datetime) -> tuple[list[Candidate], str | None]:
-        """Launches since the request, from the scaling activities; the latest failed one."""
+    def _launches(
+        self, group: str, since: datetime
+    ) -> tuple[list[Candidate], tuple[str | None, str | None], dict[str, str]]:
+        """Launches since the request, from the scaling activities; the latest failed one
+        (its message and activity id); the activity id of each launched instance."""
         activities = self._aws(
             f"describe scaling activities of {group}",
             self._asg.describe_scaling_activities,
             AutoScalingGroupName=group,
         ).get("Activities", [])
         launched: list[Candidate] = []
-        failed: str | None = None
+        failed: tuple[str | None, str | None] = (None, None)
+        ids: dict[str, str] = {}
         for activity in activities:
             started = _aware(activity["StartTime"])
             match = LAUNCH_DESCRIPTION.search(str(activity.get("Description", "")))
             if started < since or not str(activity.get("Description", "")).startswith("Launching"):
                 continue
             if activity.get("StatusCode") in ("Failed", "Cancelled"):
-                failed = failed or str(activity.get("StatusMessage") or activity.get("Cause"))
+                if failed[0] is None:
+                    message = str(activity.get("StatusMessage") or activity.get("Cause"))
+                    failed = (message, activity.get("ActivityId"))
             elif match:
                 launched.append(Candidate(match["instance"], started, None))
-        return launched, failed
+                ids[match["instance"]] = str(activity.get("ActivityId", ""))
+        return launched, failed, ids
 
     def _claim(
         self,

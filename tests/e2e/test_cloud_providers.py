@@ -97,6 +97,28 @@ def aws_fault(sim: SimHandle, fault: dict[str, Any]) -> None:
     assert response.status_code == 200, response.text
 
 
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout:g}s: {what}"
+        time.sleep(0.2)
+
+
+def group_filled(sim: SimHandle, group: str) -> bool:
+    """The group holds its desired capacity in service: it owes no launch."""
+    keys = sim.provider["test_credentials"]
+    asg = boto3.client(
+        "autoscaling",
+        endpoint_url=sim.provider["endpoint_url"],
+        region_name=sim.provider["region"],
+        aws_access_key_id=keys["access_key_id"],
+        aws_secret_access_key=keys["secret_access_key"],
+    )
+    found = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"][0]
+    live = [i for i in found["Instances"] if i["LifecycleState"] in ("InService", "Pending")]
+    return len(live) == int(found["DesiredCapacity"])
+
+
 def with_provider(config: Path, **changes: Any) -> Path:
     data = json.loads(config.read_text())
     data["provider"].update(changes)
@@ -145,12 +167,24 @@ def test_aws_replaces_an_off_the_bus_node_with_one_new_instance_and_survives_its
         assert "not Ready within" in (failed.error or ""), failed.error
         assert instance_count(sim) == before + 2
 
+        # No capacity for the launch: AWS's Failed activity fails it with the reason, nothing
+        # launched; once capacity returns the group launches exactly one instance, not two.
+        aws_fault(sim, {"type": "insufficient_capacity", "count": 1000, "retry_seconds": 0.5})
+        break_node(sim, "h100-train-0002")
+        short = remediations.wait("h100-train-0002", lambda r: r.state is State.FAILED, controller)
+        assert "InsufficientInstanceCapacity" in (short.error or ""), short.error
+        assert any("launch_activity" in e.detail for e in short.events)
+        assert instance_count(sim) == before + 2
+        aws_fault(sim, {"type": "insufficient_capacity", "count": 0})
+        wait_until(lambda: group_filled(sim, "h100-train"), "h100-train back at its size")
+        assert instance_count(sim) == before + 3
+
         # No spare capacity (MaxSize = DesiredCapacity): held before anything is drained.
         aws_fault(sim, {"type": "spare_capacity", "pool": "a100-infer", "spare": 0})
         break_node(sim, "a100-infer-0000")
         held = remediations.wait("a100-infer-0000", lambda r: r.state is State.HELD, controller)
         assert "no spare capacity" in (held.hold_reason or ""), held.hold_reason
-        assert instance_count(sim) == before + 2
+        assert instance_count(sim) == before + 3
     finally:
         controller.stop()
 
