@@ -8,8 +8,10 @@ naming the Machine and the request time. The MachineSet outlives the Machine, so
 same key finds the same operation even once the Machine is gone; a Machine already being deleted
 is never deleted again. The new Machine is the MachineSet's first Machine created at or after the
 request, claimed with `remediator.io/replaces`; the operation succeeds once its `status.nodeRef`
-Node is Ready. Machines paused or opted out of remediation are held with the reason; a
-control-plane Machine is never deleted.
+Node is Ready, and fails when that Machine failed (`status.failureReason`/`failureMessage`, phase
+Failed: e.g. the infrastructure provider found no capacity) or no Ready Node came in time.
+Machines paused or opted out of remediation are held with the reason; a control-plane Machine is
+never deleted.
 
 Operation ids are `<namespace>/<machineset>/<old machine>`.
 """
@@ -91,6 +93,16 @@ def max_surge(deployment: Mapping[str, Any]) -> int | None:
     if isinstance(surge, str) and surge.endswith("%"):
         return math.ceil(int(spec.get("replicas") or 0) * int(surge[:-1]) / 100)
     return int(surge)
+
+
+def machine_failure(name: str, status: Mapping[str, Any]) -> str | None:
+    """Why a Machine failed for good, as Cluster API reports it (`failureReason` and
+    `failureMessage`, phase Failed); None while it has not."""
+    reason = status.get("failureReason")
+    message = status.get("failureMessage")
+    if not reason and not message and status.get("phase") != "Failed":
+        return None
+    return f"{reason or 'Failed'}: Machine {name} failed: {message or 'phase Failed'}"
 
 
 class ClusterApiProvider:
@@ -243,7 +255,11 @@ class ClusterApiProvider:
             )
         detail["new_machine"] = chosen.instance_id
         by_name = {str(_meta(m).get("name")): m for m in machines}
-        ref = ((by_name.get(chosen.instance_id) or {}).get("status") or {}).get("nodeRef") or {}
+        status = (by_name.get(chosen.instance_id) or {}).get("status") or {}
+        failure = machine_failure(chosen.instance_id, status)
+        if failure is not None:
+            return Operation(**base, state=OperationState.FAILED, error=failure, detail=detail)
+        ref = status.get("nodeRef") or {}
         node = self._node(str(ref["name"])) if ref.get("name") else None
         if node is not None and node.ready:
             return Operation(
