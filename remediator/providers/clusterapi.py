@@ -201,7 +201,14 @@ class ClusterApiProvider:
             name,
             {"metadata": {"annotations": {KEY_ANNOTATION: idempotency_key}}},
         )
-        record = json.dumps({"machine": name, "requested_at": requested, "node": node})
+        record = json.dumps(
+            {
+                "machine": name,
+                "requested_at": requested,
+                "node": node,
+                "present": self._same_second(namespace, machineset, requested),
+            }
+        )
         self._kube.patch_custom(
             GV,
             "machinesets",
@@ -210,6 +217,19 @@ class ClusterApiProvider:
             {"metadata": {"annotations": {record_key(idempotency_key): record}}},
         )
         return namespace, machineset, name
+
+    def _same_second(self, namespace: str, machineset: str, requested: str) -> list[str]:
+        """Machines already there yet created in the request's second: creationTimestamp has
+        one-second resolution, so only their names tell them from the replacement."""
+        since = datetime.fromisoformat(requested)
+        machines = self._kube.list_custom(
+            GV, "machines", namespace, label_selector=f"{SET_LABEL}={machineset}"
+        )
+        return sorted(
+            str(_meta(m).get("name"))
+            for m in machines
+            if (parse_time(_meta(m).get("creationTimestamp")) or since) >= since
+        )
 
     def get_operation(self, op_id: str) -> Operation:
         parts = op_id.split("/")
@@ -238,7 +258,8 @@ class ClusterApiProvider:
                 _annotations(m).get(REPLACES),
             )
             for m in machines
-            if _meta(m).get("name") != old and not _meta(m).get("deletionTimestamp")
+            if _meta(m).get("name") not in {old, *mine.get("present", ())}
+            and not _meta(m).get("deletionTimestamp")
         ]
         chosen = choose_replacement(old, requested_at, candidates)
         base: dict[str, Any] = {"id": op_id, "pool": machineset, "node": str(mine.get("node", old))}
