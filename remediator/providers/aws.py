@@ -46,6 +46,8 @@ KEY_TAG = "remediator.io/remediation-key"
 GROUP_TAG = "remediator.io/auto-scaling-group"
 REQUESTED_TAG = "remediator.io/requested-at"
 REPLACES_TAG = "remediator.io/replaces"
+PRESENT_TAG = "remediator.io/launched-same-second"
+TAG_VALUE_MAX = 256
 
 PROVIDER_ID = re.compile(r"^aws://[^/]*/(?P<zone>[^/]*)/(?P<instance>i-[0-9a-f]+)$")
 LAUNCH_DESCRIPTION = re.compile(r"Launching a new EC2 instance: (?P<instance>i-[0-9a-f]+)")
@@ -94,6 +96,17 @@ def wrap_client_error(
     if code in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
         return NotFoundError(text)
     return PermanentError(text)
+
+
+def same_second_tag(instances: set[str]) -> str:
+    """As many ids as one tag value holds (a dozen; more launched in one second is not seen)."""
+    value = ""
+    for instance in sorted(instances):
+        longer = f"{value} {instance}".strip()
+        if len(longer) > TAG_VALUE_MAX:
+            break
+        value = longer
+    return value
 
 
 def _tags(instance: Mapping[str, Any]) -> dict[str, str]:
@@ -257,17 +270,25 @@ class AwsAutoScalingProvider:
 
     def _record(self, instance: str, group: str, key: str) -> None:
         """Tags written before acting: after a crash they are how the request is found again."""
-        requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
+        now = self._now().astimezone(UTC).replace(microsecond=0)
+        tags = [
+            {"Key": KEY_TAG, "Value": key},
+            {"Key": GROUP_TAG, "Value": group},
+            {"Key": REQUESTED_TAG, "Value": now.isoformat()},
+        ]
+        present = self._launched_since(group, now) - {instance}
+        if present:
+            tags.append({"Key": PRESENT_TAG, "Value": same_second_tag(present)})
         self._aws(
-            f"tag instance {instance}",
-            self._ec2.create_tags,
-            Resources=[instance],
-            Tags=[
-                {"Key": KEY_TAG, "Value": key},
-                {"Key": GROUP_TAG, "Value": group},
-                {"Key": REQUESTED_TAG, "Value": requested},
-            ],
+            f"tag instance {instance}", self._ec2.create_tags, Resources=[instance], Tags=tags
         )
+
+    def _launched_since(self, group: str, since: datetime) -> set[str]:
+        """The group's instances launched in the request's second, before it: launch times
+        have one-second resolution, so only their ids tell them from the replacement."""
+        members = [str(i["InstanceId"]) for i in self._group(group).get("Instances") or ()]
+        described = self._instances(instance_ids=members) if members else []
+        return {str(i["InstanceId"]) for i in described if _aware(i["LaunchTime"]) >= since}
 
     def get_operation(self, op_id: str) -> Operation:
         group, sep, old = op_id.rpartition("/")
@@ -290,7 +311,8 @@ class AwsAutoScalingProvider:
             ("InService", "Pending")
         )
         launched, failed, activities = self._launches(group, requested_at)
-        chosen = self._claim(old, group, requested_at, launched, members)
+        present = set(tags.get(PRESENT_TAG, "").split())
+        chosen = self._claim(old, group, requested_at, launched, members, present)
         new_instance = chosen.instance_id if chosen else None
         activity = activities.get(new_instance or "") or (None if new_instance else failed[1])
         new_node = self._node_of(new_instance) if new_instance else None
@@ -397,9 +419,10 @@ class AwsAutoScalingProvider:
         requested_at: datetime,
         launched: list[Candidate],
         members: Mapping[str, str],
+        present: set[str],
     ) -> Candidate | None:
         """The replacement instance, tagged as ours the first time it is chosen."""
-        ids = sorted({*members, *(c.instance_id for c in launched)} - {old})
+        ids = sorted({*members, *(c.instance_id for c in launched)} - {old} - present)
         described = self._instances(instance_ids=ids) if ids else []
         candidates = [
             Candidate(
