@@ -45,9 +45,9 @@ from remediator.settings import AwsProviderSettings
 KEY_TAG = "remediator.io/remediation-key"
 GROUP_TAG = "remediator.io/auto-scaling-group"
 REQUESTED_TAG = "remediator.io/requested-at"
-REPLACES_TAG = "remediator.io/replaces"
 PRESENT_TAG = "remediator.io/launched-same-second"
 TAG_VALUE_MAX = 256
+REPLACES_TAG = "remediator.io/replaces"
 
 PROVIDER_ID = re.compile(r"^aws://[^/]*/(?P<zone>[^/]*)/(?P<instance>i-[0-9a-f]+)$")
 LAUNCH_DESCRIPTION = re.compile(r"Launching a new EC2 instance: (?P<instance>i-[0-9a-f]+)")

@@ -228,7 +228,7 @@ def test_clusterapi_replaces_the_machine_and_survives_its_faults(
 ) -> None:
     sim = sim_factory(nodes=7, provision_delay=0.5, cloud="clusterapi")  # h100-train-0000…0004
     assert sim.provider == {"type": "clusterapi"}
-    before = machine_names(sim)
+    before = {m["metadata"]["name"] for m in machines(sim)}
     # A paused Machine: Cluster API would not replace it, so the remediation holds.
     sim.kubectl(
         "annotate", "machine", "-n", "default", "h100-train-0001", "cluster.x-k8s.io/paused="

@@ -290,7 +290,7 @@ def test_demo_on_aws_without_faults_replaces_an_injected_xid_79_node_through_the
 ) -> None:
     """`remediator demo --cloud aws --no-faults`, then the `sim inject … --xid 79` its banner
     prints, for a GPU a reboot does not bring back (`--persistent`; a plain XID 79 is repaired by
-    the reboot and never reaches the provider): the diagnostics fail, the node is replaced
+    the reboot, no replacement): the diagnostics fail, the node is replaced
     through the Auto Scaling group, and the timeline names the group, the scaling activity and
     both instances."""
     demo: DemoProcess = demo_factory(

@@ -210,6 +210,17 @@ class SimAwsFleet:
         self._wear(name, instance, zone)
         log.info("sim aws: instance %s of %s registered as node %s", instance, pool, name)
 
+    # -- faults ------------------------------------------------------------------------------
+
+    def set_spare(self, pool: str, spare: int) -> None:
+        """Spare capacity as AWS counts it: MaxSize - DesiredCapacity."""
+        found = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool])
+        groups = found["AutoScalingGroups"]
+        if not groups:
+            raise KeyError(pool)
+        desired = int(groups[0]["DesiredCapacity"])
+        self._asg.update_auto_scaling_group(AutoScalingGroupName=pool, MaxSize=desired + spare)
+
     def _attempt_launch(self, group: str, desired: int, active: int) -> None:
         """One launch attempt of a group short of its desired capacity: failed while the
         capacity fault lasts, else moto launches the missing instances."""
@@ -254,14 +265,3 @@ class SimAwsFleet:
             moto_group.desired_capacity = desired
             with self._lock:
                 self._next_attempt[group] = time.monotonic()  # the group tries at once
-
-    # -- faults ------------------------------------------------------------------------------
-
-    def set_spare(self, pool: str, spare: int) -> None:
-        """Spare capacity as AWS counts it: MaxSize - DesiredCapacity."""
-        found = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool])
-        groups = found["AutoScalingGroups"]
-        if not groups:
-            raise KeyError(pool)
-        desired = int(groups[0]["DesiredCapacity"])
-        self._asg.update_auto_scaling_group(AutoScalingGroupName=pool, MaxSize=desired + spare)

@@ -7,10 +7,10 @@ Faults are set with `POST /_sim/faults`:
   matching calls (any action when omitted) answer 400 `Throttling` (EC2: `RequestLimitExceeded`);
 - `{"type": "never_ready", "count": N}`: the next N launched instances register a Node that never
   turns Ready;
-- `{"type": "spare_capacity", "pool": P, "spare": N}`: the group's MaxSize becomes desired + N;
 - `{"type": "insufficient_capacity", "count": N, "retry_seconds": S}`: a terminated instance's
   replacement is not launched; the group's next N launch attempts (one per S seconds, default 2)
-  fail with `InsufficientInstanceCapacity` Failed activities, then it launches. `count: 0` ends it.
+  fail with `InsufficientInstanceCapacity` Failed activities, then it launches. `count: 0` ends it;
+- `{"type": "spare_capacity", "pool": P, "spare": N}`: the group's MaxSize becomes desired + N.
 """
 
 from __future__ import annotations

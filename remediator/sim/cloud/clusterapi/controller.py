@@ -4,9 +4,6 @@ MachineSet, each seeded Node gets its Machine (`status.nodeRef`, and on the Node
 `spec.replicas` Machines: a missing one is created (phase Provisioning), its Node registers after
 the provision delay (phase Running, `nodeRef` set), and a deleted Machine's Node is removed.
 
-It runs on the cluster's tick; the objects are served by the simulated API server as the CRDs
-would serve them (discovery, list, watch, get, patch, delete), so kubectl works against them.
-
 Launch faults are queued on a pool's MachineDeployment, so kubectl sets them:
 `sim.remediator.io/launch-faults: "insufficient_capacity,never_ready"` — each new Machine of the
 pool takes the first. `insufficient_capacity`: the Machine fails as Cluster API reports an
@@ -14,6 +11,9 @@ infrastructure provider's failure (phase Failed, `failureReason` InsufficientRes
 `failureMessage` naming the infrastructure object, the InfrastructureReady condition False with
 severity Error), and no Node comes; a MachineSet does not replace a failed Machine (remediating
 it is a MachineHealthCheck's job). `never_ready`: the Node registers and never turns Ready.
+
+It runs on the cluster's tick; the objects are served by the simulated API server as the CRDs
+would serve them (discovery, list, watch, get, patch, delete), so kubectl works against them.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ GV = "cluster.x-k8s.io/v1beta1"
 MACHINES = "cluster.x-k8s.io/machines"
 MACHINESETS = "cluster.x-k8s.io/machinesets"
 DEPLOYMENTS = "cluster.x-k8s.io/machinedeployments"
-NAMESPACE = "default"
-CLUSTER = "sim"
 LAUNCH_FAULTS = "sim.remediator.io/launch-faults"
 LAUNCH_FAULT_KINDS = ("insufficient_capacity", "never_ready")
 NEVER = 10.0**9
 INSTANCE_TYPE = "p5.48xlarge"
+NAMESPACE = "default"
+CLUSTER = "sim"
 
 
 def _labels(pool: str, machineset: str) -> dict[str, str]:
