@@ -49,6 +49,8 @@ from remediator.settings import AwsProviderSettings
 KEY_TAG = "remediator.io/remediation-key"
 GROUP_TAG = "remediator.io/auto-scaling-group"
 REQUESTED_TAG = "remediator.io/requested-at"
+PRESENT_TAG = "remediator.io/launched-same-second"
+TAG_VALUE_MAX = 256
 REPLACES_TAG = "remediator.io/replaces"
 REBOOT_KEY_TAG = "remediator.io/reboot-key"
 REBOOT_AT_TAG = "remediator.io/reboot-requested-at"
@@ -102,6 +104,17 @@ def wrap_client_error(
     return PermanentError(text)
 
 
+def same_second_tag(instances: set[str]) -> str:
+    """As many ids as one tag value holds (a dozen; more launched in one second is not seen)."""
+    value = ""
+    for instance in sorted(instances):
+        longer = f"{value} {instance}".strip()
+        if len(longer) > TAG_VALUE_MAX:
+            break
+        value = longer
+    return value
+
+
 def _tags(instance: Mapping[str, Any]) -> dict[str, str]:
     return {str(t["Key"]): str(t["Value"]) for t in instance.get("Tags") or ()}
 
@@ -124,6 +137,7 @@ class Progress:
     failed_launch: str | None  # the group's latest failed launch since the request
     now: datetime
     launch_timeout: float
+    launch_activity: str | None = None  # the scaling activity that launched it, or that failed
 
 
 def judge(p: Progress) -> Operation:
@@ -134,6 +148,8 @@ def judge(p: Progress) -> Operation:
     facts = {"auto_scaling_group": p.group, "old_instance": p.old}
     if p.new_instance:
         facts["new_instance"] = p.new_instance
+    if p.launch_activity:
+        facts["launch_activity"] = p.launch_activity
     base = {**base, "detail": facts}
     if p.new_node is not None and p.new_node.ready:
         return Operation(**base, state=OperationState.SUCCEEDED, new_node=p.new_node.name)
@@ -269,17 +285,25 @@ class AwsAutoScalingProvider:
 
     def _record(self, instance: str, group: str, key: str) -> None:
         """Tags written before acting: after a crash they are how the request is found again."""
-        requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
+        now = self._now().astimezone(UTC).replace(microsecond=0)
+        tags = [
+            {"Key": KEY_TAG, "Value": key},
+            {"Key": GROUP_TAG, "Value": group},
+            {"Key": REQUESTED_TAG, "Value": now.isoformat()},
+        ]
+        present = self._launched_since(group, now) - {instance}
+        if present:
+            tags.append({"Key": PRESENT_TAG, "Value": same_second_tag(present)})
         self._aws(
-            f"tag instance {instance}",
-            self._ec2.create_tags,
-            Resources=[instance],
-            Tags=[
-                {"Key": KEY_TAG, "Value": key},
-                {"Key": GROUP_TAG, "Value": group},
-                {"Key": REQUESTED_TAG, "Value": requested},
-            ],
+            f"tag instance {instance}", self._ec2.create_tags, Resources=[instance], Tags=tags
         )
+
+    def _launched_since(self, group: str, since: datetime) -> set[str]:
+        """The group's instances launched in the request's second, before it: launch times
+        have one-second resolution, so only their ids tell them from the replacement."""
+        members = [str(i["InstanceId"]) for i in self._group(group).get("Instances") or ()]
+        described = self._instances(instance_ids=members) if members else []
+        return {str(i["InstanceId"]) for i in described if _aware(i["LaunchTime"]) >= since}
 
     def get_operation(self, op_id: str) -> Operation:
         group, sep, old = op_id.rpartition("/")
@@ -301,9 +325,11 @@ class AwsAutoScalingProvider:
         old_gone = old_state in GONE_STATES or not members.get(old, "InService").startswith(
             ("InService", "Pending")
         )
-        launched, failed = self._launches(group, requested_at)
-        chosen = self._claim(old, group, requested_at, launched, members)
+        launched, failed, activities = self._launches(group, requested_at)
+        present = set(tags.get(PRESENT_TAG, "").split())
+        chosen = self._claim(old, group, requested_at, launched, members, present)
         new_instance = chosen.instance_id if chosen else None
+        activity = activities.get(new_instance or "") or (None if new_instance else failed[1])
         new_node = self._node_of(new_instance) if new_instance else None
         return judge(
             Progress(
@@ -314,9 +340,10 @@ class AwsAutoScalingProvider:
                 new_instance=new_instance,
                 launched_at=chosen.launched_at if chosen else None,
                 new_node=new_node,
-                failed_launch=failed,
+                failed_launch=failed[0],
                 now=self._now(),
                 launch_timeout=self._launch_timeout,
+                launch_activity=activity,
             )
         )
 
@@ -402,25 +429,32 @@ class AwsAutoScalingProvider:
             raise NotFoundError(f"Auto Scaling group {name!r} does not exist")
         return dict(groups[0])
 
-    def _launches(self, group: str, since: datetime) -> tuple[list[Candidate], str | None]:
-        """Launches since the request, from the scaling activities; the latest failed one."""
+    def _launches(
+        self, group: str, since: datetime
+    ) -> tuple[list[Candidate], tuple[str | None, str | None], dict[str, str]]:
+        """Launches since the request, from the scaling activities; the latest failed one
+        (its message and activity id); the activity id of each launched instance."""
         activities = self._aws(
             f"describe scaling activities of {group}",
             self._asg.describe_scaling_activities,
             AutoScalingGroupName=group,
         ).get("Activities", [])
         launched: list[Candidate] = []
-        failed: str | None = None
+        failed: tuple[str | None, str | None] = (None, None)
+        ids: dict[str, str] = {}
         for activity in activities:
             started = _aware(activity["StartTime"])
             match = LAUNCH_DESCRIPTION.search(str(activity.get("Description", "")))
             if started < since or not str(activity.get("Description", "")).startswith("Launching"):
                 continue
             if activity.get("StatusCode") in ("Failed", "Cancelled"):
-                failed = failed or str(activity.get("StatusMessage") or activity.get("Cause"))
+                if failed[0] is None:
+                    message = str(activity.get("StatusMessage") or activity.get("Cause"))
+                    failed = (message, activity.get("ActivityId"))
             elif match:
                 launched.append(Candidate(match["instance"], started, None))
-        return launched, failed
+                ids[match["instance"]] = str(activity.get("ActivityId", ""))
+        return launched, failed, ids
 
     def _claim(
         self,
@@ -429,9 +463,10 @@ class AwsAutoScalingProvider:
         requested_at: datetime,
         launched: list[Candidate],
         members: Mapping[str, str],
+        present: set[str],
     ) -> Candidate | None:
         """The replacement instance, tagged as ours the first time it is chosen."""
-        ids = sorted({*members, *(c.instance_id for c in launched)} - {old})
+        ids = sorted({*members, *(c.instance_id for c in launched)} - {old} - present)
         described = self._instances(instance_ids=ids) if ids else []
         candidates = [
             Candidate(

@@ -8,8 +8,10 @@ naming the Machine and the request time. The MachineSet outlives the Machine, so
 same key finds the same operation even once the Machine is gone; a Machine already being deleted
 is never deleted again. The new Machine is the MachineSet's first Machine created at or after the
 request, claimed with `remediator.io/replaces`; the operation succeeds once its `status.nodeRef`
-Node is Ready. Machines paused or opted out of remediation are held with the reason; a
-control-plane Machine is never deleted.
+Node is Ready, and fails when that Machine failed (`status.failureReason`/`failureMessage`, phase
+Failed: e.g. the infrastructure provider found no capacity) or no Ready Node came in time.
+Machines paused or opted out of remediation are held with the reason; a control-plane Machine is
+never deleted.
 
 Operation ids are `<namespace>/<machineset>/<old machine>`.
 
@@ -99,6 +101,16 @@ def max_surge(deployment: Mapping[str, Any]) -> int | None:
     if isinstance(surge, str) and surge.endswith("%"):
         return math.ceil(int(spec.get("replicas") or 0) * int(surge[:-1]) / 100)
     return int(surge)
+
+
+def machine_failure(name: str, status: Mapping[str, Any]) -> str | None:
+    """Why a Machine failed for good, as Cluster API reports it (`failureReason` and
+    `failureMessage`, phase Failed); None while it has not."""
+    reason = status.get("failureReason")
+    message = status.get("failureMessage")
+    if not reason and not message and status.get("phase") != "Failed":
+        return None
+    return f"{reason or 'Failed'}: Machine {name} failed: {message or 'phase Failed'}"
 
 
 class ClusterApiProvider:
@@ -200,7 +212,14 @@ class ClusterApiProvider:
             name,
             {"metadata": {"annotations": {KEY_ANNOTATION: idempotency_key}}},
         )
-        record = json.dumps({"machine": name, "requested_at": requested, "node": node})
+        record = json.dumps(
+            {
+                "machine": name,
+                "requested_at": requested,
+                "node": node,
+                "present": self._same_second(namespace, machineset, requested),
+            }
+        )
         self._kube.patch_custom(
             GV,
             "machinesets",
@@ -209,6 +228,19 @@ class ClusterApiProvider:
             {"metadata": {"annotations": {record_key(idempotency_key): record}}},
         )
         return namespace, machineset, name
+
+    def _same_second(self, namespace: str, machineset: str, requested: str) -> list[str]:
+        """Machines already there yet created in the request's second: creationTimestamp has
+        one-second resolution, so only their names tell them from the replacement."""
+        since = datetime.fromisoformat(requested)
+        machines = self._kube.list_custom(
+            GV, "machines", namespace, label_selector=f"{SET_LABEL}={machineset}"
+        )
+        return sorted(
+            str(_meta(m).get("name"))
+            for m in machines
+            if (parse_time(_meta(m).get("creationTimestamp")) or since) >= since
+        )
 
     def get_operation(self, op_id: str) -> Operation:
         parts = op_id.split("/")
@@ -237,7 +269,8 @@ class ClusterApiProvider:
                 _annotations(m).get(REPLACES),
             )
             for m in machines
-            if _meta(m).get("name") != old and not _meta(m).get("deletionTimestamp")
+            if _meta(m).get("name") not in {old, *mine.get("present", ())}
+            and not _meta(m).get("deletionTimestamp")
         ]
         chosen = choose_replacement(old, requested_at, candidates)
         base: dict[str, Any] = {"id": op_id, "pool": machineset, "node": str(mine.get("node", old))}
@@ -254,7 +287,11 @@ class ClusterApiProvider:
             )
         detail["new_machine"] = chosen.instance_id
         by_name = {str(_meta(m).get("name")): m for m in machines}
-        ref = ((by_name.get(chosen.instance_id) or {}).get("status") or {}).get("nodeRef") or {}
+        status = (by_name.get(chosen.instance_id) or {}).get("status") or {}
+        failure = machine_failure(chosen.instance_id, status)
+        if failure is not None:
+            return Operation(**base, state=OperationState.FAILED, error=failure, detail=detail)
+        ref = status.get("nodeRef") or {}
         node = self._node(str(ref["name"])) if ref.get("name") else None
         if node is not None and node.ready:
             return Operation(

@@ -97,6 +97,28 @@ def aws_fault(sim: SimHandle, fault: dict[str, Any]) -> None:
     assert response.status_code == 200, response.text
 
 
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout:g}s: {what}"
+        time.sleep(0.2)
+
+
+def group_filled(sim: SimHandle, group: str) -> bool:
+    """The group holds its desired capacity in service: it owes no launch."""
+    keys = sim.provider["test_credentials"]
+    asg = boto3.client(
+        "autoscaling",
+        endpoint_url=sim.provider["endpoint_url"],
+        region_name=sim.provider["region"],
+        aws_access_key_id=keys["access_key_id"],
+        aws_secret_access_key=keys["secret_access_key"],
+    )
+    found = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"][0]
+    live = [i for i in found["Instances"] if i["LifecycleState"] in ("InService", "Pending")]
+    return len(live) == int(found["DesiredCapacity"])
+
+
 def with_provider(config: Path, **changes: Any) -> Path:
     data = json.loads(config.read_text())
     data["provider"].update(changes)
@@ -145,12 +167,24 @@ def test_aws_replaces_an_off_the_bus_node_with_one_new_instance_and_survives_its
         assert "not Ready within" in (failed.error or ""), failed.error
         assert instance_count(sim) == before + 2
 
+        # No capacity for the launch: AWS's Failed activity fails it with the reason, nothing
+        # launched; once capacity returns the group launches exactly one instance, not two.
+        aws_fault(sim, {"type": "insufficient_capacity", "count": 1000, "retry_seconds": 0.5})
+        break_node(sim, "h100-train-0002")
+        short = remediations.wait("h100-train-0002", lambda r: r.state is State.FAILED, controller)
+        assert "InsufficientInstanceCapacity" in (short.error or ""), short.error
+        assert any("launch_activity" in e.detail for e in short.events)
+        assert instance_count(sim) == before + 2
+        aws_fault(sim, {"type": "insufficient_capacity", "count": 0})
+        wait_until(lambda: group_filled(sim, "h100-train"), "h100-train back at its size")
+        assert instance_count(sim) == before + 3
+
         # No spare capacity (MaxSize = DesiredCapacity): held before anything is drained.
         aws_fault(sim, {"type": "spare_capacity", "pool": "a100-infer", "spare": 0})
         break_node(sim, "a100-infer-0000")
         held = remediations.wait("a100-infer-0000", lambda r: r.state is State.HELD, controller)
         assert "no spare capacity" in (held.hold_reason or ""), held.hold_reason
-        assert instance_count(sim) == before + 2
+        assert instance_count(sim) == before + 3
     finally:
         controller.stop()
 
@@ -163,14 +197,36 @@ def machines(sim: SimHandle) -> list[dict[str, Any]]:
     return list(listing["items"])
 
 
+def kube_fault(sim: SimHandle, fault: dict[str, Any]) -> None:
+    response = httpx.post(f"{sim.inject_url}/v1/kube-faults", json=fault, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def kube_requests(sim: SimHandle) -> list[dict[str, Any]]:
+    response = httpx.get(f"{sim.inject_url}/v1/kube-requests", timeout=10)
+    return list(response.json()["requests"])
+
+
+def machine_names(sim: SimHandle) -> set[str]:
+    return {m["metadata"]["name"] for m in machines(sim)}
+
+
+def queue_launch_fault(sim: SimHandle, pool: str, fault: str) -> None:
+    """The simulator's next new Machine of this pool's MachineDeployment takes the fault."""
+    sim.kubectl(
+        "annotate", "machinedeployment", "-n", "default", pool,
+        f"sim.remediator.io/launch-faults={fault}",
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
-def test_clusterapi_replaces_the_machine_and_holds_a_paused_one(
+def test_clusterapi_replaces_the_machine_and_survives_its_faults(
     sim_factory: Callable[..., SimHandle],
     migrated_database_url: str,
     remediations: Remediations,
     tmp_path: Path,
 ) -> None:
-    sim = sim_factory(nodes=5, provision_delay=0.5, cloud="clusterapi")
+    sim = sim_factory(nodes=7, provision_delay=0.5, cloud="clusterapi")  # h100-train-0000…0004
     assert sim.provider == {"type": "clusterapi", "reboot_annotation": "reboot.sim.x-k8s.io"}
     before = {m["metadata"]["name"] for m in machines(sim)}
     # A paused Machine: Cluster API would not replace it, so the remediation holds.
@@ -178,24 +234,66 @@ def test_clusterapi_replaces_the_machine_and_holds_a_paused_one(
         "annotate", "machine", "-n", "default", "h100-train-0001", "cluster.x-k8s.io/paused="
     )
     config = with_provider(
-        write_process_config(tmp_path, sim, migrated_database_url), launch_timeout_seconds=30
+        write_process_config(tmp_path, sim, migrated_database_url), launch_timeout_seconds=10
     )
     controller = ControllerProcess(tmp_path, config, "controller").wait_ready()
     try:
+        # Throttled: the API server answers 429 with Retry-After to the Machine's patch once and
+        # to its delete twice; retried after the wait, one Machine deleted, one created.
+        for verb, count in (("patch", 1), ("delete", 2)):
+            kube_fault(
+                sim,
+                {
+                    "type": "error",
+                    "status": 429,
+                    "retry_after": 1,
+                    "verbs": [verb],
+                    "resources": ["machines"],
+                    "count": count,
+                },
+            )
         break_node(sim, "h100-train-0000")
         done = remediations.wait(
             "h100-train-0000", lambda r: r.state is State.SUCCEEDED, controller
         )
-        after = {m["metadata"]["name"] for m in machines(sim)}
+        after = machine_names(sim)
         assert before - after == {"h100-train-0000"}
         assert after - before == {done.new_node}  # exactly one new Machine, and it is the node
         details = [e.detail for e in done.events if "new_machine" in e.detail]
         assert details and details[-1]["old_machine"] == "h100-train-0000"
+        throttled = [
+            (r["verb"], r["status"])
+            for r in kube_requests(sim)
+            if r["resource"] == "machines" and r.get("injected")
+        ]
+        assert sorted(throttled) == [("delete", 429), ("delete", 429), ("patch", 429)]
 
         break_node(sim, "h100-train-0001")
         held = remediations.wait("h100-train-0001", lambda r: r.state is State.HELD, controller)
         assert "paused" in (held.hold_reason or ""), held.hold_reason
-        assert {m["metadata"]["name"] for m in machines(sim)} == after
+        assert machine_names(sim) == after
+
+        # The infrastructure has no capacity: the new Machine fails as Cluster API reports it;
+        # failed with its reason, and the MachineSet does not create a second one.
+        queue_launch_fault(sim, "h100-train", "insufficient_capacity")
+        break_node(sim, "h100-train-0002")
+        short = remediations.wait("h100-train-0002", lambda r: r.state is State.FAILED, controller)
+        assert "InsufficientResources" in (short.error or ""), short.error
+        assert "InsufficientInstanceCapacity" in (short.error or ""), short.error
+        now = machine_names(sim)
+        assert after - now == {"h100-train-0002"} and len(now - after) == 1
+        failed = json.loads(
+            sim.kubectl("get", "machine", "-n", "default", *(now - after), "-o", "json")
+        )
+        assert failed["status"]["phase"] == "Failed"
+
+        # The new Machine's Node never turns Ready: failed at the launch timeout, one Machine.
+        queue_launch_fault(sim, "h100-train", "never_ready")
+        break_node(sim, "h100-train-0003")
+        stuck = remediations.wait("h100-train-0003", lambda r: r.state is State.FAILED, controller)
+        assert "launch_timeout" in (stuck.error or "") and "not Ready" in (stuck.error or "")
+        last = machine_names(sim)
+        assert now - last == {"h100-train-0003"} and len(last - now) == 1
     finally:
         controller.stop()
 

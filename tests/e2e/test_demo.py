@@ -9,8 +9,10 @@ approval, held by a PodDisruptionBudget, held for lack of spare capacity. With a
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -281,3 +283,51 @@ def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
     while left := [pid for pid in children if running(pid)]:
         assert time.monotonic() < deadline, f"left running: {left}"
         time.sleep(0.1)
+
+
+def test_demo_on_aws_without_faults_replaces_an_injected_xid_79_node_through_the_asg(
+    demo_factory: Any,
+) -> None:
+    """`remediator demo --cloud aws --no-faults`, then the `sim inject … --xid 79` its banner
+    prints, for a GPU a reboot does not bring back (`--persistent`; a plain XID 79 is repaired by
+    the reboot, no replacement): the diagnostics fail, the node is replaced
+    through the Auto Scaling group, and the timeline names the group, the scaling activity and
+    both instances."""
+    demo: DemoProcess = demo_factory(
+        "push", 6, "--cloud", "aws", "--no-faults", "--provision-delay", "0.5"
+    )
+    console = demo.wait_for(r"^  console\s+(http://\S+/)$", START_TIMEOUT).group(1)
+    token = demo.wait_for(r"^  token\s+(\S+)$", 5).group(1)
+    inject = demo.wait_for(r"^  inject\s+(\S+ sim inject .+)$", 5).group(1)
+    assert "none (--no-faults)" in demo.output
+    node = "h100-train-0000"
+    injected = subprocess.run(
+        [*shlex.split(inject.replace("NODE", node)), "--persistent"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert injected.returncode == 0, injected.stderr
+
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=10.0, headers=headers) as client:
+        deadline = time.monotonic() + SUCCESS_TIMEOUT
+        while True:
+            items = remediations(client, console, token)
+            mine = [r for r in items if r["node"] == node]
+            if mine and mine[0]["state"] in ("succeeded", "failed"):
+                break
+            assert time.monotonic() < deadline, f"not there yet: {items}\n{demo.output}"
+            time.sleep(0.5)
+        assert [r["node"] for r in items] == [node], items  # nothing else was touched
+        assert mine[0]["state"] == "succeeded", mine[0]
+        assert mine[0]["policy"] == "xid-79-fallen-off-bus"
+        detail = client.get(f"{console}api/v1/remediations/{mine[0]['id']}").json()
+    named = [e["detail"] for e in detail["events"] if "new_instance" in (e["detail"] or {})]
+    assert named, json.dumps(detail["events"], indent=1)
+    last = named[-1]
+    assert last["auto_scaling_group"] == "h100-train"
+    assert last["old_instance"].startswith("i-") and last["new_instance"].startswith("i-")
+    assert last["old_instance"] != last["new_instance"]
+    assert last.get("launch_activity"), last
+    assert mine[0]["new_node"].startswith("ip-") and mine[0]["outcome"] == "replaced"

@@ -23,6 +23,7 @@ from remediator.providers.aws import (
     Progress,
     judge,
     parse_provider_id,
+    same_second_tag,
     wrap_client_error,
 )
 from remediator.providers.base import CapacityExhausted, OperationState
@@ -100,6 +101,13 @@ def test_replacement_is_the_claimed_one_else_the_earliest_free_launch_after_the_
     assert choose_replacement("i-0old", T0, [before, other]) is None
 
 
+def test_instances_of_the_request_second_fit_one_tag_value() -> None:
+    ids = {f"i-{n:017x}" for n in range(20)}
+    value = same_second_tag(ids)
+    assert len(value) <= 256 and value.split() == sorted(ids)[:12]
+    assert same_second_tag({"i-0b", "i-0a"}) == "i-0a i-0b"
+
+
 def test_judge_each_outcome() -> None:
     assert judge(progress(old_gone=False)).state is OperationState.PENDING
     waiting = judge(progress(new_instance="i-new"))
@@ -109,9 +117,12 @@ def test_judge_each_outcome() -> None:
     assert (joining.state, joining.new_node) == (OperationState.PROVISIONING, "ip-1")
     done = judge(progress(new_instance="i-new", new_node=node("ip-1", True)))
     assert (done.state, done.new_node, done.id) == (OperationState.SUCCEEDED, "ip-1", "g/i-0old")
-    failed = judge(progress(failed_launch="InsufficientInstanceCapacity: none left"))
+    failed = judge(
+        progress(failed_launch="InsufficientInstanceCapacity: none left", launch_activity="a-1")
+    )
     assert failed.state is OperationState.FAILED
     assert "InsufficientInstanceCapacity" in (failed.error or "")
+    assert failed.detail["launch_activity"] == "a-1"  # the timeline names AWS's activity
     late = T0 + timedelta(seconds=61)
     stuck = judge(progress(new_instance="i-new", new_node=node("ip-1", False), now=late))
     assert stuck.state is OperationState.FAILED
@@ -213,6 +224,8 @@ def test_terminating_twice_launches_once_and_spare_is_max_minus_desired(moto_url
     assert first.state is OperationState.PROVISIONING
     new = first.detail["new_instance"]
     assert second.detail["new_instance"] == new
+    # The group was made in the request's own second: its other instance is no replacement.
+    assert new not in {i["InstanceId"] for i in members["AutoScalingGroups"][0]["Instances"]}
 
     # The new instance registers as a Node and turns Ready: the operation succeeds.
     kube.nodes["n-new"] = f"aws:///us-east-1a/{new}"

@@ -1,5 +1,5 @@
 """The Cluster API provider's pure decisions: which Machines may be deleted, and what a
-MachineDeployment's maxSurge says about spare capacity."""
+MachineDeployment's maxSurge says about spare capacity, and when a new Machine has failed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from remediator.errors import PermanentError
 from remediator.providers.base import ReplacementHeld
-from remediator.providers.clusterapi import max_surge, record_key, refusal
+from remediator.providers.clusterapi import machine_failure, max_surge, record_key, refusal
 
 
 def obj(kind: str, name: str, **meta: Any) -> dict[str, Any]:
@@ -49,3 +49,21 @@ def test_record_keys_are_valid_annotation_names_and_distinct() -> None:
     assert a != b
     prefix, _, name = a.partition("/")
     assert prefix == "replacement.remediator.io" and len(name) <= 63
+
+
+def test_a_machine_failed_as_cluster_api_reports_it_names_reason_and_message() -> None:
+    assert machine_failure("m", {"phase": "Provisioning"}) is None
+    assert machine_failure("m", {"phase": "Running", "nodeRef": {"name": "n"}}) is None
+    failed = machine_failure(
+        "m",
+        {
+            "phase": "Failed",
+            "failureReason": "InsufficientResources",
+            "failureMessage": "InsufficientInstanceCapacity: no p5.48xlarge in zone a",
+        },
+    )
+    assert failed == (
+        "InsufficientResources: Machine m failed: "
+        "InsufficientInstanceCapacity: no p5.48xlarge in zone a"
+    )
+    assert machine_failure("m", {"phase": "Failed"}) == "Failed: Machine m failed: phase Failed"

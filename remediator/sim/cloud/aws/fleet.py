@@ -9,18 +9,38 @@ whose instance left its group is removed.
 
 moto is the real AWS query protocol over HTTP; it runs in this process (`ThreadedMotoServer`) and
 the controller reaches it through the fault proxy in `proxy.py`.
+
+moto launches a group's replacement inside the terminate call and keeps no scaling activities.
+The fleet adds what AWS shows around a launch: each new instance gets a Successful
+`Launching a new EC2 instance: i-…` activity, and while an insufficient-capacity fault lasts a
+terminated instance's replacement is withheld (the group stays one below its desired capacity)
+and every launch attempt — one per `retry_seconds`, as the group retries on AWS — is a Failed
+activity carrying `InsufficientInstanceCapacity`; once the fault is spent the next attempt
+launches, so a withheld launch ends as exactly one instance.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from moto.backends import get_backend
+from moto.core import DEFAULT_ACCOUNT_ID
 
+from remediator.sim.cloud.aws.activities import (
+    ActivityLog,
+    capacity_message,
+    failed_launch,
+    launched,
+)
 from remediator.sim.cloud.nodepool import DEFAULT_SPARE_CAPACITY, pool_template
 from remediator.sim.kube.api.store import Obj
 from remediator.sim.kube.controllers.cluster import SimCluster
@@ -30,6 +50,7 @@ log = logging.getLogger(__name__)
 REGION = "us-east-1"
 ZONES = (f"{REGION}a", f"{REGION}b", f"{REGION}c")
 AMI = "ami-12c6146b"  # one of the AMIs moto ships
+INSTANCE_TYPE = "p5.48xlarge"
 TEST_KEYS = {"access_key_id": "testing", "secret_access_key": "testing"}
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 NEVER = 10.0**9
@@ -50,9 +71,12 @@ def aws_clients(url: str) -> tuple[Any, Any]:
 
 @dataclass
 class AwsFaults:
-    """Launches that register a Node which never turns Ready."""
+    """Launches that register a Node which never turns Ready; launch attempts that fail for want
+    of capacity, one per `retry_seconds`."""
 
     never_ready: int = 0
+    insufficient_capacity: int = 0
+    retry_seconds: float = 2.0
 
 
 @dataclass
@@ -62,9 +86,11 @@ class SimAwsFleet:
     provision_delay: float
     spare: int = DEFAULT_SPARE_CAPACITY
     faults: AwsFaults = field(default_factory=AwsFaults)
+    activities: ActivityLog = field(default_factory=ActivityLog)
     _nodes: dict[str, str] = field(default_factory=dict)  # instance id → node name
     _groups: dict[str, str] = field(default_factory=dict)  # group → pool
     _templates: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
+    _next_attempt: dict[str, float] = field(default_factory=dict)  # group → monotonic time
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -83,7 +109,7 @@ class SimAwsFleet:
             self._templates[pool] = (template.labels, template.gpus)
             self._ec2.create_launch_template(
                 LaunchTemplateName=pool,
-                LaunchTemplateData={"ImageId": AMI, "InstanceType": "p5.48xlarge"},
+                LaunchTemplateData={"ImageId": AMI, "InstanceType": INSTANCE_TYPE},
             )
             self._asg.create_auto_scaling_group(
                 AutoScalingGroupName=pool,
@@ -130,18 +156,34 @@ class SimAwsFleet:
 
     # -- following the groups ----------------------------------------------------------------
 
-    def _members(self, group: str) -> list[dict[str, Any]]:
+    def _describe(self, group: str) -> dict[str, Any] | None:
         found = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])
         groups = found["AutoScalingGroups"]
-        return list(groups[0]["Instances"]) if groups else []
+        return dict(groups[0]) if groups else None
+
+    def _members(self, group: str) -> list[dict[str, Any]]:
+        described = self._describe(group)
+        return list(described["Instances"]) if described else []
 
     def reconcile(self) -> None:
-        """Launched instances join as Nodes; Nodes of instances gone from their group leave."""
+        """Launched instances join as Nodes; Nodes of instances gone from their group leave;
+        a group below its desired capacity (a withheld launch) tries to launch again."""
         current: dict[str, tuple[str, str]] = {}
+        sizes: dict[str, int] = {}
         for group, pool in self._groups.items():
-            for inst in self._members(group):
-                if str(inst["LifecycleState"]) in ("InService", "Pending"):
-                    current[str(inst["InstanceId"])] = (pool, str(inst["AvailabilityZone"]))
+            described = self._describe(group)
+            if described is None:
+                continue
+            active = [
+                inst
+                for inst in described["Instances"]
+                if str(inst["LifecycleState"]) in ("InService", "Pending")
+            ]
+            sizes[pool] = len(active)
+            for inst in active:
+                current[str(inst["InstanceId"])] = (pool, str(inst["AvailabilityZone"]))
+            if len(active) < int(described["DesiredCapacity"]):
+                self._attempt_launch(group, int(described["DesiredCapacity"]), len(active))
         with self._lock:
             known = dict(self._nodes)
         for instance, node in known.items():
@@ -151,11 +193,13 @@ class SimAwsFleet:
                     self._nodes.pop(instance, None)
         for instance, (pool, zone) in current.items():
             if instance not in known:
-                self._launch(instance, pool, zone)
+                self._launch(instance, pool, zone, sizes[pool])
 
-    def _launch(self, instance: str, pool: str, zone: str) -> None:
+    def _launch(self, instance: str, pool: str, zone: str, members: int) -> None:
         described = self._ec2.describe_instances(InstanceIds=[instance])["Reservations"]
         name = str(described[0]["Instances"][0]["PrivateDnsName"])
+        started = described[0]["Instances"][0]["LaunchTime"]
+        self.activities.add(launched(pool, instance, zone, started, members - 1))
         labels, gpus = self._templates[pool]
         delay = self.provision_delay
         with self._lock:
@@ -181,3 +225,48 @@ class SimAwsFleet:
             raise KeyError(pool)
         desired = int(groups[0]["DesiredCapacity"])
         self._asg.update_auto_scaling_group(AutoScalingGroupName=pool, MaxSize=desired + spare)
+
+    def _attempt_launch(self, group: str, desired: int, active: int) -> None:
+        """One launch attempt of a group short of its desired capacity: failed while the
+        capacity fault lasts, else moto launches the missing instances."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next_attempt.get(group, 0.0):
+                return
+            self._next_attempt[group] = now + self.faults.retry_seconds
+            short = self.faults.insufficient_capacity > 0
+            if short:
+                self.faults.insufficient_capacity -= 1
+        if short:
+            zone = ZONES[0]
+            message = capacity_message(INSTANCE_TYPE, zone, list(ZONES[1:]))
+            self.activities.add(failed_launch(group, zone, datetime.now(UTC), active, message))
+            log.info("sim aws: launch in %s failed: InsufficientInstanceCapacity", group)
+            return
+        self._asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=desired)
+
+    def group_short_of_capacity(self, instance: str) -> str | None:
+        """The group of `instance` when a capacity fault is armed, else None."""
+        if self.faults.insufficient_capacity <= 0:
+            return None
+        found = self._asg.describe_auto_scaling_instances(InstanceIds=[instance])
+        members = found["AutoScalingInstances"]
+        return str(members[0]["AutoScalingGroupName"]) if members else None
+
+    @contextmanager
+    def launch_withheld(self, group: str) -> Iterator[None]:
+        """Around a TerminateInstanceInAutoScalingGroup that keeps the desired capacity while
+        capacity is short: the group is one lower during the call, so moto launches nothing,
+        and its desired capacity is restored after, leaving the launch owed to the retries.
+        (moto honours no suspended Launch process, hence its group object directly.)"""
+        moto_group = get_backend("autoscaling")[DEFAULT_ACCOUNT_ID][REGION].autoscaling_groups[
+            group
+        ]
+        desired = int(moto_group.desired_capacity or 0)
+        moto_group.desired_capacity = desired - 1
+        try:
+            yield
+        finally:
+            moto_group.desired_capacity = desired
+            with self._lock:
+                self._next_attempt[group] = time.monotonic()  # the group tries at once

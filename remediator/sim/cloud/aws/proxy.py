@@ -1,11 +1,15 @@
 """The AWS endpoint the controller talks to: moto behind a proxy that can answer as AWS does when
-it throttles, on the wire (query-protocol XML errors that botocore parses into ClientError).
+it throttles, on the wire (query-protocol XML errors that botocore parses into ClientError), and
+that serves the groups' scaling activities moto does not keep (`activities.py`).
 
 Faults are set with `POST /_sim/faults`:
 - `{"type": "throttle", "count": N, "action": "TerminateInstanceInAutoScalingGroup"}`: the next N
   matching calls (any action when omitted) answer 400 `Throttling` (EC2: `RequestLimitExceeded`);
 - `{"type": "never_ready", "count": N}`: the next N launched instances register a Node that never
   turns Ready;
+- `{"type": "insufficient_capacity", "count": N, "retry_seconds": S}`: a terminated instance's
+  replacement is not launched; the group's next N launch attempts (one per S seconds, default 2)
+  fail with `InsufficientInstanceCapacity` Failed activities, then it launches. `count: 0` ends it;
 - `{"type": "spare_capacity", "pool": P, "spare": N}`: the group's MaxSize becomes desired + N.
 
 `RebootInstances` that moto accepted also reboots each instance's Node (NotReady for the reboot
@@ -25,10 +29,12 @@ from urllib.parse import parse_qs
 import httpx
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from remediator.sim.cloud.aws.activities import describe_response
 from remediator.sim.cloud.aws.fleet import SimAwsFleet
 
 SERVICE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/(?P<service>[^/]+)/aws4_request")
@@ -43,6 +49,7 @@ class FaultRequest(BaseModel):
     action: str | None = None
     pool: str | None = None
     spare: int | None = Field(default=None, ge=0)
+    retry_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
 @dataclass
@@ -99,6 +106,10 @@ def build_aws_app(
                 throttle.count, throttle.action = fault.count, fault.action
         elif fault.type == "never_ready":
             fleet.faults.never_ready = fault.count
+        elif fault.type == "insufficient_capacity":
+            fleet.faults.insufficient_capacity = fault.count
+            if fault.retry_seconds is not None:
+                fleet.faults.retry_seconds = fault.retry_seconds
         elif fault.type == "spare_capacity" and fault.pool and fault.spare is not None:
             try:
                 fleet.set_spare(fault.pool, fault.spare)
@@ -110,7 +121,8 @@ def build_aws_app(
 
     async def forward(request: Request) -> Response:
         body = await request.body()
-        action = (parse_qs(body.decode(errors="replace")).get("Action") or [""])[0]
+        params = parse_qs(body.decode(errors="replace"))
+        action = (params.get("Action") or [""])[0]
         match = SERVICE.search(request.headers.get("authorization", ""))
         service = match["service"] if match else ""
         if throttled(action):
@@ -120,6 +132,24 @@ def build_aws_app(
                 status_code=400 if service != "ec2" else 503,
                 media_type="text/xml",
             )
+        if action == "DescribeScalingActivities":
+            named = params.get("AutoScalingGroupName")
+            return Response(
+                describe_response(fleet.activities.of(named[0] if named else None)),
+                media_type="text/xml",
+            )
+        if (
+            action == "TerminateInstanceInAutoScalingGroup"
+            and (params.get("ShouldDecrementDesiredCapacity") or ["false"])[0] == "false"
+        ):
+            instance = (params.get("InstanceId") or [""])[0]
+            short = await run_in_threadpool(fleet.group_short_of_capacity, instance)
+            if short is not None:
+                with fleet.launch_withheld(short):
+                    return await pass_on(request, body)
+        return await pass_on(request, body)
+
+    async def pass_on(request: Request, body: bytes) -> Response:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         upstream = await client.request(
             request.method,

@@ -4,6 +4,14 @@ MachineSet, each seeded Node gets its Machine (`status.nodeRef`, and on the Node
 `spec.replicas` Machines: a missing one is created (phase Provisioning), its Node registers after
 the provision delay (phase Running, `nodeRef` set), and a deleted Machine's Node is removed.
 
+Launch faults are queued on a pool's MachineDeployment, so kubectl sets them:
+`sim.remediator.io/launch-faults: "insufficient_capacity,never_ready"` — each new Machine of the
+pool takes the first. `insufficient_capacity`: the Machine fails as Cluster API reports an
+infrastructure provider's failure (phase Failed, `failureReason` InsufficientResources, a
+`failureMessage` naming the infrastructure object, the InfrastructureReady condition False with
+severity Error), and no Node comes; a MachineSet does not replace a failed Machine (remediating
+it is a MachineHealthCheck's job). `never_ready`: the Node registers and never turns Ready.
+
 It runs on the cluster's tick; the objects are served by the simulated API server as the CRDs
 would serve them (discovery, list, watch, get, patch, delete), so kubectl works against them.
 
@@ -19,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from remediator.sim.cloud.nodepool import pool_template
-from remediator.sim.kube.api.kobj import name_suffix, owner_reference
+from remediator.sim.kube.api.kobj import name_suffix, owner_reference, rfc3339
 from remediator.sim.kube.api.store import Obj
 from remediator.sim.kube.controllers.cluster import SimCluster
 
@@ -27,6 +35,10 @@ GV = "cluster.x-k8s.io/v1beta1"
 MACHINES = "cluster.x-k8s.io/machines"
 MACHINESETS = "cluster.x-k8s.io/machinesets"
 DEPLOYMENTS = "cluster.x-k8s.io/machinedeployments"
+LAUNCH_FAULTS = "sim.remediator.io/launch-faults"
+LAUNCH_FAULT_KINDS = ("insufficient_capacity", "never_ready")
+NEVER = 10.0**9
+INSTANCE_TYPE = "p5.48xlarge"
 NAMESPACE = "default"
 CLUSTER = "sim"
 REBOOT_ANNOTATION = "reboot.sim.x-k8s.io"
@@ -72,6 +84,43 @@ def machine(name: str, pool: str, ms: Obj, node: Obj | None) -> Obj:
     }
 
 
+def failed_status(name: str, zone: str, at: str) -> Obj:
+    """A Machine whose infrastructure could not be created for want of capacity, as the Machine
+    controller surfaces its infrastructure object's terminal failure."""
+    cause = (
+        f"InsufficientInstanceCapacity: We currently do not have sufficient {INSTANCE_TYPE} "
+        f"capacity in the Availability Zone you requested ({zone})"
+    )
+    return {
+        "phase": "Failed",
+        "bootstrapReady": True,
+        "infrastructureReady": False,
+        "failureReason": "InsufficientResources",
+        "failureMessage": (
+            f"Failure detected from referenced resource sim.x-k8s.io/v1, Kind=SimMachine with "
+            f'name "{name}": {cause}'
+        ),
+        "conditions": [
+            {
+                "type": "InfrastructureReady",
+                "status": "False",
+                "severity": "Error",
+                "reason": "InstanceProvisionFailed",
+                "message": cause,
+                "lastTransitionTime": at,
+            },
+            {
+                "type": "Ready",
+                "status": "False",
+                "severity": "Error",
+                "reason": "InstanceProvisionFailed",
+                "message": cause,
+                "lastTransitionTime": at,
+            },
+        ],
+    }
+
+
 @dataclass
 class SimClusterApi:
     cluster: SimCluster
@@ -80,6 +129,7 @@ class SimClusterApi:
     reboot: Callable[[str], None] | None = None  # power-cycles a node by name
     _due: dict[str, datetime] = field(default_factory=dict)  # machine → when its node registers
     _nodes: dict[str, str] = field(default_factory=dict)  # machine → its node
+    _faults: dict[str, str] = field(default_factory=dict)  # machine → its launch fault
     _templates: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -198,12 +248,37 @@ class SimClusterApi:
             seed = f"{ms['metadata']['name']}/{now.isoformat()}/{index}/{len(owned)}"
             name = f"{ms['metadata']['name']}-{name_suffix(seed)}"
             self.cluster.store.create(MACHINES, machine(name, pool, ms, None))
+            fault = self._take_fault(pool)
             with self._lock:
                 self._due[name] = now + timedelta(seconds=self.provision_delay)
+                if fault:
+                    self._faults[name] = fault
+
+    def _take_fault(self, pool: str) -> str | None:
+        """The first launch fault queued on the pool's MachineDeployment, taken off the queue."""
+        taken: list[str] = []
+
+        def pop(md: Obj) -> Obj | None:
+            annotations = md["metadata"].get("annotations") or {}
+            queue = [f.strip() for f in annotations.get(LAUNCH_FAULTS, "").split(",") if f.strip()]
+            if not queue:
+                return None
+            taken.append(queue[0])
+            if queue[1:]:
+                annotations[LAUNCH_FAULTS] = ",".join(queue[1:])
+            else:
+                annotations.pop(LAUNCH_FAULTS)
+            return md
+
+        if self.cluster.store.find(DEPLOYMENTS, NAMESPACE, pool) is None:
+            return None
+        self.cluster.store.mutate(DEPLOYMENTS, NAMESPACE, pool, pop)
+        return taken[0] if taken and taken[0] in LAUNCH_FAULT_KINDS else None
 
     def _register(self, now: datetime) -> None:
         with self._lock:
             ready = [m for m, due in self._due.items() if due <= now]
+            faults = {m: self._faults.pop(m) for m in ready if m in self._faults}
             for name in ready:
                 self._due.pop(name)
         store = self.cluster.store
@@ -216,8 +291,19 @@ class SimClusterApi:
             ms = store.find(MACHINESETS, NAMESPACE, labels.get("cluster.x-k8s.io/set-name", ""))
             if ms is None:
                 continue
+            if faults.get(name) == "insufficient_capacity":
+                failed = failed_status(name, "sim-zone-a", rfc3339(now))
+
+                def fail(m: Obj, status: Obj = failed) -> None:
+                    m["status"] = status
+
+                store.mutate(MACHINES, NAMESPACE, name, fail)
+                continue
             node_labels, gpus = self._templates.get(pool, ({}, 0))
-            node = self.cluster.add_node(name, pool, gpus, labels=dict(node_labels))
+            ready_after = NEVER if faults.get(name) == "never_ready" else 0.0
+            node = self.cluster.add_node(
+                name, pool, gpus, labels=dict(node_labels), ready_after=ready_after
+            )
             self._annotate(name, name, ms)
 
             status = machine(name, pool, ms, node)["status"]
