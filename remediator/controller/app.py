@@ -72,6 +72,7 @@ from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
 from remediator.web.app import create_app
 from remediator.web.deps import WebDeps
+from remediator.web.server import QuietServer
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ class Controller:
         self._policy_error: object | None = None
         self._recorded_version: tuple[str, str | None] | None = None
         self._shown_version: tuple[str, str | None] | None = None
-        self._web: uvicorn.Server | None = None
+        self._web: QuietServer | None = None
         self._web_thread: threading.Thread | None = None
         self.web_url: str | None = None
         self.elector: LeaderElector | None = None
@@ -611,7 +612,7 @@ class Controller:
         sock.bind((host, port))
         sock.listen(128)
         config = uvicorn.Config(create_app(self.web_deps()), log_config=None, access_log=False)
-        server = uvicorn.Server(config)
+        server = QuietServer(config)
         thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="web", daemon=True
         )
@@ -646,7 +647,7 @@ class Controller:
         if self.elector is not None:
             self.elector.stop(release=True)
         if self._web is not None:
-            self._web.should_exit = True
+            self._web.request_exit()
         if self._web_thread is not None:
             self._web_thread.join(timeout=10)
         for source in self.sources:
