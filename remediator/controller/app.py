@@ -232,6 +232,7 @@ class Controller:
         self._pushed = threading.Event()
         self._advance_wanted = threading.Event()
         self._lead_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
         self._policy_error: object | None = None
         self._recorded_version: tuple[str, str | None] | None = None
@@ -510,12 +511,23 @@ class Controller:
     # -- every replica -----------------------------------------------------------------------
 
     def housekeeping(self) -> None:
-        """Keep the policy view and the gauges current; failures are logged, never fatal."""
+        """Keep the policy view current; failures are logged, never fatal. The gauges read from
+        the store are set at scrape time (`scrape_refresh`), not here: an idle replica would
+        otherwise query the store every tick for numbers nobody reads."""
         try:
             self.reload_policies()
-            self.refresh_metrics()
         except (RemediatorError, SQLAlchemyError) as exc:
             log.warning("housekeeping: %s: %s", type(exc).__name__, exc)
+
+    def scrape_refresh(self) -> None:
+        """Set the gauges from the store just before /metrics answers, one scrape at a time; a
+        store that cannot answer leaves the last values and is logged, the scrape still
+        succeeds (its other series are still true)."""
+        with self._refresh_lock:
+            try:
+                self.refresh_metrics()
+            except (RemediatorError, SQLAlchemyError) as exc:
+                log.warning("metrics refresh: %s: %s", type(exc).__name__, exc)
 
     def reload_policies(self) -> None:
         self.policies.reload_if_changed()
@@ -602,6 +614,7 @@ class Controller:
             read_node=self.read_node,
             # Cancels are counted where they happen, by the replica that served the command.
             finished=self.metrics.cancelled,
+            before_scrape=self.scrape_refresh,
         )
 
     def start_web(self) -> str:

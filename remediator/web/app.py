@@ -212,6 +212,7 @@ def create_app(deps: WebDeps) -> FastAPI:
 
     @app.get("/metrics", tags=["probes"], response_class=PlainTextResponse)
     def metrics(deps: Deps) -> Response:
+        deps.before_scrape()
         return Response(generate_latest(deps.registry), media_type=CONTENT_TYPE_LATEST)
 
     # Probes answer HEAD too (load balancers and uptime checkers use it); own operation ids.

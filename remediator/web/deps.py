@@ -39,6 +39,10 @@ def _nothing(_record: RemediationRecord) -> None:
     return None
 
 
+def _nothing_to_refresh() -> None:
+    return None
+
+
 @dataclass
 class WebDeps:
     """`check_cluster` is asked only while `is_leader()`: it returns why the cluster API cannot
@@ -58,3 +62,5 @@ class WebDeps:
     read_node: Callable[[str], Node | None] | None = None
     # Called with a remediation a command finished (cancelled), right at the transition.
     finished: Callable[[RemediationRecord], None] = _nothing
+    # Called before /metrics answers: gauges read from the store are set when someone looks.
+    before_scrape: Callable[[], None] = _nothing_to_refresh

@@ -227,3 +227,14 @@ policies:
     match: {kind: thermal, threshold: {above: 78, clear: 75, for: 2m}}
     actions: [{action: cordon}]
 """
+
+
+def test_a_scrape_sets_the_gauges_from_the_store_without_a_housekeeping_tick(
+    controller: Controller,
+) -> None:
+    """The store-backed gauges are read when /metrics is asked, not by a periodic tick: a pause
+    written a moment ago (by any replica) shows in the very next scrape."""
+    with TestClient(create_app(controller.web_deps())) as client:
+        assert "remediator_paused 0.0" in client.get("/metrics").text
+        controller.repository.pause(by="test", reason="maintenance")
+        assert "remediator_paused 1.0" in client.get("/metrics").text
