@@ -30,8 +30,8 @@ from remediator.actions.notify import Notification, NotificationKind, WebhookNot
 from remediator.clock import Clock, SystemClock
 from remediator.controller.jobs import (
     ADVANCE_JOB,
-    PUSH_JOB,
     JobSpec,
+    WakeLoop,
     build_scheduler,
     wake,
     wake_at,
@@ -80,7 +80,9 @@ HOUSEKEEPING_SECONDS = 2.0
 RECONCILE_SECONDS = 10.0
 HEARTBEAT_SECONDS = 10.0
 ARCHIVE_RETENTION_SECONDS = 3600.0
-PUSH_SECONDS = 1.0
+# Pushes are taken when they arrive (a put wakes the loop); this only bounds a missed wake.
+PUSH_FALLBACK_SECONDS = 60.0
+PUSH_LOOP = "push"
 # How old the node inventory may be when queued remediations are offered to the budgets again.
 INVENTORY_MAX_AGE_SECONDS = 1.0
 # A selector no node carries: the cheapest request that proves the API server answers.
@@ -229,7 +231,7 @@ class Controller:
         self.inventory: Inventory | None = None
         self._inventory_at = 0.0
         self._leading = threading.Event()
-        self._pushed = threading.Event()
+        self._push_loop: WakeLoop | None = None
         self._advance_wanted = threading.Event()
         self._lead_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -302,7 +304,6 @@ class Controller:
             scheduler = build_scheduler(
                 [
                     JobSpec("poll", guarded("poll", self.poll), interval),
-                    JobSpec(PUSH_JOB, guarded(PUSH_JOB, self.take_pushed), PUSH_SECONDS),
                     JobSpec(
                         ADVANCE_JOB,
                         guarded(ADVANCE_JOB, self.advance),
@@ -319,6 +320,10 @@ class Controller:
             )
             scheduler.start()
             self._scheduler = scheduler
+            self._push_loop = WakeLoop(
+                PUSH_LOOP, guarded(PUSH_LOOP, self.take_pushed), PUSH_FALLBACK_SECONDS
+            )
+            self._push_loop.start()
             self.activity.start()
 
     def _stop_leading(self, wait: bool = False) -> None:
@@ -328,7 +333,10 @@ class Controller:
             self._leading.clear()
             self.metrics.is_leader.set(0)
             scheduler, self._scheduler = self._scheduler, None
+            push_loop, self._push_loop = self._push_loop, None
             self.activity.stop()
+        if push_loop is not None:
+            push_loop.stop(wait=wait)
         if scheduler is not None:
             log.warning(
                 "not leading any more: stopping the jobs", extra={"identity": self.identity}
@@ -340,8 +348,9 @@ class Controller:
         wake(self._scheduler, ADVANCE_JOB)
 
     def _wake_push(self) -> None:
-        self._pushed.set()
-        wake(self._scheduler, PUSH_JOB)
+        loop = self._push_loop
+        if loop is not None:
+            loop.wake()
 
     # -- the leader's jobs -------------------------------------------------------------------
 
@@ -376,22 +385,20 @@ class Controller:
         self._interest_for = active.content_hash
 
     def take_pushed(self) -> None:
-        """Drain the push inbox until no put came in while deciding: a put that lands while
-        this job runs cannot wake it (one instance at a time), so it looks again itself."""
-        while self.is_leader():
-            self._pushed.clear()
-            result = self.inbox.poll(self.clock.now())
-            self.metrics.source_up.labels(result.health.name).set(1)
-            self.metrics.received(result.health.name, result.signals)
-            known = self.inventory.pools if self.inventory is not None else {}
-            if any(s.node not in known for s in result.signals):
-                # A node that joined a moment ago may not have reached the watch cache yet:
-                # ask the API server itself before calling it unknown.
-                self.refresh_inventory(fresh=True)
-            if result.signals:
-                self._decide(list(result.signals))
-            if not self._pushed.is_set():
-                return
+        """Drain the push inbox and decide on what was in it (the push loop runs this when a
+        put wakes it; a put landing meanwhile wakes it again)."""
+        if not self.is_leader():
+            return
+        result = self.inbox.poll(self.clock.now())
+        self.metrics.source_up.labels(result.health.name).set(1)
+        self.metrics.received(result.health.name, result.signals)
+        known = self.inventory.pools if self.inventory is not None else {}
+        if any(s.node not in known for s in result.signals):
+            # A node that joined a moment ago may not have reached the watch cache yet:
+            # ask the API server itself before calling it unknown.
+            self.refresh_inventory(fresh=True)
+        if result.signals:
+            self._decide(list(result.signals))
 
     def refresh_inventory(
         self, nodes: Sequence[Node] | None = None, *, fresh: bool = False

@@ -82,3 +82,34 @@ def test_bad_items_are_refused_alone_and_the_good_xid_proceeds(
     assert repo.signals_for_node(nodes[1]) == () and repo.signals_for_node(nodes[2]) == ()
     assert repo.signals_for_node("old-host-7") == ()
     assert opened() == [nodes[0]]
+
+
+def test_a_push_is_acted_on_when_it_arrives_not_at_a_poll_interval(
+    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The push loop sleeps until a put wakes it: with its fallback an hour long, a pushed
+    XID 79 still opens its remediation."""
+    monkeypatch.setattr("remediator.controller.app.PUSH_FALLBACK_SECONDS", 3600.0)
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    url = f"sqlite:///{tmp_path / 'remediator.db'}"
+    built = Controller(settings_for(sim, url, write_policies(tmp_path / "policies")), sources=[])
+    built.start()
+    try:
+        out = sim.kubectl("get", "nodes", "-o", "json")
+        first, second = sorted(i["metadata"]["name"] for i in json.loads(out)["items"])[2:4]
+
+        def remediated() -> set[str]:
+            return {r.node for r in built.repository.list(RemediationFilter(), limit=50).rows}
+
+        for node in (first, second):  # the second lands after the loop's first wake-up
+            response = httpx.post(
+                f"{built.web_url}/api/v1/signals",
+                content=json.dumps([item(node)]),
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+                timeout=10,
+            )
+            assert response.status_code == 202, response.text
+            wait_for(lambda node=node: node in remediated(), 30, f"a remediation of {node}")
+        assert remediated() == {first, second}
+    finally:
+        built.stop()
