@@ -491,9 +491,12 @@ class Controller:
         over, unless a human paused automation: then no step starts (a drain round already sent
         completes; the next one waits for the resume). A wake that lands while this runs cannot
         start it again (one instance at a time), so it looks again itself; then the next run is
-        set for the earliest wait's end."""
+        set for the earliest wait's end. With nothing open (the idle fleet's case) one index
+        read is the whole tick."""
         while self.is_leader():
             self._advance_wanted.clear()
+            if not self.repository.has_open():
+                break
             self.admit_queued()
             if self.repository.controller_status().paused:
                 return

@@ -268,6 +268,16 @@ class Repository:
                 timelines[event.remediation_id].append(_event_record(event))
         return tuple(replace(r, events=tuple(timelines[r.id])) for r in records)
 
+    def has_open(self) -> bool:
+        """Whether any remediation is open (queued included): one index read, no rows loaded."""
+        query = (
+            select(Remediation.id)
+            .where(Remediation.cluster == self.cluster, Remediation.state.in_(OPEN_VALUES))
+            .limit(1)
+        )
+        with session_scope(self.session_factory) as session:
+            return session.execute(query).first() is not None
+
     def list_open(self) -> tuple[RemediationRecord, ...]:
         """Every open remediation, oldest first: what a restarted engine resumes."""
         query = (

@@ -245,6 +245,16 @@ def test_transition_moves_state_and_records_the_event(repo: Repository, clock: F
     assert loaded.events[1].detail == {"taint": "remediator.io/quarantined"}
 
 
+def test_has_open_agrees_with_list_open(repo: Repository) -> None:
+    """The idle advance tick's one read: no open remediation, then one, then none (failed is
+    not open)."""
+    assert repo.has_open() is False and repo.list_open() == ()
+    created = repo.create(_new("gpu-1"), actor="c")
+    assert repo.has_open() is True and len(repo.list_open()) == 1
+    repo.transition(created.id, State.DETECTED, State.FAILED, action="fail", actor="c")
+    assert repo.has_open() is False and repo.list_open() == ()
+
+
 def test_illegal_transitions_are_refused_and_leave_no_trace(repo: Repository) -> None:
     created = repo.create(_new("gpu-1"), actor="c")
     with pytest.raises(IllegalTransition):
