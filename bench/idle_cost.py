@@ -2,7 +2,9 @@
 each), a real Prometheus scraping its DCGM / InfiniBand endpoint every 30 s (dcgm-exporter's
 default), and `remediator run` at its defaults (15 s poll, leader election on, the shipped
 policies; only the Prometheus poll's time bound is raised, see start_controller) over a healthy
-fleet.
+fleet. The same Prometheus scrapes the controller's /metrics every 30 s, as the shipped
+ServiceMonitor does: its gauges are read from the store at scrape time, so a bench without the
+scrape would leave that cost out.
 
 Method: every process is started the way a user starts it (sim serve, /usr/bin/prometheus, the
 real CLI). After the controller has been ready for WARMUP seconds (first poll, node LIST, policy
@@ -42,6 +44,7 @@ GPUS = 8
 WARMUP = 60.0
 WINDOW = 240.0
 SCRAPE = "30s"
+CONTROLLER_TARGETS = "controller-targets.json"
 PROMETHEUS_TIMEOUT = 30.0
 QUERIED = (
     "DCGM_FI_DEV_(XID_ERRORS|GPU_TEMP|NVLINK_.*_ERROR_COUNT_TOTAL|ECC_DBE_.*_TOTAL"
@@ -97,7 +100,12 @@ def start_prometheus(workdir: Path, metrics_url: str) -> tuple[subprocess.Popen[
                 "metric_relabel_configs": [
                     {"source_labels": ["__name__"], "regex": QUERIED, "action": "keep"}
                 ],
-            }
+            },
+            {
+                # The controller's own /metrics, found once it listens (see scrape_controller).
+                "job_name": "remediator",
+                "file_sd_configs": [{"files": [str(workdir / CONTROLLER_TARGETS)]}],
+            },
         ],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -179,6 +187,27 @@ def start_controller(workdir: Path, sim: SimHandle, prometheus_url: str) -> subp
     return proc
 
 
+def scrape_controller(workdir: Path) -> None:
+    """Point Prometheus at the controller's /metrics (file discovery picks the file up)."""
+    ready = json.loads((workdir / "controller.ready").read_text())
+    target = ready["web_url"].removeprefix("http://")
+    temp = workdir / f"{CONTROLLER_TARGETS}.tmp"
+    temp.write_text(json.dumps([{"targets": [target]}]))
+    temp.replace(workdir / CONTROLLER_TARGETS)
+
+
+def check_scraped(prometheus_url: str, nodes: int) -> None:
+    """The window's cost includes the scrapes only if Prometheus did scrape the controller."""
+    answer = httpx.get(
+        f"{prometheus_url}/api/v1/query",
+        params={"query": 'count_over_time(up{job="remediator"}[5m])'},
+        timeout=10,
+    ).json()
+    result = answer.get("data", {}).get("result", [])
+    if not result or float(result[0]["value"][1]) < 2:
+        raise SystemExit(f"Prometheus did not scrape the controller at {nodes} nodes: {answer}")
+
+
 def check_watching(workdir: Path, nodes: int) -> None:
     """An idle controller that is blind would be cheap too: every source must be up."""
     ready = json.loads((workdir / "controller.ready").read_text())
@@ -210,6 +239,7 @@ def measure(nodes: int, window: float, root: Path) -> Sample:
         prometheus, prometheus_url = start_prometheus(workdir, sim.metrics_url)
         wait_for_series(prometheus_url, nodes * GPUS)
         controller = start_controller(workdir, sim, prometheus_url)
+        scrape_controller(workdir)
         time.sleep(WARMUP)
         before = cpu_seconds(controller.pid)
         started = time.monotonic()
@@ -218,6 +248,7 @@ def measure(nodes: int, window: float, root: Path) -> Sample:
         elapsed = time.monotonic() - started
         rss, peak = memory_mb(controller.pid)
         check_watching(workdir, nodes)
+        check_scraped(prometheus_url, nodes)
         return Sample(nodes, elapsed, spent, rss, peak, os.getloadavg()[0])
     finally:
         for proc in (controller, prometheus):
