@@ -63,6 +63,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMPONENT = "remediator"
 CONFLICT_RETRIES = 8
 CONFLICT_BACKOFF = 0.02
+LIST_PAGE_SIZE = 500  # client-go's reflector pages its initial LIST at 500
 
 
 def _status_message(body: str | None) -> tuple[str, JSON]:
@@ -344,11 +345,20 @@ class KubeClient:
         data = self._call("GET", "/api/v1/nodes", "list nodes", query=query)
         return [Node.from_json(item) for item in data.get("items") or ()]
 
-    def list_nodes_versioned(self) -> tuple[list[Node], str]:
-        """Every node and the list's resourceVersion, where a watch picks up from."""
-        data = self._call("GET", "/api/v1/nodes", "list nodes")
-        version = str((data.get("metadata") or {}).get("resourceVersion") or "")
-        return [Node.from_json(item) for item in data.get("items") or ()], version
+    def list_nodes_versioned(self, page_size: int = LIST_PAGE_SIZE) -> tuple[list[Node], str]:
+        """Every node and the list's resourceVersion, where a watch picks up from. Paged as
+        client-go's reflector does: one consistent snapshot, but never the whole fleet's JSON in
+        memory at once (a 2,000-node answer is ~12 MB of text, several times that parsed)."""
+        nodes: list[Node] = []
+        token = ""
+        while True:
+            query = [("limit", str(page_size))] + ([("continue", token)] if token else [])
+            data = self._call("GET", "/api/v1/nodes", "list nodes", query=query)
+            nodes.extend(Node.from_json(item) for item in data.get("items") or ())
+            meta = data.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                return nodes, str(meta.get("resourceVersion") or "")
 
     def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
         """Open a watch on nodes after `resource_version` (bookmarks on). The server ends it

@@ -6,6 +6,7 @@ pure, cheap to build in tests, and never sees a `kubernetes` type.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,16 @@ from typing import Any
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _shared(value: Any) -> str:
+    """One copy of a string every node repeats (label keys and values, condition reasons and
+    messages): the node cache then grows by what differs per node, not by every node's text."""
+    return sys.intern(str(value))
+
+
+def _shared_map(raw: Any) -> dict[str, str]:
+    return {_shared(k): _shared(v) for k, v in (raw or {}).items()}
 
 
 def parse_time(value: object) -> datetime | None:
@@ -103,16 +114,16 @@ class Node:
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
+            labels=_shared_map(meta.get("labels")),
+            annotations=_shared_map(meta.get("annotations")),
             unschedulable=bool(spec.get("unschedulable", False)),
             taints=tuple(Taint.from_json(t) for t in spec.get("taints") or ()),
             conditions=tuple(
                 NodeCondition(
-                    str(c.get("type", "")),
-                    str(c.get("status", "")),
-                    str(c.get("reason") or ""),
-                    str(c.get("message") or ""),
+                    _shared(c.get("type", "")),
+                    _shared(c.get("status", "")),
+                    _shared(c.get("reason") or ""),
+                    _shared(c.get("message") or ""),
                     parse_time(c.get("lastTransitionTime")),
                 )
                 for c in status.get("conditions") or ()
@@ -190,8 +201,8 @@ class Pod:
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             node_name=str(spec.get("nodeName") or ""),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
+            labels=_shared_map(meta.get("labels")),
+            annotations=_shared_map(meta.get("annotations")),
             owners=tuple(
                 OwnerRef(
                     str(o.get("kind", "")),

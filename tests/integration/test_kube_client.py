@@ -49,6 +49,14 @@ def test_nodes_and_cordon(sim: SimHandle, kube: KubeClient) -> None:
         kube.get_node("nope")
 
 
+def test_the_versioned_node_list_is_paged_into_one_snapshot(kube: KubeClient) -> None:
+    whole = sorted(n.name for n in kube.list_nodes())
+    paged, version = kube.list_nodes_versioned(page_size=3)  # a page of 3, then the last one
+    assert [n.name for n in paged] == whole and len(whole) == 4
+    assert version.isdigit()
+    assert [n.name for n in kube.list_nodes_versioned(page_size=500)[0]] == whole
+
+
 def test_taints_and_annotations(sim: SimHandle, kube: KubeClient) -> None:
     name = kube.list_nodes()[0].name
     before = kube.get_node(name).taints
