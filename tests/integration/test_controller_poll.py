@@ -79,6 +79,22 @@ def test_polls_read_the_node_watch_cache_not_a_list_each(
     assert calls == [] and controller.nodes.lists == 1
 
 
+def test_start_up_waits_for_the_node_cache_before_the_first_poll(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large fleet's paged LIST takes a moment: the first poll must not call the node source
+    down because it ran before the cache's first LIST ended."""
+    real = controller.kube.list_nodes_versioned
+
+    def slow(page_size: int = 500) -> tuple[list[Node], str]:
+        time.sleep(1.0)  # the LIST's own duration, not a wait for an event
+        return real(page_size)
+
+    monkeypatch.setattr(controller.kube, "list_nodes_versioned", slow)
+    controller.start(serve_web=False)
+    assert controller.nodes.list_nodes()  # synced: no "node cache not synced yet"
+
+
 def test_a_cancellation_is_counted_once_at_its_transition(
     controller: Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
