@@ -215,9 +215,15 @@ class Controller:
             slurm=self._slurm_steps(settings),
         )
         self.service.on_wake = self._wake_advance
+        # Pods from their own watch; nodes from the informer's, so every node event is read
+        # once, not twice.
         self.activity = NodeActivity(
-            self.kube, on_change=self.service.wake_node, on_resync=self.service.wake_all
+            self.kube,
+            on_change=self.service.wake_node,
+            on_resync=self.service.wake_all,
+            watch_nodes=False,
         )
+        self.nodes.subscribe(self.service.wake_node, self.service.wake_all)
         self._drops = RecentDrops()
         archive = settings.signal_archive
         self.archive: SignalArchive | None = (

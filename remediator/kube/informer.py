@@ -6,6 +6,9 @@ version on. A watch the server ends (its timeout) is reopened from the last vers
 (the version fell out of the server's history) means a fresh LIST. With kubelets heartbeating
 through Leases, nodes change only when their status does, so a healthy fleet costs nothing.
 
+Listeners hear which node changed (and when a fresh LIST may have hidden changes), so the
+controller's event-driven waits share this one node watch instead of opening their own.
+
 A cache that cannot reach the server keeps its content for `max_blind_seconds` and then refuses
 to answer (TransientError with the reason): the node-condition source must say "I cannot see"
 rather than serve a cluster that stopped changing.
@@ -72,6 +75,7 @@ class NodeInformer:
         self._stop = threading.Event()
         self._stream: EventStream | None = None
         self._thread: threading.Thread | None = None
+        self._listeners: list[tuple[Callable[[str], None], Callable[[], None]]] = []
         self.lists = 0  # LISTs done, the first one included (for tests and the bench)
 
     # -- reading the cache -------------------------------------------------------------------
@@ -92,6 +96,10 @@ class NodeInformer:
                     f"node watch failing for {self._monotonic() - since:.0f}s: {self._error}"
                 )
             return list(self._nodes.values())
+
+    def subscribe(self, on_change: Callable[[str], None], on_resync: Callable[[], None]) -> None:
+        """`on_change(name)` after each node event is applied; `on_resync()` after each LIST."""
+        self._listeners.append((on_change, on_resync))
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
@@ -150,6 +158,8 @@ class NodeInformer:
             self._failing_since, self._error = None, None
             self.lists += 1
         self._synced.set()
+        for _, on_resync in self._listeners:
+            on_resync()
 
     def _watch_once(self) -> None:
         stream = self._kube.watch_nodes(self._version, self._watch_seconds)
@@ -169,15 +179,19 @@ class NodeInformer:
         raw = event.get("object") or {}
         meta = raw.get("metadata") or {}
         version = str(meta.get("resourceVersion") or "")
+        name = str(meta.get("name") or "")
         with self._lock:
             if kind in ("ADDED", "MODIFIED"):
                 node = Node.from_json(raw)
                 if node.name:
                     self._nodes[node.name] = node
             elif kind == "DELETED":
-                self._nodes.pop(str(meta.get("name", "")), None)
+                self._nodes.pop(name, None)
             if version:
                 self._version = version
+        if name and kind in ("ADDED", "MODIFIED", "DELETED"):
+            for on_change, _ in self._listeners:
+                on_change(name)
 
     def _failed(self, error: str) -> None:
         with self._lock:

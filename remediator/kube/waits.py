@@ -48,7 +48,8 @@ COLLECTIONS = (_Collection(PODS, node_of_pod), _Collection(NODES, name_of_node))
 
 class NodeActivity:
     """Calls `on_change(node)` when a pod on that node or the node itself changes, and
-    `on_resync()` when events may have been missed (a 410 Gone, a broken stream)."""
+    `on_resync()` when events may have been missed (a 410 Gone, a broken stream). With
+    `watch_nodes=False` it watches pods only: the caller hears of nodes from its node informer."""
 
     def __init__(
         self,
@@ -58,8 +59,10 @@ class NodeActivity:
         *,
         watch_seconds: int = WATCH_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
+        watch_nodes: bool = True,
     ) -> None:
         self._kube = kube
+        self._collections = COLLECTIONS if watch_nodes else COLLECTIONS[:1]
         self._on_change = on_change
         self._on_resync = on_resync
         self._watch_seconds = watch_seconds
@@ -72,7 +75,7 @@ class NodeActivity:
         # A fresh flag per start: threads of an earlier start, still blocked in their stream,
         # stay stopped.
         self._stop = threading.Event()
-        for collection in COLLECTIONS:
+        for collection in self._collections:
             thread = threading.Thread(
                 target=self._run,
                 args=(collection, self._stop),

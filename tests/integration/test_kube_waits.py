@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from remediator.kube.client import KubeClient
-from remediator.kube.waits import NodeActivity
+from remediator.kube.informer import NodeInformer
+from remediator.kube.waits import PODS, NodeActivity
 from tests.fixtures.sim import SimHandle
 
 pytestmark = pytest.mark.integration
@@ -56,3 +57,30 @@ def test_pod_and_node_changes_are_reported_with_their_node(
         assert changes.wait_for(OTHER)
     finally:
         activity.stop()
+
+
+def test_with_a_node_informer_nodes_are_heard_from_its_watch_alone(
+    sim: SimHandle, kube: KubeClient
+) -> None:
+    """The controller's arrangement: pods from NodeActivity, nodes from the informer's one watch
+    (a second node watch would read every node status update twice)."""
+    changes = Changes()
+    resynced = threading.Event()
+    informer = NodeInformer(kube)
+    informer.subscribe(changes, resynced.set)
+    activity = NodeActivity(kube, changes, resynced.set, watch_nodes=False)
+    informer.start()
+    before = set(threading.enumerate())
+    activity.start()
+    try:
+        assert resynced.wait(10) and informer.wait_synced(10)
+        assert {t.name for t in set(threading.enumerate()) - before} == {f"watch {PODS}"}
+        pod = next(p for p in kube.list_pods_on_node(NODE) if p.namespace == "training")
+        changes.nodes.clear()
+        kube.set_pod_annotations(pod.namespace, pod.name, {"example.com/touched": "yes"})
+        assert changes.wait_for(NODE)
+        kube.set_node_annotations(OTHER, {"example.com/touched": "yes"})
+        assert changes.wait_for(OTHER)
+    finally:
+        activity.stop()
+        informer.stop()

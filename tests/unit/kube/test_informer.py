@@ -117,6 +117,32 @@ def test_events_update_the_cache_and_a_410_means_a_fresh_list(api: ScriptedApi) 
         informer.stop()
 
 
+def test_listeners_hear_each_changed_node_and_each_fresh_list(api: ScriptedApi) -> None:
+    informer = NodeInformer(api, backoff=(0.01, 0.01))
+    changed: list[str] = []
+    resyncs: list[int] = []
+    informer.subscribe(changed.append, lambda: resyncs.append(api.lists))
+    try:
+        informer.list_nodes()
+        assert resyncs == [1]
+        api.script.put(
+            Stream(
+                [
+                    {"type": "MODIFIED", "object": raw("a", 7, cordoned=True)},
+                    {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "8"}}},
+                    {"type": "DELETED", "object": raw("b", 9)},
+                ]
+            )
+        )
+        api.script.put(ResourceExpired("watch nodes: 410 too old resource version"))
+        wait_watches(api, 3)
+        assert changed == ["a", "b"]  # a bookmark changes no node
+        assert resyncs == [1, 2]  # the LIST after the 410 may have hidden changes
+    finally:
+        api.closed = True
+        informer.stop()
+
+
 def test_a_watch_failing_too_long_is_an_error_not_a_frozen_cluster(api: ScriptedApi) -> None:
     clock = [0.0]
     informer = NodeInformer(
