@@ -78,9 +78,6 @@ log = logging.getLogger(__name__)
 
 HOUSEKEEPING_SECONDS = 2.0
 RECONCILE_SECONDS = 10.0
-# How long start-up waits for the node cache's first LIST before it may lead (client-go's
-# WaitForCacheSync): the first poll then sees the fleet instead of calling the source down.
-NODE_SYNC_SECONDS = 10.0
 HEARTBEAT_SECONDS = 10.0
 ARCHIVE_RETENTION_SECONDS = 3600.0
 # Pushes are taken when they arrive (a put wakes the loop); this only bounds a missed wake.
@@ -662,8 +659,6 @@ class Controller:
         self.nodes.start()
         if serve_web:
             self.start_web()
-        if not self.nodes.wait_synced(NODE_SYNC_SECONDS):
-            log.warning("node cache not synced after %.0fs; starting anyway", NODE_SYNC_SECONDS)
         if self.elector is not None:
             self.elector.start()
         else:

@@ -75,6 +75,7 @@ class NodeInformer:
         self._stop = threading.Event()
         self._stream: EventStream | None = None
         self._thread: threading.Thread | None = None
+        self._started_at = 0.0
         self._listeners: list[tuple[Callable[[str], None], Callable[[], None]]] = []
         self.lists = 0  # LISTs done, the first one included (for tests and the bench)
 
@@ -84,9 +85,10 @@ class NodeInformer:
         """The cached nodes; a label selector is not cached and goes to the server."""
         if label_selector:
             return self._kube.list_nodes(label_selector)
-        if self._thread is None:  # the first reader starts the informer and waits for its LIST
+        if self._thread is None:
             self.start()
-            self._synced.wait(self._first_sync)
+        if not self._synced.is_set():  # a reader before the first LIST ended waits for it
+            self._synced.wait(max(0.0, self._started_at + self._first_sync - self._monotonic()))
         with self._lock:
             if not self._synced.is_set():
                 raise TransientError(f"node cache not synced yet: {self._error or 'listing'}")
@@ -115,6 +117,7 @@ class NodeInformer:
             if self._thread is not None:
                 return
             self._stop.clear()
+            self._started_at = self._monotonic()
             self._thread = threading.Thread(target=self._run, name="node-informer", daemon=True)
             self._thread.start()
 

@@ -79,11 +79,11 @@ def test_polls_read_the_node_watch_cache_not_a_list_each(
     assert calls == [] and controller.nodes.lists == 1
 
 
-def test_start_up_waits_for_the_node_cache_before_the_first_poll(
+def test_the_first_read_after_start_up_waits_for_the_node_cache(
     controller: Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A large fleet's paged LIST takes a moment: the first poll must not call the node source
-    down because it ran before the cache's first LIST ended."""
+    down because it ran before the cache's first LIST (started by start-up) ended."""
     real = controller.kube.list_nodes_versioned
 
     def slow(page_size: int = 500) -> tuple[list[Node], str]:
