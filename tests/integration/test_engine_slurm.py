@@ -82,6 +82,35 @@ def slurm_lines(record: RemediationRecord) -> list[str]:
     return [str(e.detail.get("command")) for e in record.events if e.action == "slurm"]
 
 
+def stop_slurmctld(shell: SlurmShell, conf: Path) -> None:
+    pid = int((conf.parent / "slurmctld.pid").read_text())
+    subprocess.run(["kill", str(pid)], check=True)
+    wait_for(lambda: shell.run("sinfo", check=False).returncode != 0, 30, "slurmctld down")
+
+
+def start_slurmctld(conf: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["slurmctld", "-D", "-f", str(conf), "-i"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def holding_on_slurmctld(engine: Engine, node: str) -> Callable[[], bool]:
+    """True once a step of the node's remediation holds with "slurmctld unreachable"."""
+
+    def holding() -> bool:
+        record = engine.of_node(node)
+        return record is not None and any(
+            "slurmctld unreachable" in str(e.detail.get("reason", ""))
+            for e in record.events
+            if e.action == "progress"
+        )
+
+    return holding
+
+
 @pytest.mark.slow_provision
 def test_a_checkpointing_job_is_requeued_and_completes_elsewhere(
     engine: Engine, shell: SlurmShell, tmp_path: Path
@@ -168,35 +197,19 @@ def test_slurmctld_down_holds_the_step_until_it_returns(
 ) -> None:
     assert sim.slurm is not None
     conf = Path(sim.slurm["slurm_conf"])
-    pid = int((conf.parent / "slurmctld.pid").read_text())
     script = write_job(tmp_path / "jobs")
     job = submit(shell, script, "--requeue")
     wait_job(shell, job, ("RUNNING",))
     node = job_node(shell, job)
-    subprocess.run(["kill", str(pid)], check=True)
-    wait_for(lambda: shell.run("sinfo", check=False).returncode != 0, 30, "slurmctld down")
+    stop_slurmctld(shell, conf)
     restarted: subprocess.Popen[bytes] | None = None
     try:
         engine.push(xid(node))
-
-        def holding() -> bool:
-            record = engine.of_node(node)
-            return record is not None and any(
-                "slurmctld unreachable" in str(e.detail.get("reason", ""))
-                for e in record.events
-                if e.action == "progress"
-            )
-
-        wait_for(holding, 60, "the step to hold on slurmctld")
+        wait_for(holding_on_slurmctld(engine, node), 60, "the step to hold on slurmctld")
         record = engine.of_node(node)
         assert record is not None and record.state is State.QUARANTINED
         assert record.new_node is None and record.replacement_operation_id is None
-        restarted = subprocess.Popen(
-            ["slurmctld", "-D", "-f", str(conf), "-i"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        restarted = start_slurmctld(conf)
         done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=150)
         assert done.state is State.SUCCEEDED, done.error or done.hold_reason
         assert f"scontrol requeue {job}" in slurm_lines(done)
@@ -219,31 +232,15 @@ def test_slurmctld_stopped_after_the_requeue_holds_the_replacement(
     wait_for(
         lambda: f"scontrol requeue {job}" in slurm_lines(engine.of_node(node) or checkpointing)
     )
-    pid = int((conf.parent / "slurmctld.pid").read_text())
-    subprocess.run(["kill", str(pid)], check=True)
-    wait_for(lambda: shell.run("sinfo", check=False).returncode != 0, 30, "slurmctld down")
+    stop_slurmctld(shell, conf)
     restarted: subprocess.Popen[bytes] | None = None
     try:
-
-        def holding() -> bool:
-            record = engine.of_node(node)
-            return record is not None and any(
-                "slurmctld unreachable" in str(e.detail.get("reason", ""))
-                for e in record.events
-                if e.action == "progress"
-            )
-
-        wait_for(holding, 90, "a step to hold on slurmctld")
+        wait_for(holding_on_slurmctld(engine, node), 90, "a step to hold on slurmctld")
         record = engine.of_node(node)
         assert record is not None
         assert record.state in (State.CHECKPOINTING, State.DRAINING, State.REPLACING)
         assert record.replacement_operation_id is None and record.new_node is None
-        restarted = subprocess.Popen(
-            ["slurmctld", "-D", "-f", str(conf), "-i"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        restarted = start_slurmctld(conf)
         done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=150)
         assert done.state is State.SUCCEEDED, done.error or done.hold_reason
         wait_job(shell, job, ("RUNNING", "COMPLETED"), timeout=90)

@@ -56,14 +56,18 @@ class Activity:
         return "<member>" + "".join(f"<{k}>{escape(v)}</{k}>" for k, v in fields) + "</member>"
 
 
+def _capacity_cause(started: datetime, before: int) -> str:
+    return (
+        f"At {_iso(started)} an instance was started in response to a difference between "
+        f"desired and actual capacity, increasing the capacity from {before} to {before + 1}."
+    )
+
+
 def launched(group: str, instance: str, zone: str, started: datetime, before: int) -> Activity:
     return Activity(
         group=group,
         description=f"Launching a new EC2 instance: {instance}",
-        cause=(
-            f"At {_iso(started)} an instance was started in response to a difference between "
-            f"desired and actual capacity, increasing the capacity from {before} to {before + 1}."
-        ),
+        cause=_capacity_cause(started, before),
         started=started,
         status="Successful",
         zone=zone,
@@ -74,10 +78,7 @@ def failed_launch(group: str, zone: str, started: datetime, before: int, message
     return Activity(
         group=group,
         description=f"Launching a new EC2 instance.  Status Reason: {message}",
-        cause=(
-            f"At {_iso(started)} an instance was started in response to a difference between "
-            f"desired and actual capacity, increasing the capacity from {before} to {before + 1}."
-        ),
+        cause=_capacity_cause(started, before),
         started=started,
         status="Failed",
         zone=zone,
