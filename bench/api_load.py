@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 
 from remediator.controller.app import Controller
+from remediator.model.states import State
 from remediator.remediation.service import TransitionSeen
-from remediator.remediation.states import State
 from remediator.settings import LeaderElectionSettings, ProviderSettings, Settings, WebSettings
 from remediator.signals.model import Signal, SignalKind
 from remediator.sim.launch import SimHandle, start_sim

@@ -30,8 +30,8 @@ import httpx
 from pydantic import SecretStr
 
 from remediator.controller.app import Controller
+from remediator.model.states import State
 from remediator.remediation.service import TransitionSeen
-from remediator.remediation.states import State
 from remediator.settings import (
     LeaderElectionSettings,
     ProviderSettings,

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from remediator.controller.app import Controller
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.settings import LeaderElectionSettings, ProviderSettings, Settings
 from remediator.signals.model import Signal, SignalKind
 from remediator.sim.launch import SimHandle, start_sim

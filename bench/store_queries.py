@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from remediator.clock import FakeClock
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store import db
 from remediator.store.records import RemediationFilter
 from remediator.store.repository import Repository

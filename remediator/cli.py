@@ -18,6 +18,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.agent.cli",
     "remediator.backtest.cli",
 )
+# Actions added under another module's command, wired here so that neither module imports the
+# other: (the parent's module, the child's module, its function taking the parent's subparsers).
+NESTED: tuple[tuple[str, str, str], ...] = (
+    ("remediator.policy.cli", "remediator.backtest.cli", "add_backtest"),
+)
 # Commands that run on every node, where start-up cost and memory count: `remediator agent …`
 # builds a parser with only its own module instead of importing the controller's stack.
 LIGHT_COMMANDS = {"agent": "remediator.agent.cli"}
@@ -29,7 +34,10 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in modules:
-        importlib.import_module(name).register(sub)
+        actions = importlib.import_module(name).register(sub)
+        for parent, child, function in NESTED:
+            if parent == name:
+                getattr(importlib.import_module(child), function)(actions)
     return parser
 
 

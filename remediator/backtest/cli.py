@@ -36,7 +36,7 @@ FORMATS = {"text": render.to_text, "markdown": render.to_markdown, "json": rende
 
 
 def add_backtest(subparsers: Any) -> None:
-    """Registered under `remediator policy`."""
+    """Registered under `remediator policy` by the CLI root (cli.NESTED)."""
     parser = subparsers.add_parser(
         "backtest", help="replay recorded signals through baseline and proposed policies"
     )

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.errors import RemediatorError
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals.model import SignalKind
 from remediator.store.archive import (
     ArchivedRun,

@@ -24,8 +24,10 @@ from pathlib import Path
 
 from remediator.backtest.recording import RealRemediation, Recording
 from remediator.errors import PolicyError, RemediatorError
+from remediator.model.states import State
 from remediator.policy.budget import BreakerState, admit
 from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
+from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.policy.schema import Policy, Threshold
 from remediator.remediation.intake import (
@@ -34,8 +36,6 @@ from remediator.remediation.intake import (
     cleared_reason,
     cluster_state,
 )
-from remediator.remediation.planner import ladder_from_policy
-from remediator.remediation.states import State
 from remediator.signals.dedup import DEFAULT_KIND_WINDOWS, READING_KINDS, SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.archive import ArchivedRun, Levels, RunFilter

@@ -44,6 +44,7 @@ from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
 from remediator.kube.ratelimit import TokenBucket
 from remediator.kube.waits import NodeActivity
+from remediator.model.states import State
 from remediator.policy.budget import HoldCause
 from remediator.policy.interest import interest_of
 from remediator.policy.loader import content_hash, git_revision, policy_files
@@ -53,7 +54,6 @@ from remediator.providers.instrumented import InstrumentedProvider, ProviderMetr
 from remediator.providers.select import PoolProviders
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.service import RemediationService
-from remediator.remediation.states import State
 from remediator.settings import Settings, SignalSettings
 from remediator.signals.model import Signal
 from remediator.signals.screen import RecentDrops, summary

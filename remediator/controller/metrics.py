@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from remediator.model.states import OPEN, State
 from remediator.policy.budget import HoldCause
 from remediator.remediation.journal import entered_at
 from remediator.remediation.planner import STEP_NAMES
 from remediator.remediation.service import TransitionSeen
-from remediator.remediation.states import OPEN, State
 from remediator.signals.model import Signal
 from remediator.signals.screen import Dropped, DropReason
 from remediator.store.records import AgentStatus, ControllerStatus, RemediationRecord

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 
 # The order a reader follows: work under way, then what waits for people, then outcomes.
 ORDER = (

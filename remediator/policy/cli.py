@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from remediator.backtest.cli import add_backtest
 from remediator.errors import PolicyError
 from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.policy.scenario import load_scenarios, run_scenario
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any) -> Any:
+    """Adds `policy` and returns its action subparsers, where the CLI root adds `backtest`."""
     parser = subparsers.add_parser("policy", help="validate and test remediation policies")
     sub = parser.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     validate = sub.add_parser("validate", help="check a policy directory; list every problem")
@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
     test.add_argument("directory", type=Path)
     test.add_argument("scenarios", type=Path, nargs="+")
     test.set_defaults(func=_test)
-    add_backtest(sub)
+    return sub
 
 
 def summary(policy_set: PolicySet) -> str:

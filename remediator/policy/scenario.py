@@ -16,9 +16,9 @@ from remediator.errors import PolicyError
 from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
 from remediator.policy.durations import Duration, format_duration
 from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
+from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet, parse_yaml, validate_model
 from remediator.policy.schema import GlobalSettings
-from remediator.remediation.planner import ladder_from_policy
 from remediator.signals.model import Signal, SignalKind
 
 SCENARIO_START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -15,9 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 from remediator.errors import ConflictError, IllegalTransition, NotFoundError, RemediatorError
+from remediator.model.states import CANCELLABLE, TRANSITIONS, State
+from remediator.policy.ladder import parse_ladder
 from remediator.remediation import planner
 from remediator.remediation.journal import entered_at, log_transition
-from remediator.remediation.states import CANCELLABLE, TRANSITIONS, State
 from remediator.remediation.suppression import DEFAULT_CANCEL_COOLDOWN
 from remediator.store.records import ControllerStatus, RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
@@ -68,7 +69,7 @@ def release_target(record: RemediationRecord) -> Move:
     the quarantine (the checkpoint, when the policy has one), exactly where the engine would
     have gone had the labelled pods left. Held: back into the step that held it."""
     if record.state is State.HELD_BY_OPT_OUT:
-        step = planner.next_work_state(planner.parse_ladder(record.ladder), record.state)
+        step = planner.next_work_state(parse_ladder(record.ladder), record.state)
         if step is None:
             raise CommandRefused(
                 f"remediation {record.id}'s ladder has no step after the quarantine to release "

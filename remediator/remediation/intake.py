@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from remediator.errors import ConflictError, IllegalTransition
 from remediator.kube.objects import Node
+from remediator.model.states import State
 from remediator.policy.budget import (
     Admission,
     BreakerState,
@@ -39,11 +40,10 @@ from remediator.policy.evaluate import (
     PastRemediation,
     evaluate,
 )
+from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Policy
 from remediator.remediation.journal import log_transition
-from remediator.remediation.planner import ladder_from_policy
-from remediator.remediation.states import State
 from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind

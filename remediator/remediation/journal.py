@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.records import RemediationRecord
 
 log = logging.getLogger("remediator.transitions")

@@ -51,13 +51,14 @@ from remediator.errors import (
 )
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node, Pod
+from remediator.model.disruption import evictions, rescheduled
+from remediator.model.states import State
 from remediator.policy.budget import HoldCause
+from remediator.policy.ladder import LadderStep, parse_ladder
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
-from remediator.remediation.disruption import evictions, rescheduled
 from remediator.remediation.journal import entered_at, log_transition
-from remediator.remediation.planner import LadderStep, Move, Situation, Stay
-from remediator.remediation.states import State
+from remediator.remediation.planner import Move, Situation, Stay
 from remediator.slurm.engine import SlurmSteps, both, together
 from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.repository import Repository
@@ -372,7 +373,7 @@ class RemediationService:
     # -- observing ---------------------------------------------------------------------------
 
     def _observe(self, record: RemediationRecord) -> Situation:
-        ladder = planner.parse_ladder(record.ladder)
+        ladder = parse_ladder(record.ladder)
         base = Situation(
             state=record.state,
             ladder=ladder,
@@ -731,7 +732,7 @@ class RemediationService:
 
     def _disruption(self, record: RemediationRecord) -> dict[str, object]:
         """At the end: which evicted pods a replacement now runs for, one pod list per
-        namespace (the one check; see remediation/disruption.py)."""
+        namespace (the one check; see model/disruption.py)."""
         evicted = evictions(e.detail for e in record.events)
         if not evicted:
             return {}
@@ -793,7 +794,7 @@ class RemediationService:
         return after
 
     def _notify(self, before: RemediationRecord, after: RemediationRecord, move: Move) -> None:
-        ladder = planner.parse_ladder(after.ladder)
+        ladder = parse_ladder(after.ladder)
         kind: NotificationKind | None = None
         target = after.state
         if target in (State.HELD, State.HELD_BY_OPT_OUT, State.AWAITING_APPROVAL):

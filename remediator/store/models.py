@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
-from remediator.remediation.states import OPEN
+from remediator.model.states import OPEN
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
-from remediator.remediation.disruption import Eviction
-from remediator.remediation.states import OPEN, State
+from remediator.model.disruption import Eviction
+from remediator.model.states import OPEN, State
 from remediator.signals.model import Signal
 
 

@@ -35,8 +35,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import ConflictError, NotFoundError
-from remediator.remediation.disruption import evictions
-from remediator.remediation.states import OPEN, State, check_transition
+from remediator.model.disruption import evictions
+from remediator.model.states import OPEN, State, check_transition
 from remediator.signals.model import STORED, Signal, SignalKind
 from remediator.store import cursor as cursors
 from remediator.store.db import session_scope

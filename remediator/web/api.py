@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
+from remediator.model.states import State
 from remediator.remediation import commands
-from remediator.remediation.states import State
 from remediator.signals import bounds
 from remediator.signals.model import SignalKind
 from remediator.store.audit import MAX_AUDIT_PAGE, AuditLog, AuditQuery, AuditRecord

@@ -10,7 +10,7 @@ from datetime import date
 
 from markupsafe import Markup, escape
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.records import DailyCount, Percentiles
 from remediator.web.views import format_duration
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import Any
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.records import RemediationRecord
 from remediator.web import views
 from remediator.web.agent_views import Liveness, agent_out

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals import bounds
 from remediator.signals.model import SignalKind
 from remediator.store.records import RemediationFilter

@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from remediator.errors import NotFoundError
+from remediator.model.states import TERMINAL
 from remediator.remediation import commands
-from remediator.remediation.states import TERMINAL
 from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
 from remediator.web.access import Operator, web_deps

@@ -18,9 +18,9 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from remediator.model.states import TERMINAL, State
 from remediator.policy.durations import parse_duration
 from remediator.remediation import commands
-from remediator.remediation.states import TERMINAL, State
 from remediator.signals.model import SignalKind
 from remediator.store.audit import AuditQuery
 from remediator.store.records import RemediationFilter, RemediationRecord

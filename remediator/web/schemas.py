@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from remediator.model.states import State
 from remediator.policy.durations import Duration
-from remediator.remediation.states import State
 from remediator.signals.model import Signal
 from remediator.web.agent_views import AgentOut
 

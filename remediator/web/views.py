@@ -14,11 +14,12 @@ from typing import Any
 
 import yaml
 
+from remediator.model import disruption
+from remediator.model.states import CANCELLABLE, OPEN, WAITING_FOR_HUMAN, State
+from remediator.policy.ladder import parse_ladder
 from remediator.policy.loader import PolicySet
-from remediator.remediation import disruption
 from remediator.remediation.commands import entered_from
-from remediator.remediation.planner import STEP_NAMES, STEP_STATES, next_work_state, parse_ladder
-from remediator.remediation.states import CANCELLABLE, OPEN, WAITING_FOR_HUMAN, State
+from remediator.remediation.planner import STEP_NAMES, STEP_STATES, next_work_state
 from remediator.signals import xid
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import EventRecord, QuarantineSpan, RemediationRecord
@@ -453,7 +454,7 @@ class GpuHoursLost:
     the node is still held) per UTC day of the quarantine and per policy; `unknown` counts the
     spans whose node reported no GPU count (not guessed, left out of the sums). `disrupted_*`:
     GPU-hours of the workload the remediations evicted, until it ran again (see
-    remediation/disruption.py), on the same days and policies."""
+    model/disruption.py), on the same days and policies."""
 
     by_day: Mapping[date, Mapping[str, float]]
     by_policy: Mapping[str, float]

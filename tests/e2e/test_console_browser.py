@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, expect
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from tests.fixtures.browser import login, new_page, shot
 from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, Console, serve
 

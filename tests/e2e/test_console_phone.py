@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from tests.fixtures.browser import DESKTOP, PHONE, login, new_page, shot
 from tests.fixtures.web import OPERATOR_TOKEN, Console, serve
 

@@ -29,7 +29,7 @@ import boto3
 import httpx
 import pytest
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from remediator.controller.app import Controller
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.settings import Settings
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import Source

@@ -37,7 +37,7 @@ from remediator.actions.release import release
 from remediator.clock import utcnow
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Pod
-from remediator.remediation.disruption import disrupted_gpu_hours, evictions, rescheduled
+from remediator.model.disruption import disrupted_gpu_hours, evictions, rescheduled
 from tests.fixtures.sim import SimHandle
 from tests.integration.actions_support import until_settled, wait_for
 

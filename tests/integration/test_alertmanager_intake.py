@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from remediator.controller.app import Controller
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.records import RemediationFilter, RemediationRecord
 from tests.fixtures.alertmanager import AlertmanagerHandle, alert, documented_config, new_run
 from tests.fixtures.sim import SimHandle

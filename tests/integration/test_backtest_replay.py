@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from remediator.cli import main
 from remediator.clock import FakeClock
 from remediator.controller.app import Controller
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.settings import Settings, WebSettings
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.base import HealthTracker, SourceResult

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediator.remediation.states import OPEN, State
+from remediator.model.states import OPEN, State
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import (
     Engine,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from remediator.model.states import State
 from remediator.remediation import commands
-from remediator.remediation.states import State
 from remediator.signals.model import Signal, SignalKind
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import Engine, start_engine, wait_for, write_policies, xid

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from remediator.actions.quarantine import ANN_REMEDIATION_ID
+from remediator.model.states import State
 from remediator.remediation import commands
-from remediator.remediation.states import State
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import SETTINGS, Engine, start_engine, xid
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from remediator.controller.app import Controller
-from remediator.remediation.disruption import disrupted_gpu_hours
-from remediator.remediation.states import State
+from remediator.model.disruption import disrupted_gpu_hours
+from remediator.model.states import State
 from remediator.signals.model import SignalKind
 from remediator.web import views
 from tests.fixtures.prometheus import PrometheusHandle

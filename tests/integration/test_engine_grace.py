@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from remediator.actions.checkpoint import ANN_HANDSHAKE
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.store.records import RemediationRecord
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import SETTINGS, Engine, start_engine, xid

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import (
     Engine,

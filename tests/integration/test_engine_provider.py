@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from remediator.model.states import State
 from remediator.remediation import commands
-from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import Engine, start_engine, wait_for, write_policies, xid

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from remediator.model.states import State
 from remediator.remediation import commands
-from remediator.remediation.states import State
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import (
     Engine,

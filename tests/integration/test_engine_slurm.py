@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from remediator.model.states import State
 from remediator.remediation import commands
-from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
 from tests.fixtures.sim import SimHandle
 from tests.fixtures.slurm import SlurmShell, job_node, submit, wait_job, write_job

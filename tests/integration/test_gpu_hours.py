@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals.model import SignalKind
 from remediator.web import views
 from tests.fixtures.web import READONLY_TOKEN, Console, Seeder

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from remediator.clock import FakeClock
 from remediator.errors import ConflictError, IllegalTransition, NotFoundError
-from remediator.remediation.states import OPEN, State
+from remediator.model.states import OPEN, State
 from remediator.signals.model import Signal, SignalKind
 from remediator.store import db
 from remediator.store.cursor import InvalidCursor

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from remediator.errors import PolicyError
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.push import SignalInbox
 from remediator.store import cursor as cursors

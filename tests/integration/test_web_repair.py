@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals.model import SignalKind
 from tests.fixtures.web import READONLY_TOKEN, Console, Seeder
 

@@ -11,21 +11,12 @@ import pytest
 from remediator.actions.outcome import Failed
 from remediator.clock import FakeClock
 from remediator.errors import PolicyError
+from remediator.model.states import State, check_transition
 from remediator.policy.fallbacks import fallback_chain
+from remediator.policy.ladder import LadderStep, ladder_from_policy, parse_ladder
 from remediator.policy.loader import load_policy_dir
 from remediator.policy.watcher import PolicyStore
-from remediator.remediation.planner import (
-    LadderStep,
-    Move,
-    Situation,
-    escalated,
-    ladder_from_policy,
-    parse_ladder,
-    plan,
-    step_of,
-    work_states,
-)
-from remediator.remediation.states import State, check_transition
+from remediator.remediation.planner import Move, Situation, escalated, plan, step_of, work_states
 
 
 def ladder_policy(name: str, steps: str, on_failure: str | None = None, codes: str = "95") -> str:

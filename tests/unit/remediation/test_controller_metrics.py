@@ -9,8 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from remediator.controller.metrics import ControllerMetrics
+from remediator.model.states import State
 from remediator.remediation.service import TransitionSeen
-from remediator.remediation.states import State
 from remediator.store.records import ControllerStatus, EventRecord, RemediationRecord
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from remediator.kube.objects import OwnerRef, Pod, format_time, pod_gpus
-from remediator.remediation.disruption import (
+from remediator.model.disruption import (
     Eviction,
     disrupted_gpu_hours,
     evictions,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.kube.objects import Node, NodeCondition
+from remediator.model.states import State
 from remediator.policy.budget import BreakerState
 from remediator.policy.evaluate import Decision
 from remediator.policy.loader import PolicySet
@@ -21,7 +22,6 @@ from remediator.remediation.intake import (
     never_started,
     new_remediation,
 )
-from remediator.remediation.states import State
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import ControllerStatus, RemediationRecord
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from remediator.controller.logging import JsonFormatter
+from remediator.model.states import State
 from remediator.remediation.journal import log_transition, transition_reason
-from remediator.remediation.states import State
 from remediator.store.records import RemediationRecord
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -9,20 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from remediator.actions.outcome import Done, Failed, Held, Waiting
+from remediator.model.states import TRANSITIONS, State
+from remediator.policy.ladder import LadderStep, ladder_from_policy, parse_ladder
 from remediator.policy.schema import Checkpoint, Cordon, Drain, Notify, Replace, Taint
 from remediator.remediation import planner
-from remediator.remediation.planner import (
-    LadderStep,
-    Move,
-    Situation,
-    Stay,
-    ladder_from_policy,
-    next_work_state,
-    parse_ladder,
-    plan,
-    work_states,
-)
-from remediator.remediation.states import TRANSITIONS, State
+from remediator.remediation.planner import Move, Situation, Stay, next_work_state, plan, work_states
 
 FULL = ladder_from_policy(
     [

@@ -4,18 +4,10 @@
 from __future__ import annotations
 
 from remediator.actions.outcome import Done, Failed
+from remediator.model.states import State, check_transition
+from remediator.policy.ladder import LadderStep, ladder_from_policy, parse_ladder
 from remediator.policy.schema import Cordon, Diagnose, Drain, Reboot, ResetGpu, Uncordon
-from remediator.remediation.planner import (
-    LadderStep,
-    Move,
-    Situation,
-    ladder_from_policy,
-    parse_ladder,
-    plan,
-    step_of,
-    work_states,
-)
-from remediator.remediation.states import State, check_transition
+from remediator.remediation.planner import Move, Situation, plan, step_of, work_states
 
 ACTIONS = [
     Cordon(action="cordon"),

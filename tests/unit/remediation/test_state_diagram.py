@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from remediator.remediation.states import CANCELLABLE, TRANSITIONS, State
+from remediator.model.states import CANCELLABLE, TRANSITIONS, State
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "state-machine.md"
 

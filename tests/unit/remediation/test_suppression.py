@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.remediation.suppression import suppressed_by
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import RemediationRecord

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import EventRecord, RemediationRecord
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from remediator.model.states import CANCELLABLE, State, check_transition
 from remediator.remediation import commands
-from remediator.remediation.states import CANCELLABLE, State, check_transition
 from tests.unit.web.builders import event, path, record
 
 

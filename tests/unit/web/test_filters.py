@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.web.filters import parse_filters, parse_time
 
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.remediation.states import State
+from remediator.model.states import State
 from remediator.signals.model import Signal, SignalKind
 from remediator.web import views
 from tests.fixtures.web import shipped_policies
