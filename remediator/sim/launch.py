@@ -72,7 +72,8 @@ class SimHandle:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                # A Slurm's jobs are cancelled and their steps awaited before its daemons stop.
+                self.proc.wait(timeout=60 if self.slurm else 15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)

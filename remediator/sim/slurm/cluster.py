@@ -9,6 +9,7 @@ The `settings()` it returns is valid as the controller's `slurm:` section.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +24,9 @@ from typing import Any
 
 PARTITION = "gpu"
 START_TIMEOUT = 60.0
+# Cancelled jobs' steps end within KillWait (5 s) once slurmd hears of it.
+STOP_TIMEOUT = 30.0
+DAEMONS = frozenset({"slurmctld", "slurmd", "munged"})
 
 
 def free_port() -> int:
@@ -107,7 +111,16 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """For every client command: this cluster's slurm.conf, and a job's output file under
+        `jobs/` unless it names one (sbatch writes `slurm-N.out` into the submitter's working
+        directory otherwise)."""
+        output = str(self.root / "jobs" / "slurm-%j.out")
+        return {
+            **os.environ,
+            "SLURM_CONF": str(self.conf),
+            "SBATCH_OUTPUT": output,
+            "SBATCH_ERROR": output,
+        }
 
     def settings(self) -> dict[str, Any]:
         """Valid, as it stands, as the controller's `slurm:` settings."""
@@ -175,12 +188,59 @@ class SlurmCluster:
         self._stop(f"slurmd:{name}")
 
     def stop(self) -> None:
+        """Cancel every job and wait for its steps to end, then stop the daemons. slurmstepd and
+        the job scripts are not children of anything we started (slurmd detaches them): stopping
+        slurmd alone would leave them running. Whatever of this cluster still runs after that
+        (slurmctld was down, a step ignored SIGKILL's way out) is killed."""
+        self.end_jobs()
         for key in list(self._procs):
             if key.startswith("slurmd:"):
                 self._stop(key)
         self._stop("slurmctld")
         self._stop("munged")
+        for pid in self.processes(daemons=True):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+    def end_jobs(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Cancel every job; return once Slurm lists none and no step or job process is left."""
+        ctld = self._procs.get("slurmctld")
+        if ctld is None or ctld.poll() is not None:
+            return
+        ids = self.run("squeue", "-h", "-o", "%A", check=False).stdout.split()
+        if ids:
+            self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            listed = self.run("squeue", "-h", "-o", "%i", check=False)
+            if listed.returncode == 0 and not listed.stdout.strip() and not self.processes():
+                return
+            time.sleep(0.2)
+
+    def processes(self, *, daemons: bool = False) -> list[int]:
+        """pids of this cluster's steps and jobs (and, with `daemons`, any slurmctld/slurmd/
+        munged of it, ours or not): this slurm.conf in their environment (a job carries its
+        submitter's), or a file of the cluster open (slurmstepd blanks its environment for its
+        process title, but keeps its node's log open)."""
+        needle = f"SLURM_CONF={self.conf}".encode()
+        ours = {proc.pid for proc in self._procs.values()}
+        roots = (f"{self.root}/", f"{self.socket_dir}/")
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                environ = (entry / "environ").read_bytes().split(b"\0")
+                files = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+            except OSError:
+                continue
+            if not daemons and (int(entry.name) in ours or Path(argv0).name in DAEMONS):
+                continue
+            if needle in environ or any(f.startswith(roots) for f in files):
+                found.append(int(entry.name))
+        return found
 
     # -- helpers -----------------------------------------------------------------------------
 
