@@ -147,6 +147,7 @@ class Situation:
     attempts: int = 0
     last_progress: str | None = None
     operation_id: str | None = None
+    hold_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,8 @@ def _done(s: Situation, outcome: Done) -> Plan:
     step = STEP_NAMES[s.state]
     detail: dict[str, Any] = {"result": outcome.detail, **_facts(outcome)}
     fields: dict[str, Any] = {"attempts": 0, "error": None, "next_attempt_at": None}
+    if s.hold_reason:
+        fields["hold_reason"] = None
     if s.state is State.REPLACING:
         new_node = outcome.facts.get("new_node")
         fields["new_node"] = new_node
@@ -272,6 +275,10 @@ def _waiting(s: Situation, outcome: Waiting) -> Plan:
     if s.attempts or fields:
         fields["attempts"] = 0
         fields["error"] = None
+    # A wait on something unreachable (slurmctld) is a hold while it lasts: its reason shows.
+    hold = outcome.reason if outcome.facts.get("holding") else None
+    if hold != s.hold_reason:
+        fields["hold_reason"] = hold
     signature = progress_signature(outcome.reason, outcome.facts)
     note = "progress" if signature != s.last_progress else None
     detail = {"reason": outcome.reason, **_facts(outcome), "signature": signature}

@@ -382,6 +382,7 @@ class RemediationService:
             attempts=record.attempts,
             last_progress=last_progress(record),
             operation_id=record.replacement_operation_id,
+            hold_reason=record.hold_reason,
         )
         try:
             outcome, opt_out = self._act(record, ladder)

@@ -9,9 +9,11 @@ slurmctld is down: an empty job list is only believed when `errors` is empty.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,6 +31,12 @@ UNREACHABLE = (
     "communication connection failure",
     "zero bytes were transmitted",
 )
+# A command against a stopped slurmctld retries for MessageTimeout-ish seconds (19 s with the test
+# cluster's 20) before it says so; `scontrol ping` says DOWN at once. A command that has not
+# answered after this long asks `scontrol ping` and gives up if slurmctld is down.
+PING_AFTER_SECONDS = 3.0
+# Slurm's 32-bit NO_VAL markers (an unset array task id, for one).
+NO_VAL = 0xFFFFFFFE
 # Job states in which the job still occupies its nodes.
 ON_NODE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
 
@@ -65,7 +73,12 @@ class SlurmNode:
 
 @dataclass(frozen=True)
 class SlurmJob:
-    id: int
+    """`id` addresses this job the way scancel/scontrol do: `8_3` for task 3 of array 8 (whose
+    record may carry job_id 8: `8` alone would address every task), `20+1` for component 1 of
+    heterogeneous job 20, else the job id. `whole` is what Slurm requeues or cancels as one: the
+    array task, but a heterogeneous job as a whole (`scontrol requeue 20+1` is refused)."""
+
+    id: str
     name: str
     state: str
     nodes: tuple[str, ...]
@@ -73,10 +86,26 @@ class SlurmJob:
     comment: str
     features: str
     user: str
+    whole: str = ""
+    exit_code: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.whole:
+            object.__setattr__(self, "whole", self.id)
 
     @property
     def on_node(self) -> bool:
         return self.state in ON_NODE
+
+    def ended(self) -> str:
+        """How a finished job ended, as Slurm says: `COMPLETED (exit 0)`, `FAILED (exit 3)`,
+        `CANCELLED (signal 15)`."""
+        code = self.exit_code
+        if code is None:
+            return self.state
+        if code & 0x7F:
+            return f"{self.state} (signal {code & 0x7F})"
+        return f"{self.state} (exit {code >> 8})"
 
 
 class SlurmClient(Protocol):
@@ -86,10 +115,10 @@ class SlurmClient(Protocol):
     def node(self, name: str) -> SlurmNode: ...
     def jobs(self) -> list[SlurmJob]: ...
     def set_node_state(self, name: str, state: str, reason: str | None = None) -> str: ...
-    def signal_job(self, job_id: int, signal: str) -> str: ...
-    def requeue_job(self, job_id: int) -> str: ...
-    def allow_requeue(self, job_id: int) -> str: ...
-    def cancel_job(self, job_id: int) -> str: ...
+    def signal_job(self, job_id: str, signal: str) -> str: ...
+    def requeue_job(self, job_id: str) -> str: ...
+    def allow_requeue(self, job_id: str) -> str: ...
+    def cancel_job(self, job_id: str) -> str: ...
 
 
 class SlurmCli:
@@ -102,25 +131,39 @@ class SlurmCli:
         self._timeout = settings.timeout_seconds
         self._partition = settings.partition
 
-    def _run(self, args: Sequence[str], what: str) -> str:
+    def _run(self, args: Sequence[str], what: str, *, ping: bool = True) -> str:
+        """Run one command; one that is slow to answer asks `scontrol ping`, and a DOWN
+        slurmctld ends the wait at once instead of after the command's own retries."""
         try:
-            done = subprocess.run(
+            proc = subprocess.Popen(
                 list(args),
                 env=self._env,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=self._timeout,
-                check=False,
             )
         except FileNotFoundError as exc:
             raise PermanentError(f"{what}: {args[0]} is not installed: {exc}") from exc
+        deadline = time.monotonic() + self._timeout
+        try:
+            try:
+                out, err = proc.communicate(timeout=min(PING_AFTER_SECONDS, self._timeout))
+            except subprocess.TimeoutExpired:
+                if ping:
+                    with contextlib.suppress(PermanentError):  # ping's own trouble: wait on
+                        self.ping(what)
+                out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired as exc:
             raise TransientError(
-                f"{what}: slurmctld did not answer within {self._timeout:.0f}s", 5.0
+                f"{what}: slurmctld unreachable: no answer within {self._timeout:.0f}s", 5.0
             ) from exc
-        if done.returncode != 0:
-            raise classify(what, done.stderr.strip() or done.stdout.strip())
-        return done.stdout.strip() or done.stderr.strip()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        if proc.returncode != 0:
+            raise classify(what, err.strip() or out.strip())
+        return out.strip() or err.strip()
 
     def _json(self, args: Sequence[str], what: str) -> dict[str, Any]:
         text = self._run(args, what)
@@ -144,10 +187,11 @@ class SlurmCli:
     def ping(self, what: str = "ping slurmctld") -> None:
         """Raise TransientError when `scontrol ping` says slurmctld is DOWN."""
         try:
-            self._run(["scontrol", "ping"], what)
+            self._run(["scontrol", "ping"], what, ping=False)
         except PermanentError as exc:
             if "down" in str(exc).lower():
-                raise TransientError(f"{what}: slurmctld unreachable: {exc}", 5.0) from exc
+                answer = str(exc).removeprefix(f"{what}: Slurm refused: ")
+                raise TransientError(f"{what}: slurmctld unreachable: {answer}", 5.0) from exc
             raise
 
     def nodes(self) -> list[SlurmNode]:
@@ -177,24 +221,25 @@ class SlurmCli:
             args.append(f"reason={reason}")
         return self._run(args, f"set Slurm node {name} {state}") or "ok"
 
-    def signal_job(self, job_id: int, signal: str) -> str:
+    def signal_job(self, job_id: str, signal: str) -> str:
         # --full: the batch script too, not only its steps (the script is what traps it).
         args = ["scancel", "--full", f"--signal={signal}", str(job_id)]
         return self._run(args, f"signal job {job_id} with SIG{signal}") or "ok"
 
-    def requeue_job(self, job_id: int) -> str:
+    def requeue_job(self, job_id: str) -> str:
         return self._run(["scontrol", "requeue", str(job_id)], f"requeue job {job_id}") or "ok"
 
-    def allow_requeue(self, job_id: int) -> str:
+    def allow_requeue(self, job_id: str) -> str:
         args = ["scontrol", "update", f"jobid={job_id}", "requeue=1"]
         return self._run(args, f"allow requeue of job {job_id}") or "ok"
 
-    def cancel_job(self, job_id: int) -> str:
+    def cancel_job(self, job_id: str) -> str:
         return self._run(["scancel", str(job_id)], f"cancel job {job_id}") or "ok"
 
 
 def classify(what: str, message: str) -> Exception:
     """Slurm's answer → our error: unreachable is transient, the rest permanent."""
+    message = one_line(message)
     low = message.lower()
     if any(marker in low for marker in UNREACHABLE):
         return TransientError(f"{what}: slurmctld unreachable: {message}", 5.0)
@@ -203,6 +248,12 @@ def classify(what: str, message: str) -> Exception:
     if ("access" in low and "denied" in low) or "permission" in low:
         return PermanentError(f"{what}: permission denied by Slurm: {message}")
     return PermanentError(f"{what}: Slurm refused: {message}")
+
+
+def one_line(text: str) -> str:
+    """Slurm's answer on one line: its `***` banners dropped, its lines joined."""
+    lines = (line.strip() for line in text.splitlines())
+    return "; ".join(line for line in lines if line and not line.startswith("*"))
 
 
 def parse_node(raw: dict[str, Any]) -> SlurmNode:
@@ -215,9 +266,29 @@ def parse_node(raw: dict[str, Any]) -> SlurmNode:
     )
 
 
+def _number(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value >= NO_VAL:
+        return None
+    return value
+
+
+def job_address(raw: dict[str, Any]) -> tuple[str, str]:
+    """(this job, what Slurm requeues as one): see `SlurmJob`."""
+    array, task = _number(raw.get("array_job_id")), _number(raw.get("array_task_id"))
+    if array and task is not None:
+        return f"{array}_{task}", f"{array}_{task}"
+    het, offset = _number(raw.get("het_job_id")), _number(raw.get("het_job_offset"))
+    if het and offset is not None:
+        return f"{het}+{offset}", str(het)
+    return str(int(raw["job_id"])), str(int(raw["job_id"]))
+
+
 def parse_job(raw: dict[str, Any]) -> SlurmJob:
+    address, whole = job_address(raw)
     return SlurmJob(
-        id=int(raw["job_id"]),
+        id=address,
+        whole=whole,
+        exit_code=_number(raw.get("exit_code")),
         name=str(raw.get("name", "")),
         state=str(raw.get("job_state", "")).upper(),
         nodes=tuple(expand(str(raw.get("nodes") or ""))),

@@ -88,11 +88,7 @@ class SlurmSteps:
     def vacate(
         self, record: RemediationRecord, started_at: datetime, grace_seconds: float, now: datetime
     ) -> Outcome:
-        signalled = frozenset(
-            int(e.detail["job"])
-            for e in record.events
-            if e.action == "slurm" and e.detail.get("signalled") and "job" in e.detail
-        )
+        so_far = jobs_so_far(record)
         return self._run(
             record,
             "checkpoint",
@@ -100,7 +96,7 @@ class SlurmSteps:
                 self._client,
                 node,
                 self._settings,
-                signalled=signalled,
+                so_far=so_far,
                 started_at=started_at,
                 grace_seconds=grace_seconds,
                 now=now,
@@ -145,7 +141,7 @@ class SlurmSteps:
                 f"holding the {step}: {exc}; the fate of the Slurm jobs on {node} is unknown "
                 "until slurmctld answers",
                 max(exc.delay, UNREACHABLE_POLL_SECONDS),
-                {"slurm_node": node, "slurm_error": str(exc)},
+                {"slurm_node": node, "slurm_error": str(exc), "holding": True},
             )
         except NotFoundError as exc:
             outcome = Failed(f"Slurm {step}: {exc}", {"slurm_node": node})
@@ -153,6 +149,11 @@ class SlurmSteps:
             for entry in journal.entries:
                 self._append(record.id, "slurm", {"slurm_node": node, "step": step, **entry})
         return outcome
+
+
+def jobs_so_far(record: RemediationRecord) -> steps.JobsSoFar:
+    """What the remediation already did to its Slurm jobs, from its `slurm` timeline lines."""
+    return steps.JobsSoFar.read(e.detail for e in record.events if e.action == "slurm")
 
 
 def together(first: Outcome, second: Outcome) -> Outcome:

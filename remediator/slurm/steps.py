@@ -7,14 +7,15 @@ command sent and Slurm's answer go into `journal`, which the engine writes on th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
 from remediator.slurm.client import SlurmClient, SlurmJob, SlurmNode
-from remediator.slurm.settings import NotRequeueable, SlurmSettings
+from remediator.slurm.settings import SlurmSettings
 
 POLL_SECONDS = 2.0
 
@@ -33,23 +34,33 @@ def ours(node: SlurmNode, remediation_id: str) -> bool:
 
 @dataclass
 class Journal:
-    """What was sent to Slurm in one step and what Slurm answered."""
+    """What was sent to Slurm in one step and what Slurm answered, and what became of each job."""
 
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, command: str, answer: str, **facts: Any) -> None:
         self.entries.append({"command": command, "answer": answer, **facts})
 
+    def note(self, text: str, **facts: Any) -> None:
+        self.entries.append({"note": text, **facts})
+
 
 def jobs_on(jobs: Iterable[SlurmJob], node: str) -> list[SlurmJob]:
     return [j for j in jobs if j.on_node and node in j.nodes]
 
 
-def opted_out(job: SlurmJob, settings: SlurmSettings) -> bool:
+def opt_out_match(job: SlurmJob, settings: SlurmSettings) -> str | None:
+    """What makes the job opt out, in words (None: it does not)."""
     if settings.opt_out_comment and settings.opt_out_comment in job.comment:
-        return True
+        return f"comment {settings.opt_out_comment!r}"
     feature = settings.opt_out_feature
-    return bool(feature) and feature in job.features.replace("&", ",").split(",")
+    if feature and feature in re.split(r"[&|,\s\[\]]+", job.features):
+        return f"feature {feature!r}"
+    return None
+
+
+def opted_out(job: SlurmJob, settings: SlurmSettings) -> bool:
+    return opt_out_match(job, settings) is not None
 
 
 def drain(
@@ -75,15 +86,81 @@ def drain(
 
 
 def check_opt_out(client: SlurmClient, node: str, settings: SlurmSettings) -> Outcome:
-    holders = [j for j in jobs_on(client.jobs(), node) if opted_out(j, settings)]
-    if not holders:
+    matches = {j.id: m for j in jobs_on(client.jobs(), node) if (m := opt_out_match(j, settings))}
+    if not matches:
         return Done(f"no Slurm job on {node} opts out", {"slurm_node": node})
-    ids = [j.id for j in holders]
     return Held(
-        f"{len(ids)} Slurm job(s) on {node} opt out ({settings.opt_out_comment}): "
-        + ", ".join(str(i) for i in ids),
-        {"slurm_node": node, "slurm_jobs": ids},
+        f"{len(matches)} Slurm job(s) on {node} opt out: "
+        + ", ".join(f"{job} ({match})" for job, match in matches.items()),
+        {"slurm_node": node, "slurm_jobs": list(matches), "opt_outs": matches},
     )
+
+
+# A job's fate, decided before anything is sent to it.
+REQUEUE, CANCEL, HOLD = "requeue", "cancel", "hold"
+# Slurm states of a job that is over.
+FINISHED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "SPECIAL_EXIT",
+    }
+)
+
+
+def decide(job: SlurmJob, settings: SlurmSettings) -> str:
+    """A requeueable job is requeued; a non-requeueable one gets `slurm.not_requeueable`, decided
+    here, before it is signalled, so that whether it honours the signal changes nothing."""
+    return REQUEUE if job.requeue else settings.not_requeueable.value
+
+
+def _decision_text(job: SlurmJob, fate: str) -> str:
+    if job.requeue:
+        return f"job {job.id} is requeueable: it will be requeued"
+    return {
+        REQUEUE: f"job {job.id} is not requeueable: requeue allowed and requeued anyway "
+        "(slurm.not_requeueable: requeue)",
+        CANCEL: f"job {job.id} is not requeueable: it will be cancelled "
+        "(slurm.not_requeueable: cancel)",
+        HOLD: f"job {job.id} is not requeueable: left running, the remediation held for a "
+        "human (slurm.not_requeueable: hold)",
+    }[fate]
+
+
+@dataclass(frozen=True)
+class JobsSoFar:
+    """What this step already did to the node's jobs (read back from the timeline)."""
+
+    decided: Mapping[str, str] = field(default_factory=dict)  # job → requeue | cancel | hold
+    signalled: frozenset[str] = frozenset()
+    settled: frozenset[str] = frozenset()  # requeued or cancelled
+    reported: frozenset[str] = frozenset()  # fate written
+
+    @classmethod
+    def read(cls, entries: Iterable[Mapping[str, Any]]) -> JobsSoFar:
+        """From the journal entries written so far (the remediation's `slurm` lines)."""
+        decided: dict[str, str] = {}
+        signalled, settled, reported = set(), set(), set()
+        for entry in entries:
+            if entry.get("job") is None:
+                continue
+            job = str(entry["job"])
+            if entry.get("decision"):
+                decided[job] = str(entry["decision"])
+            if entry.get("signalled"):
+                signalled.add(job)
+            if entry.get("settled"):
+                settled.add(job)
+            if entry.get("fate"):
+                reported.add(job)
+        return cls(decided, frozenset(signalled), frozenset(settled), frozenset(reported))
 
 
 def vacate(
@@ -91,79 +168,121 @@ def vacate(
     node: str,
     settings: SlurmSettings,
     *,
-    signalled: frozenset[int],
+    so_far: JobsSoFar,
     started_at: datetime,
     grace_seconds: float,
     now: datetime,
     journal: Journal,
 ) -> Outcome:
-    """Signal the node's jobs, wait up to the grace, requeue (or cancel, or hold) what is left.
+    """Decide each job's fate, signal, wait up to the grace, requeue or cancel what is left.
 
-    With SIGTERM a requeueable job is requeued at once: Slurm's requeue is what sends it SIGTERM
-    (and SIGKILL after KillWait), and the job comes back PENDING to run elsewhere. Any other
-    signal is sent once first (`signalled` lists the jobs already sent it, from the timeline)."""
-    jobs = [j for j in jobs_on(client.jobs(), node) if not opted_out(j, settings)]
+    With SIGTERM a job is requeued (or cancelled) at once: Slurm sends the batch script SIGTERM,
+    then SIGKILL after KillWait, and a requeued job comes back PENDING to run elsewhere. Any
+    other signal is sent once first, and what still runs at the end of the grace is requeued or
+    cancelled. A job to requeue that did not ask for it is allowed to be requeued before it is
+    signalled. Requeues and cancels address the whole job (an array task, a heterogeneous job),
+    signals the component on this node."""
+    listed = client.jobs()
+    here = jobs_on(listed, node)
+    opt_outs = {j.id: m for j in here if (m := opt_out_match(j, settings))}
+    work = [j for j in here if j.id not in opt_outs]
+    fates = dict(so_far.decided)
+    for job in work:
+        if job.id not in fates:
+            fates[job.id] = decide(job, settings)
+            journal.note(_decision_text(job, fates[job.id]), job=job.id, decision=fates[job.id])
+    sig = settings.signal.upper().removeprefix("SIG")
+    term = sig == "TERM"
     remaining = grace_seconds - (now - started_at).total_seconds()
-    term = settings.signal.upper().removeprefix("SIG") == "TERM"
-    facts: dict[str, Any] = {"slurm_node": node, "slurm_jobs": [j.id for j in jobs]}
-    if not jobs:
-        return Done(f"no Slurm job left on {node}", facts)
-    for job in jobs:
-        if term and job.requeue:
-            if job.state == "RUNNING":
-                answer = client.requeue_job(job.id)
-                journal.add(f"scontrol requeue {job.id}", answer, job=job.id, signal="TERM")
+    leaving = [j for j in work if fates[j.id] != HOLD]
+    sent: set[str] = set()
+    for job in leaving:
+        if job.state != "RUNNING" or job.id in so_far.settled or job.whole in sent:
             continue
-        if job.id not in signalled and job.state == "RUNNING":
-            sig = settings.signal.upper().removeprefix("SIG")
+        if not term and job.id not in so_far.signalled:
+            _allow(client, job, fates[job.id], journal)
             answer = client.signal_job(job.id, sig)
             journal.add(
                 f"scancel --full --signal={sig} {job.id}", answer, job=job.id, signalled=True
             )
-    if remaining > 0:
+        elif term or remaining <= 0:
+            _settle(client, job, fates[job.id], journal)
+            sent.add(job.whole)
+    facts: dict[str, Any] = {"slurm_node": node, "slurm_jobs": [j.id for j in here]}
+    if leaving:
+        if remaining > 0 and not term:
+            reason = f"waiting up to {remaining:.0f}s for {len(leaving)} Slurm job(s) on {node}"
+            return Waiting(f"{reason} to leave", min(POLL_SECONDS, remaining), facts)
         return Waiting(
-            f"waiting up to {remaining:.0f}s for {len(jobs)} Slurm job(s) on {node} to leave",
-            min(POLL_SECONDS, remaining),
+            f"{len(leaving)} Slurm job(s) leaving {node}: "
+            + ", ".join(f"{j.id} ({fates[j.id]})" for j in leaving),
+            POLL_SECONDS,
             facts,
         )
-    return _after_grace(client, jobs, settings, facts, journal)
-
-
-def _after_grace(
-    client: SlurmClient,
-    jobs: list[SlurmJob],
-    settings: SlurmSettings,
-    facts: dict[str, Any],
-    journal: Journal,
-) -> Outcome:
-    running = [j for j in jobs if j.state == "RUNNING"]
-    stay = [j for j in running if not j.requeue and settings.not_requeueable is NotRequeueable.HOLD]
-    if stay:
-        ids = ", ".join(str(j.id) for j in stay)
+    outcomes = _report(listed, fates, opt_outs, so_far, journal)
+    facts["slurm_fates"] = outcomes
+    held = [j.id for j in work if fates[j.id] == HOLD]
+    if held:
         return Held(
-            f"grace over; non-requeueable Slurm job(s) {ids} left for a human (policy: hold)",
-            {**facts, "held_jobs": [j.id for j in stay]},
+            f"non-requeueable Slurm job(s) {', '.join(held)} on {node} left running for a human "
+            "(slurm.not_requeueable: hold)",
+            {**facts, "held_jobs": held},
         )
-    for job in running:
-        if job.requeue:
-            journal.add(f"scontrol requeue {job.id}", client.requeue_job(job.id), job=job.id)
-        elif settings.not_requeueable is NotRequeueable.CANCEL:
-            journal.add(f"scancel {job.id}", client.cancel_job(job.id), job=job.id)
-        else:
-            journal.add(
-                f"scontrol update jobid={job.id} requeue=1",
-                client.allow_requeue(job.id),
-                job=job.id,
-            )
-            journal.add(f"scontrol requeue {job.id}", client.requeue_job(job.id), job=job.id)
-    if running:
-        return Waiting(
-            f"grace over: {len(running)} Slurm job(s) requeued or cancelled", POLL_SECONDS, facts
-        )
-    # Only COMPLETING jobs left: they are ending; wait for Slurm to let go of them.
-    return Waiting(
-        f"{len(jobs)} Slurm job(s) still completing on {facts['slurm_node']}", POLL_SECONDS, facts
+    if not outcomes:
+        return Done(f"no Slurm job on {node}", facts)
+    return Done(
+        f"no Slurm job left on {node}: " + "; ".join(f"{j} {f}" for j, f in outcomes.items()),
+        facts,
     )
+
+
+def _allow(client: SlurmClient, job: SlurmJob, fate: str, journal: Journal) -> None:
+    if fate == REQUEUE and not job.requeue:
+        answer = client.allow_requeue(job.whole)
+        journal.add(f"scontrol update jobid={job.whole} requeue=1", answer, job=job.id)
+
+
+def _settle(client: SlurmClient, job: SlurmJob, fate: str, journal: Journal) -> None:
+    if fate == REQUEUE:
+        _allow(client, job, fate, journal)
+        answer = client.requeue_job(job.whole)
+        journal.add(f"scontrol requeue {job.whole}", answer, job=job.id, settled=True)
+    else:
+        answer = client.cancel_job(job.whole)
+        journal.add(f"scancel {job.whole}", answer, job=job.id, settled=True)
+
+
+def fate_of(job: SlurmJob | None, decision: str | None) -> str:
+    """What became of a job that left the node (or was left on it), in words."""
+    if decision == HOLD:
+        return "left running (not requeueable; slurm.not_requeueable: hold)"
+    if job is None:
+        return "gone from Slurm's list"
+    if job.state == "CANCELLED" and decision == CANCEL:
+        return "cancelled"
+    if job.state in FINISHED:
+        return f"ended {job.ended()}"
+    if decision == REQUEUE:
+        where = f", running on {','.join(job.nodes)}" if job.state == "RUNNING" else ""
+        return f"requeued ({job.state}{where})"
+    return f"{job.state}"
+
+
+def _report(
+    listed: list[SlurmJob],
+    fates: Mapping[str, str],
+    opt_outs: Mapping[str, str],
+    so_far: JobsSoFar,
+    journal: Journal,
+) -> dict[str, str]:
+    """Each job's fate, written on the timeline once."""
+    by_id = {j.id: j for j in listed}
+    outcomes = {job: fate_of(by_id.get(job), decision) for job, decision in fates.items()}
+    outcomes.update({job: f"left running (opt-out: {match})" for job, match in opt_outs.items()})
+    for job, text in outcomes.items():
+        if job not in so_far.reported:
+            journal.note(f"job {job}: {text}", job=job, fate=text)
+    return outcomes
 
 
 def down(

@@ -105,9 +105,14 @@ class PodOut(BaseModel):
 class SlurmJobOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
-    job: int
+    job: str = Field(description="as Slurm addresses it: 12, 8_3 (array task), 20+1 (het job)")
     slurm_node: str
     commands: list[str]
+    fate: str | None = Field(
+        default=None,
+        description="what became of it: requeued, ended with its exit state, cancelled, or "
+        "left running (opt-out, or not requeueable under `hold`); null while undecided",
+    )
 
 
 class PolicySourceOut(BaseModel):

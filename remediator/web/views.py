@@ -176,21 +176,28 @@ def pods(events: Iterable[EventRecord]) -> list[PodRow]:
 
 @dataclass
 class SlurmJobRow:
-    job: int
+    job: str  # as Slurm addresses it: `12`, `8_3` (array task), `20+1` (heterogeneous component)
     slurm_node: str
     commands: list[str] = field(default_factory=list)
+    fate: str | None = None  # requeued, ended with its exit state, cancelled, left running
 
 
 def slurm_jobs(events: Iterable[EventRecord]) -> list[SlurmJobRow]:
-    """Each Slurm job the remediation touched, with the commands sent for it (from its `slurm`
-    timeline lines)."""
-    rows: dict[int, SlurmJobRow] = {}
+    """Each Slurm job the remediation touched: what was decided and sent for it, and what became
+    of it (from its `slurm` timeline lines)."""
+    rows: dict[str, SlurmJobRow] = {}
     for event in events:
         job = event.detail.get("job")
-        if event.action != "slurm" or not isinstance(job, int):
+        if event.action != "slurm" or not isinstance(job, int | str) or isinstance(job, bool):
             continue
-        row = rows.setdefault(job, SlurmJobRow(job, str(event.detail.get("slurm_node", ""))))
-        row.commands.append(f"{event.detail.get('command')} → {event.detail.get('answer')}")
+        key = str(job)
+        row = rows.setdefault(key, SlurmJobRow(key, str(event.detail.get("slurm_node", ""))))
+        if event.detail.get("fate"):
+            row.fate = str(event.detail["fate"])
+        elif event.detail.get("note"):
+            row.commands.append(str(event.detail["note"]))
+        else:
+            row.commands.append(f"{event.detail.get('command')} → {event.detail.get('answer')}")
     return sorted(rows.values(), key=lambda r: r.job)
 
 

@@ -33,7 +33,7 @@ def test_nodes_jobs_and_drain_reason(slurm: SlurmCluster, tmp_path: Path) -> Non
     script = write_job(tmp_path)
     job = submit(slurm, script, "--requeue", "--comment=remediator:opt-out", node="gpu-a")
     wait_job(slurm, job, ("RUNNING",))
-    [seen] = [j for j in client.jobs() if j.id == job]
+    [seen] = [j for j in client.jobs() if j.id == str(job)]
     assert seen.nodes == ("gpu-a",) and seen.requeue and "remediator:opt-out" in seen.comment
 
     journal = steps.Journal()
@@ -44,7 +44,7 @@ def test_nodes_jobs_and_drain_reason(slurm: SlurmCluster, tmp_path: Path) -> Non
     assert journal.entries[0]["command"].startswith("scontrol update nodename=gpu-a state=drain")
     # The opted-out job holds the node and is left running.
     held = steps.check_opt_out(client, "gpu-a", SlurmSettings())
-    assert isinstance(held, Held) and held.facts["slurm_jobs"] == [job]
+    assert isinstance(held, Held) and held.facts["slurm_jobs"] == [str(job)]
 
 
 def test_errors_are_classified(slurm: SlurmCluster) -> None:
@@ -77,14 +77,14 @@ def test_a_requeueable_job_checkpoints_and_completes_elsewhere(
         client,
         node,
         SlurmSettings(),
-        signalled=frozenset(),
+        so_far=steps.JobsSoFar(),
         started_at=start,
         grace_seconds=60,
         now=start,
         journal=journal,
     )
     assert isinstance(first, Waiting)
-    assert journal.entries[0]["command"] == f"scontrol requeue {job}"
+    assert [e.get("command") for e in journal.entries][1] == f"scontrol requeue {job}"
     wait_job(slurm, job, ("COMPLETED",), timeout=90)
     assert (tmp_path / f"ckpt.{job}").read_text().startswith(f"step-42 from {node}")
     log = (tmp_path / f"log.{job}").read_text().splitlines()
@@ -96,7 +96,7 @@ def test_a_requeueable_job_checkpoints_and_completes_elsewhere(
         client,
         node,
         SlurmSettings(),
-        signalled=frozenset(),
+        so_far=steps.JobsSoFar(),
         started_at=start,
         grace_seconds=60,
         now=later,
@@ -158,32 +158,34 @@ def test_usr1_then_the_policy_for_jobs_that_did_not_opt_into_requeue(
 
     journal = steps.Journal()
     args = {"started_at": start, "grace_seconds": 30.0, "journal": journal}
-    first = steps.vacate(client, node, settings, signalled=frozenset(), now=start, **args)
-    assert isinstance(first, Waiting)
-    assert journal.entries == [
-        {
-            "command": f"scancel --full --signal=USR1 {job}",
-            "answer": "ok",
-            "job": job,
-            "signalled": True,
-        }
-    ]
-    wait_for_file(tmp_path / f"usr1.{job}")
-    # Within the grace the signal is not sent twice; after it, the policy.
-    again = steps.vacate(client, node, settings, signalled=frozenset({job}), now=start, **args)
-    assert isinstance(again, Waiting) and len(journal.entries) == 1
-    late = start + timedelta(seconds=31)
-    after = steps.vacate(client, node, settings, signalled=frozenset({job}), now=late, **args)
+
+    def so_far() -> steps.JobsSoFar:
+        return steps.JobsSoFar.read(journal.entries)
+
+    first = steps.vacate(client, node, settings, so_far=so_far(), now=start, **args)
+    sent = [e for e in journal.entries if "command" in e]
     if policy == "hold":
-        assert isinstance(after, Held) and after.facts["held_jobs"] == [job]
+        # Decided before any signal: a job left running for a human is not signalled at all.
+        assert isinstance(first, Held) and first.facts["held_jobs"] == [str(job)]
+        assert sent == []
         assert wait_job(slurm, job, ("RUNNING",)) == "RUNNING"
         return
-    commands = [e["command"] for e in journal.entries[1:]]
+    assert isinstance(first, Waiting)
+    allow = [f"scontrol update jobid={job} requeue=1"] if policy == "requeue" else []
+    assert [e["command"] for e in sent] == [*allow, f"scancel --full --signal=USR1 {job}"]
+    assert sent[-1]["signalled"] is True and sent[-1]["job"] == str(job)
+    wait_for_file(tmp_path / f"usr1.{job}")
+    # Within the grace the signal is not sent twice; after it, the policy.
+    again = steps.vacate(client, node, settings, so_far=so_far(), now=start, **args)
+    assert isinstance(again, Waiting) and [e for e in journal.entries if "command" in e] == sent
+    late = start + timedelta(seconds=31)
+    steps.vacate(client, node, settings, so_far=so_far(), now=late, **args)
+    commands = [e["command"] for e in journal.entries if "command" in e][len(sent) :]
     if policy == "cancel":
         assert commands == [f"scancel {job}"]
         wait_job(slurm, job, ("CANCELLED",))
     else:
-        assert commands == [f"scontrol update jobid={job} requeue=1", f"scontrol requeue {job}"]
+        assert commands == [f"scontrol requeue {job}"]  # allowed before the signal
         wait_job(slurm, job, ("PENDING",))
         slurm.run("scancel", str(job))
 

@@ -85,7 +85,8 @@ def slurm_conf(
     for name in nodes:
         lines.append(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[name]} "
-            "CPUs=1 RealMemory=100 State=UNKNOWN"
+            # A feature for jobs to ask for, as sites do to let a job opt out of remediation.
+            "CPUs=1 RealMemory=100 Features=gpu,no-remediation State=UNKNOWN"
         )
     lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
@@ -208,15 +209,15 @@ class SlurmCluster:
         ctld = self._procs.get("slurmctld")
         if ctld is None or ctld.poll() is not None:
             return
-        ids = self.run("squeue", "-h", "-o", "%A", check=False).stdout.split()
-        if ids:
-            self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            listed = self.run("squeue", "-h", "-o", "%i", check=False)
-            if listed.returncode == 0 and not listed.stdout.strip() and not self.processes():
+            listed = self.run("squeue", "-h", "-o", "%A", check=False)
+            ids = listed.stdout.split()
+            if ids:  # again while any is listed: a job being requeued ignores a cancel
+                self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
+            elif listed.returncode == 0 and not self.processes():
                 return
-            time.sleep(0.2)
+            time.sleep(0.5)
 
     def processes(self, *, daemons: bool = False) -> list[int]:
         """pids of this cluster's steps and jobs (and, with `daemons`, any slurmctld/slurmd/
@@ -271,15 +272,17 @@ class SlurmCluster:
 
     def reset(self) -> None:
         """Between tests: every job cancelled, every node resumed and idle."""
-        self.run("scancel", "--full", "-u", "root", check=False)
         for name in self.nodes:
             if f"slurmd:{name}" not in self._procs or self._procs[f"slurmd:{name}"].poll():
                 self.start_node(name)
         deadline = time.monotonic() + START_TIMEOUT
-        while self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip():
+        # Again while any is listed: a job being requeued (COMPLETING) ignores a cancel and
+        # comes back PENDING.
+        while ids := self.run("squeue", "-h", "-o", "%A", check=False).stdout.split():
             if time.monotonic() > deadline:
-                raise TimeoutError("jobs did not end after scancel")
-            time.sleep(0.2)
+                raise TimeoutError(f"jobs {ids} did not end after scancel")
+            self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
+            time.sleep(0.5)
         for name, state in self.node_states().items():
             if state.rstrip("*") != "idle":
                 self.run("scontrol", "update", f"nodename={name}", "state=resume", check=False)

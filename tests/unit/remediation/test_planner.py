@@ -282,3 +282,26 @@ def test_an_unavailable_kubernetes_api_is_waited_out_as_progress_never_given_up(
         at(State.DRAINING, error=error, error_delay=1.0, api_unavailable=True, attempts=9)
     )
     assert isinstance(capped, Stay) and capped.retry_after == planner.API_BACKOFF_SECONDS
+
+
+def test_a_wait_on_something_unreachable_is_a_hold_with_its_reason_while_it_lasts() -> None:
+    """slurmctld down: the step waits, and the API's hold_reason says why (issue 22 item 4)."""
+    reason = (
+        "holding the drain: list Slurm nodes: slurmctld unreachable: Slurmctld(primary) is DOWN"
+    )
+    waiting = Waiting(reason, 5.0, {"slurm_node": "n1", "holding": True})
+    held = plan(Situation(state=State.QUARANTINED, ladder=FULL, outcome=waiting))
+    assert isinstance(held, Stay) and held.fields["hold_reason"] == reason
+    same = plan(
+        Situation(state=State.QUARANTINED, ladder=FULL, outcome=waiting, hold_reason=reason)
+    )
+    assert isinstance(same, Stay) and "hold_reason" not in same.fields
+    plain = Waiting("waiting for 1 Slurm job(s) to leave", 2.0, {"slurm_node": "n1"})
+    back = plan(
+        Situation(state=State.CHECKPOINTING, ladder=FULL, outcome=plain, hold_reason=reason)
+    )
+    assert isinstance(back, Stay) and back.fields["hold_reason"] is None
+    done = plan(
+        Situation(state=State.QUARANTINED, ladder=FULL, outcome=Done("drained"), hold_reason=reason)
+    )
+    assert isinstance(done, Move) and done.fields["hold_reason"] is None

@@ -61,6 +61,31 @@ def test_opt_out_by_comment_or_feature() -> None:
     assert not opted_out(job(), SlurmSettings())
 
 
+@pytest.mark.parametrize(
+    ("raw", "address", "whole"),
+    [
+        ({"job_id": 5}, "5", "5"),
+        ({"job_id": 8, "array_job_id": 8, "array_task_id": 3}, "8_3", "8_3"),
+        ({"job_id": 11, "array_job_id": 8, "array_task_id": 0}, "8_0", "8_0"),
+        ({"job_id": 8, "array_job_id": 8, "array_task_id": None}, "8", "8"),  # pending rest
+        ({"job_id": 21, "het_job_id": 20, "het_job_offset": 1}, "20+1", "20"),
+        ({"job_id": 20, "het_job_id": 20, "het_job_offset": 0}, "20+0", "20"),
+    ],
+)
+def test_jobs_are_addressed_as_slurm_does(raw: dict[str, object], address: str, whole: str) -> None:
+    parsed = parse_job({"job_state": "RUNNING", "array_job_id": 0, "het_job_id": 0, **raw})
+    assert (parsed.id, parsed.whole) == (address, whole)
+
+
+def test_one_line_without_the_banner() -> None:
+    down = classify(
+        "ping",
+        "Slurmctld(primary) at vm is DOWN\n*****\n"
+        "** RESTORE SLURMCTLD DAEMON TO SERVICE **\n*****\n",
+    )
+    assert str(down) == "ping: Slurm refused: Slurmctld(primary) at vm is DOWN"
+
+
 def test_reason_names_the_remediation_and_policy() -> None:
     assert drain_reason("12", "xid-79-fallen-off-bus") == "remediator #12: xid-79-fallen-off-bus"
 
@@ -84,9 +109,15 @@ def test_the_detail_page_lists_each_job_with_what_was_sent() -> None:
         line(2, {"slurm_node": "n1", "command": "scontrol requeue 7", "answer": "ok", "job": 7}),
         line(3, {"slurm_node": "n1", "command": "scancel 9", "answer": "ok", "job": 9}),
         line(4, {"job": 8}, action="progress"),
+        line(5, {"slurm_node": "n1", "note": "job 8_3 is requeueable", "job": "8_3"}),
+        line(6, {"slurm_node": "n1", "command": "scontrol requeue 8_3", "job": "8_3"}),
+        line(
+            7, {"slurm_node": "n1", "note": "job 8_3: requeued", "job": "8_3", "fate": "requeued"}
+        ),
     )
     rows = views.slurm_jobs(events)
-    assert [(r.job, r.slurm_node, r.commands) for r in rows] == [
-        (7, "n1", ["scontrol requeue 7 → ok"]),
-        (9, "n1", ["scancel 9 → ok"]),
+    assert [(r.job, r.slurm_node, r.commands, r.fate) for r in rows] == [
+        ("7", "n1", ["scontrol requeue 7 → ok"], None),
+        ("8_3", "n1", ["job 8_3 is requeueable", "scontrol requeue 8_3 → None"], "requeued"),
+        ("9", "n1", ["scancel 9 → ok"], None),
     ]
