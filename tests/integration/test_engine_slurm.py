@@ -16,8 +16,17 @@ import pytest
 from remediator.model.states import State
 from remediator.remediation import commands
 from remediator.store.records import RemediationRecord
+from remediator.web import views
 from tests.fixtures.sim import SimHandle
-from tests.fixtures.slurm import SlurmShell, job_node, submit, wait_job, write_job
+from tests.fixtures.slurm import (
+    SlurmShell,
+    job_field,
+    job_node,
+    restarts,
+    submit,
+    wait_job,
+    write_job,
+)
 from tests.integration.engine_support import (
     SETTINGS,
     Engine,
@@ -209,10 +218,15 @@ def test_slurmctld_down_holds_the_step_until_it_returns(
         record = engine.of_node(node)
         assert record is not None and record.state is State.QUARANTINED
         assert record.new_node is None and record.replacement_operation_id is None
+        # The hold's reason is in the API, on one line, from `scontrol ping` (said at once, not
+        # after the command's own retries).
+        assert record.hold_reason and "slurmctld unreachable" in record.hold_reason
+        assert "is DOWN" in record.hold_reason and "\n" not in record.hold_reason
         restarted = start_slurmctld(conf)
         done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=150)
         assert done.state is State.SUCCEEDED, done.error or done.hold_reason
         assert f"scontrol requeue {job}" in slurm_lines(done)
+        assert done.hold_reason is None
     finally:
         if restarted is not None:
             restarted.terminate()
@@ -248,3 +262,39 @@ def test_slurmctld_stopped_after_the_requeue_holds_the_replacement(
         if restarted is not None:
             restarted.terminate()
             restarted.wait(timeout=15)
+
+
+def test_a_fault_under_one_array_task_requeues_that_task_alone(
+    engine: Engine, shell: SlurmShell, tmp_path: Path
+) -> None:
+    """Issue 22 item 1: the task whose record carries the array's own job id is the worst case
+    (`scontrol requeue <array>` requeues every task)."""
+    script = write_job(tmp_path / "jobs")
+    out = shell.run(
+        "sbatch",
+        "--parsable",
+        "--requeue",
+        "--array=0-2",
+        "-o",
+        f"{script.parent}/out-%A_%a",
+        str(script),
+    ).stdout
+    array = out.strip().split(";")[0]
+    tasks = [f"{array}_{t}" for t in range(3)]
+    for task in tasks:
+        wait_job(shell, task, ("RUNNING",))
+    [task] = [t for t in tasks if job_field(shell, t, "JobId") == array]
+    others = [t for t in tasks if t != task]
+    node = job_node(shell, task)
+
+    engine.push(xid(node))
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=120)
+    assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+    requeues = [line for line in slurm_lines(done) if line.startswith("scontrol requeue")]
+    assert requeues == [f"scontrol requeue {task}"]
+    assert restarts(shell, task) == 1
+    assert {t: restarts(shell, t) for t in others} == dict.fromkeys(others, 0)
+    assert {t: wait_job(shell, t, ("RUNNING",)) for t in others} == dict.fromkeys(others, "RUNNING")
+    # The timeline and the API name the task.
+    [row] = views.slurm_jobs(done.events)
+    assert row.job == task and row.fate is not None and row.fate.startswith("requeued"), row
