@@ -30,6 +30,8 @@ from remediator.sim.kube.api.kobj import OPT_OUT_LABEL, POOL_LABEL
 
 log = logging.getLogger(__name__)
 
+# How long the first fault waits for a demo Slurm job to be running.
+SLURM_START_SECONDS = 60.0
 FIRST_ROUND = (
     "xid-79",
     "opt-out",
@@ -226,9 +228,17 @@ def kind_for(index: int, rng: random.Random) -> str:
 
 
 def plan_episode(
-    kind: str, fleet: Fleet, used: frozenset[str], rng: random.Random, serial: int
+    kind: str,
+    fleet: Fleet,
+    used: frozenset[str],
+    rng: random.Random,
+    serial: int,
+    slurm_jobs: Mapping[str, str] | None = None,
 ) -> Episode | None:
-    """The episode of `kind` on a fitting node, or None when no node fits any more."""
+    """The episode of `kind` on a fitting node, or None when no node fits any more.
+
+    `slurm_jobs` (with `demo --slurm`: node → the Slurm job running there): the XID 79 goes to a
+    node running one, so that the user sees a job checkpointed, requeued and resumed."""
     if kind == "opt-out":
         hosts = sorted(fleet.opt_out - used)
         if not hosts:
@@ -249,6 +259,11 @@ def plan_episode(
         choices = fleet.candidates((INFER_POOL,), used, fallback=False)
     elif kind == "approval":
         choices = fleet.candidates((TRAIN_POOL, INFER_POOL), used)
+    elif kind == "xid-79" and slurm_jobs:
+        # A node with a Slurm job, the training pool's first (every pool has spares).
+        with_job = [n for n in fleet.candidates((), used) if n in slurm_jobs]
+        train = fleet.candidates((TRAIN_POOL,), used, fallback=False)
+        choices = [n for n in with_job if n in train] or with_job or train
     else:
         # Faults that end in a replacement stay where the scenario keeps spare nodes.
         choices = fleet.candidates((TRAIN_POOL,), used, fallback=False)
@@ -257,12 +272,22 @@ def plan_episode(
     node = rng.choice(choices)
     gpu = rng.randrange(GPUS_PER_NODE)
     if kind == "xid-79":
+        expect = (
+            "cordon, checkpoint, drain, reboot, diagnostics fail, replace, verify: "
+            "succeeded (replaced)"
+        )
+        job = (slurm_jobs or {}).get(node)
+        if job:
+            expect += (
+                f"\n      Slurm: {node} drained, job {job} gets SIGTERM, checkpoints, is requeued "
+                f"and resumes elsewhere (squeue -j {job}; its log: log.{job})"
+            )
         return Episode(
             kind,
             node,
-            f"XID 79 (GPU fallen off the bus, for good) on {node} GPU {gpu}",
-            "cordon, checkpoint, drain, reboot, diagnostics fail, replace, verify: "
-            "succeeded (replaced)",
+            f"XID 79 (GPU fallen off the bus, for good) on {node} GPU {gpu}"
+            + (f", which runs Slurm job {job}" if job else ""),
+            expect,
             (xid(node, gpu, 79, persistent=True),),
         )
     if kind == "xid-48":
@@ -380,7 +405,9 @@ class ScenarioRunner:
         interval: float,
         seed: int | None,
         say: Callable[[str], None],
+        slurm_jobs: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
+        self._slurm_jobs = slurm_jobs
         self._kube = kube_url.rstrip("/")
         self._inject = inject_url.rstrip("/")
         self._interval = interval
@@ -420,8 +447,9 @@ class ScenarioRunner:
     def step(self, client: httpx.Client, index: int, stop: threading.Event) -> Episode | None:
         kind = kind_for(index, self._rng)
         try:
+            jobs = self.running_slurm_jobs(stop) if kind == "xid-79" else None
             episode = plan_episode(
-                kind, self.fleet(client), frozenset(self._used), self._rng, index + 1
+                kind, self.fleet(client), frozenset(self._used), self._rng, index + 1, jobs
             )
         except (httpx.HTTPError, ScenarioError) as exc:
             self._say(f"fault {index + 1}: cannot read the fleet: {exc}")
@@ -443,6 +471,17 @@ class ScenarioRunner:
         except (httpx.HTTPError, ScenarioError) as exc:
             self._say(f"fault {index + 1} ({kind}) could not be injected: {exc}")
         return episode
+
+    def running_slurm_jobs(self, stop: threading.Event) -> Mapping[str, str] | None:
+        """node → running Slurm job; the demo's jobs were just submitted, so wait (up to
+        SLURM_START_SECONDS) for the first to start."""
+        if self._slurm_jobs is None:
+            return None
+        deadline = time.monotonic() + SLURM_START_SECONDS
+        while not (jobs := self._slurm_jobs()) and time.monotonic() < deadline:
+            if stop.wait(1.0):
+                break
+        return jobs
 
     def execute(self, client: httpx.Client, step: Step, stop: threading.Event) -> None:
         if isinstance(step, Fault):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +51,40 @@ def submit_demo_jobs(slurm: Mapping[str, Any], directory: Path, nodes: int) -> l
     return ids
 
 
-def slurm_banner(slurm: Mapping[str, Any] | None, directory: Path) -> list[str]:
+def running_jobs(slurm: Mapping[str, Any]) -> dict[str, str]:
+    """Slurm node → the job running there (the demo's jobs run on one node each); empty when
+    Slurm does not answer."""
+    env = {**os.environ, "SLURM_CONF": str(slurm["slurm_conf"])}
+    try:
+        done = subprocess.run(
+            ["squeue", "-h", "-t", "RUNNING", "-o", "%i %N"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired:
+        return {}
+    jobs: dict[str, str] = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+        parts = line.split()
+        if len(parts) == 2:
+            jobs.setdefault(parts[1], parts[0])
+    return jobs
+
+
+def slurm_banner(
+    slurm: Mapping[str, Any] | None, directory: Path, jobs: Sequence[int]
+) -> list[str]:
     if not slurm:
         return []
     conf = slurm["slurm_conf"]
+    ids = ",".join(str(j) for j in jobs)
     return [
         f"  slurm     SLURM_CONF={conf} squeue; SLURM_CONF={conf} sinfo -N -o '%N %T %E'",
-        f"            jobs' logs and checkpoints: {directory}/log.JOBID, ckpt.JOBID",
+        f"            checkpointing jobs {ids}: the first fault hits the node of one of them and",
+        "            names it; watch it with SLURM_CONF=… squeue -j JOB and in the console's",
+        '            "Slurm jobs" table (requeued, then running elsewhere from its checkpoint)',
+        f"            jobs' logs and checkpoints: {directory}/log.JOB, ckpt.JOB",
     ]

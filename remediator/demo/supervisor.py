@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal, TextIO
@@ -43,7 +44,7 @@ from remediator.demo.policies import (
 )
 from remediator.demo.relay import Relay
 from remediator.demo.scenario import FIRST_ROUND, GUARDED_NAMESPACE, ScenarioRunner
-from remediator.demo.slurm_jobs import slurm_banner, submit_demo_jobs
+from remediator.demo.slurm_jobs import running_jobs, slurm_banner, submit_demo_jobs
 from remediator.demo.status import StatusReporter
 from remediator.errors import RemediatorError
 from remediator.store import db
@@ -358,10 +359,11 @@ class Demo:
             return False
         console = str(ready["web_url"])
 
+        submitted: list[int] = []
         if urls.get("slurm"):
             submitted = submit_demo_jobs(urls["slurm"], self.data_dir / "slurm-jobs", opts.nodes)
             self.say(f"submitted {len(submitted)} checkpointing Slurm jobs: {submitted}")
-        self._banner(console, token, urls, prometheus_url, source, timings, config)
+        self._banner(console, token, urls, prometheus_url, source, timings, config, submitted)
         if mode == "push":
             relay = Relay(urls["metrics_url"], console, token)
             self._thread("relay", relay.run)
@@ -373,6 +375,7 @@ class Demo:
                 interval=opts.fault_interval,
                 seed=opts.seed,
                 say=self.say,
+                slurm_jobs=partial(running_jobs, urls["slurm"]) if urls.get("slurm") else None,
             )
             self._thread("scenario", scenario.run)
         return True
@@ -452,6 +455,7 @@ class Demo:
         policies_source: Path,
         timings: DemoTimings,
         config: Path,
+        slurm_jobs: list[int],
     ) -> None:
         logs = ", ".join(f"{c.name}.log" for c in self.children)
         if prometheus_url:
@@ -489,7 +493,7 @@ class Demo:
             f"  inject    {Path(sys.executable).parent / 'remediator'} sim inject "
             f"--url {urls['inject_url']} --node NODE --gpu 0 --xid 79",
             f"  faults    {faults}",
-            *slurm_banner(urls.get("slurm"), self.data_dir / "slurm-jobs"),
+            *slurm_banner(urls.get("slurm"), self.data_dir / "slurm-jobs", slurm_jobs),
             "Press Ctrl-C to stop everything.",
             "",
         ]

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from remediator.demo.supervisor import find_prometheus
+from tests.fixtures.slurm import slurm_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -234,6 +235,10 @@ def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
     token = demo.wait_for(r"^  token\s+(\S+)$", 5).group(1)
     conf = demo.wait_for(r"^  slurm\s+SLURM_CONF=(\S+) squeue", 5).group(1)
     demo.wait_for(r"submitted \d+ checkpointing Slurm jobs", 5)
+    demo.wait_for(r"checkpointing jobs [\d,]+: the first fault hits the node of one of them", 5)
+    # The first fault hits a node running one of them, and says which job to watch.
+    first = demo.wait_for(r"fault 1: XID 79 .* on (\S+) GPU \d+, which runs Slurm job (\d+)", 120)
+    demo.wait_for(rf"Slurm: {first.group(1)} drained, job {first.group(2)} gets SIGTERM", 5)
     jobs_dir = tmp_path / "demo" / "slurm-jobs"
 
     def requeued(client: httpx.Client) -> dict[str, Any] | None:
@@ -283,6 +288,8 @@ def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
     while left := [pid for pid in children if running(pid)]:
         assert time.monotonic() < deadline, f"left running: {left}"
         time.sleep(0.1)
+    # Nor the jobs' slurmstepd and scripts, which are no descendants of the demo.
+    assert slurm_processes(conf) == []
 
 
 def test_demo_on_aws_without_faults_replaces_an_injected_xid_79_node_through_the_asg(

@@ -20,6 +20,7 @@ from remediator.demo.scenario import (
     kind_for,
     plan_episode,
 )
+from remediator.demo.slurm_jobs import slurm_banner
 from remediator.sim.fleet import INFER_POOL, TRAIN_POOL
 from remediator.sim.kube.api.kobj import OPT_OUT_LABEL, POOL_LABEL
 
@@ -141,3 +142,24 @@ def test_no_node_left_means_no_episode_and_unknown_kinds_are_errors() -> None:
     assert plan("xid-79", frozenset({"t0", "t1", "i0"})) is None
     with pytest.raises(ValueError, match="unknown episode kind"):
         plan("meteor-strike")
+
+
+def test_with_slurm_the_first_xid_79_hits_a_node_running_a_job_and_names_it() -> None:
+    """`demo --slurm` (issue 22 item 15): the user is told which job to watch."""
+    for seed in range(5):
+        episode = plan_episode(
+            "xid-79", fleet(), frozenset(), random.Random(seed), 1, {"t1": "7", "i0": "9"}
+        )
+        assert episode is not None and episode.node == "t1"  # the training pool's first
+        assert "Slurm job 7" in episode.title and "squeue -j 7" in episode.expect
+    elsewhere = plan_episode("xid-79", fleet(), frozenset({"t1"}), random.Random(1), 1, {"i0": "9"})
+    assert elsewhere is not None and elsewhere.node == "i0" and "job 9" in elsewhere.expect
+    without = plan_episode("xid-79", fleet(), frozenset(), random.Random(1), 1, {})
+    assert without is not None and "Slurm" not in without.expect
+
+
+def test_the_slurm_banner_names_the_jobs_to_watch(tmp_path: Any) -> None:
+    lines = slurm_banner({"slurm_conf": "/x/slurm.conf"}, tmp_path, [3, 4])
+    text = "\n".join(lines)
+    assert "checkpointing jobs 3,4" in text and "first fault hits the node" in text
+    assert "squeue -j JOB" in text and slurm_banner(None, tmp_path, []) == []
