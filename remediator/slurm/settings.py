@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 
 
 class NotRequeueable(StrEnum):
-    """What to do with a job that did not opt into requeue (`--no-requeue`) once the grace is
-    over: requeue it anyway, cancel it, or hold the remediation for a human (jobs untouched)."""
+    """What becomes of a job that did not opt into requeue (`--no-requeue`), decided before it is
+    signalled so that honouring SIGTERM changes nothing: requeue it anyway (requeue allowed
+    first), cancel it, or leave it running and hold the remediation for a human (nothing sent)."""
 
     REQUEUE = "requeue"
     CANCEL = "cancel"
