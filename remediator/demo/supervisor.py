@@ -55,6 +55,7 @@ SignalMode = Literal["auto", "prometheus", "push"]
 DEFAULT_PORT = 8080
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 20.0
+SLURM_STOP_TIMEOUT = 50.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -441,7 +442,10 @@ class Demo:
         for child in reversed(self.children):
             if child.proc is None:
                 continue
-            how = child.stop()
+            # A simulator with Slurm cancels the jobs and waits for their steps before it stops
+            # the daemons: a SIGKILL then would leave slurmstepd and the jobs running.
+            slow = child.name == "sim" and self.options.slurm
+            how = child.stop(SLURM_STOP_TIMEOUT if slow else STOP_TIMEOUT)
             self.show(f"  {child.name} (pid {child.pid}) stopped: {how}")
         if self.children:
             self.show(f"stopped. Data and logs are kept in {self.data_dir}")
