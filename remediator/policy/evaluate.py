@@ -255,9 +255,10 @@ def _decide(
         return None
     reasons = [_signal_reason(policy, hit)]
     if match.burst is not None:
-        if len(node_events) < match.burst.count:
+        found = densest(node_events, match.burst.within)
+        if found < match.burst.count:
             return None
-        reasons.append(f"{len(node_events)} events within {format_duration(match.burst.within)}")
+        reasons.append(f"{found} events within {format_duration(match.burst.within)}")
     if match.repeat is not None:
         recent = sum(1 for r in past if r.started_at > now - match.repeat.within)
         if recent + 1 < match.repeat.nth:
@@ -279,6 +280,18 @@ def _decide(
         decided_at=now,
         on_failure=policy.on_failure,
     )
+
+
+def densest(events: Sequence[BurstEvent], within: timedelta) -> int:
+    """The most events inside any `within` window, by the events' own times: a queue delivered
+    after an outage brings events hours apart in one cycle, and they are not a burst."""
+    times = sorted(e[0] for e in events)
+    best, first = 0, 0
+    for last, when in enumerate(times):
+        while times[first] <= when - within:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
 
 
 def _signal_reason(policy: Policy, hit: _Hit) -> str:
