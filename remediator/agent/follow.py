@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import select
 import subprocess
@@ -18,12 +19,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from remediator.agent.kmsg import parse_record
 
 READ_CHUNK = 65536
 KMSG_RECORD_MAX = 8192
+HEAD_BYTES = 64
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,27 +58,43 @@ def _seq_of(position: str | None) -> int:
 
 
 class KmsgFile:
-    """A regular file of kmsg records, one per line, appended to by a writer."""
+    """A regular file of kmsg records, one per line, appended to by a writer.
+
+    Followed by name, like `tail -F`: once the open file is read to its end, a path that now
+    names another file (rotated, or replaced whole) is reopened from its start, and a file
+    shorter than what was read (truncated in place) is read again from its start; records
+    already passed are skipped by sequence number. A path that is gone keeps the old file open
+    until a new one appears. The position carries the file's inode, so a restarted agent can
+    tell its offset belongs to another file."""
 
     def __init__(self, path: Path, position: str | None, poll_interval: float = 0.05) -> None:
         self.path = path
         self.lost = 0
+        self.reopened = 0
         self._after = _seq_of(position)
         self._seq = self._after
-        offset = position.partition(":")[2] if position else ""
-        self._offset = int(offset) if offset.isdigit() else 0
+        parts = position.split(":") if position else []
+        self._offset = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        inode = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
         self._poll = poll_interval
         self._boot = boot_epoch()
         self._buffer = b""
-        self._file = None if not path.exists() else path.open("rb")
-        if self._file is not None:
-            if os.fstat(self._file.fileno()).st_size < self._offset:
-                self._offset = 0  # a new file: the position belongs to the old one
+        self._file: BinaryIO | None = None
+        self._inode = 0
+        self._head = b""  # the file's first bytes as last seen, see _same_head
+        if path.exists():
+            self._file = path.open("rb")
+            own = os.fstat(self._file.fileno())
+            self._inode = own.st_ino
+            if own.st_size < self._offset or inode not in (None, own.st_ino):
+                self._offset = 0  # another file: the position belongs to the old one
             self._file.seek(self._offset)
 
     def _open(self) -> bool:
         if self._file is None and self.path.exists():
             self._file = self.path.open("rb")
+            self._inode = os.fstat(self._file.fileno()).st_ino
+            self._offset, self._buffer, self._head = 0, b"", b""
         return self._file is not None
 
     def read(self, timeout: float) -> list[Entry]:
@@ -85,12 +105,45 @@ class KmsgFile:
                 return entries
             time.sleep(min(self._poll, max(0.0, deadline - time.monotonic())))
 
+    def _follow_name(self) -> None:
+        """At the end of the open file: reopen when the name moved on, rewind when truncated."""
+        assert self._file is not None
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return  # rotated away and not created again yet: the old file may still grow
+        own = os.fstat(self._file.fileno())
+        if (named.st_dev, named.st_ino) != (own.st_dev, own.st_ino):
+            log.info("kernel log %s was replaced: reading the new file from its start", self.path)
+            self._file.close()
+            self._file = self.path.open("rb")
+            self._inode = os.fstat(self._file.fileno()).st_ino
+        elif named.st_size < self._offset + len(self._buffer) or not self._same_head():
+            log.info("kernel log %s was truncated: reading it again from its start", self.path)
+            self._file.seek(0)
+        else:
+            return
+        self.reopened += 1
+        self._offset, self._buffer, self._head = 0, b"", b""
+        self._after = self._seq  # what was passed in the old file is skipped in the new one
+
+    def _same_head(self) -> bool:
+        """A file truncated and written again at once may already be as long as before; its
+        first record (a sequence number of its own) tells it apart."""
+        assert self._file is not None
+        head = os.pread(self._file.fileno(), HEAD_BYTES, 0)
+        same = head[: len(self._head)] == self._head
+        if same:
+            self._head = head
+        return same
+
     def _drain(self) -> list[Entry]:
         if not self._open():
             return []
         assert self._file is not None
         chunk = self._file.read(READ_CHUNK)
         if not chunk:
+            self._follow_name()
             return []
         data = self._buffer + chunk
         complete, newline, self._buffer = data.rpartition(b"\n")
@@ -104,13 +157,13 @@ class KmsgFile:
                 continue  # a continuation line (KEY=value) of the record before it
             record = parse_record(line.decode("utf-8", errors="replace"))
             if record is None:
-                entries.append(Entry(f"{self._seq}:{consumed}", None))
+                entries.append(Entry(f"{self._seq}:{consumed}:{self._inode}", None))
                 continue
             if record.seq <= self._after:
                 continue
             self._seq = record.seq
             logged = self._boot + record.timestamp_usec / 1e6
-            entries.append(Entry(f"{record.seq}:{consumed}", record.message, logged))
+            entries.append(Entry(f"{record.seq}:{consumed}:{self._inode}", record.message, logged))
         self._offset = consumed
         return entries
 

@@ -161,3 +161,29 @@ def test_a_vanished_gpu_is_reported_once_across_restarts(
     finally:
         running.stop()
     assert len(missing()) == 1
+
+
+def test_file_mode_follows_the_log_by_name_through_rotation_and_truncation(
+    server: PushServer, tmp_path: Path
+) -> None:
+    """#22 item 8: a replaced log file was not reopened (the agent kept reading the handle of
+    the old one); the line arrived only after an agent restart. Follow by name, like tail -F."""
+    host, state, log = Host(tmp_path / "host"), tmp_path / "state", tmp_path / "agent.log"
+    host.xid(0, 13)
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("the first record", lambda: codes(server) == [(0, 13)])
+        host.kmsg.rename(host.kmsg.with_name("kmsg.1"))  # rotated: the writer starts a new file
+        host.xid(1, 48)
+        wait_for("the record in the new file", lambda: (1, 48) in codes(server))
+        os.truncate(host.kmsg, 0)  # truncated in place (copytruncate)
+        host.xid(2, 31)
+        wait_for("the record after the truncation", lambda: (2, 31) in codes(server))
+        replacement = host.kmsg.with_name("kmsg.new")
+        replacement.write_bytes(host.kmsg.read_bytes())
+        replacement.replace(host.kmsg)  # replaced whole by another file of the same content
+        host.xid(3, 94)
+        wait_for("the record in the replacement", lambda: (3, 94) in codes(server))
+    finally:
+        assert agent.stop() == 0
+    assert codes(server) == [(0, 13), (1, 48), (2, 31), (3, 94)]
