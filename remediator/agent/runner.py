@@ -87,6 +87,11 @@ class Agent:
         self.started_at = _now()
         self.queue = DurableQueue(config.state_dir / "agent.db", config.queue_capacity)
         self.boot_id = read_boot_id(config.boot_id_file)
+        if not self.boot_id:
+            log.warning(
+                "boot_id unreadable (%s): a reboot is told by the kernel log itself",
+                config.boot_id_file,
+            )
         same_boot = self.queue.get(BOOT) == self.boot_id
         self.position = self.queue.get(POSITION) if same_boot else None
         self.reported_missing: set[str] = (
@@ -260,6 +265,7 @@ class Agent:
                     next_presence = time.monotonic() + self.config.presence_seconds
                 self.consume(follower.read(timeout=0.5))
                 self.stats.set("records_lost", follower.lost)
+                self.stats.set("log_restarts", follower.restarts)
         finally:
             self._flush_position(force=True)
             follower.close()

@@ -10,6 +10,7 @@ class Stats:
         "records_read",
         "records_skipped",
         "records_lost",
+        "log_restarts",
         "xid_lines_unparsed",
         "signals_queued",
         "signals_sent",

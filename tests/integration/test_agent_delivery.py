@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from remediator.sim.node import driver
+from remediator.sim.node.hosts import BOOT_ID
+from remediator.sim.node.kernel_log import KernelLog
 from remediator.sim.telemetry.exporters import pci_bus_id
 from tests.integration.agent_support import (
     AgentProcess,
@@ -187,3 +189,43 @@ def test_file_mode_follows_the_log_by_name_through_rotation_and_truncation(
     finally:
         assert agent.stop() == 0
     assert codes(server) == [(0, 13), (1, 48), (2, 31), (3, 94)]
+
+
+def test_without_a_boot_id_a_restarted_log_is_read_from_its_start(
+    server: PushServer, tmp_path: Path
+) -> None:
+    """#22 item 7: with boot_id unreadable, "" equalled "", so the position of the old boot was
+    kept and the new boot's records below it were dropped without a word. The log itself tells a
+    restart: its sequence numbers go back while its clock goes on."""
+    host, state, log = Host(tmp_path / "host"), tmp_path / "state", tmp_path / "agent.log"
+    (host.root / BOOT_ID).unlink()
+    for gpu in range(6):
+        host.log.write(f"filler {gpu}")
+    host.xid(0, 13)
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("the old boot's record", lambda: codes(server) == [(0, 13)])
+    finally:
+        assert agent.stop() == 0
+    host.kmsg.unlink()  # the node rebooted: a new log, its sequence from 0 again
+    host.log = KernelLog(host.kmsg)
+    host.xid(1, 79)
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("the new boot's record", lambda: (1, 79) in codes(server))
+        # While running, too: the log restarts under the agent.
+        host.kmsg.unlink()
+        host.log = KernelLog(host.kmsg)
+        host.xid(2, 48)
+        wait_for("the next boot's record", lambda: (2, 48) in codes(server))
+        wait_for(
+            "the heartbeat to say so",
+            lambda: (
+                (status := server.console.repository.agent_status(host.node)) is not None
+                and status.stats.get("log_restarts", 0) >= 1
+            ),
+        )
+    finally:
+        assert agent.stop() == 0
+    assert codes(server) == [(0, 13), (1, 79), (2, 48)]
+    assert "kernel log restarted" in log.read_text()
