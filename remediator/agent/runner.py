@@ -28,12 +28,13 @@ from remediator.agent.http import HttpClient, TransportError
 from remediator.agent.push import HEARTBEAT_PATH, Backoff, Pusher
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
-from remediator.signals.xid import parse_kernel_line, parse_pci_uuid_line
+from remediator.signals.xid import is_sxid_line, parse_kernel_line, parse_pci_uuid_line
 
 log = logging.getLogger(__name__)
 
 POSITION, BOOT, MISSING = "position", "boot_id", "missing"
 FLUSH_SECONDS = 1.0
+SXID_LOG_SECONDS = 60.0
 EXPECTED_REFRESH_SECONDS = 300.0
 JOURNAL_COMMAND = ("journalctl", "-k", "-f", "-o", "json", "--boot", "--no-tail")
 
@@ -110,6 +111,7 @@ class Agent:
         self._expected: int | None = config.expected_gpus
         self._expected_at = 0.0
         self._dirty_position: str | None = None
+        self._sxid_logged_at = -SXID_LOG_SECONDS
         self._flushed_at = time.monotonic()
 
     def open_follower(self) -> Follower:
@@ -133,6 +135,8 @@ class Agent:
                 continue
             self.stats.add("records_read")
             if "NVRM" not in message:
+                if "SXid" in message and is_sxid_line(message):
+                    self._unparsed_sxid(message)
                 continue
             mapping = parse_pci_uuid_line(message)
             if mapping is not None:
@@ -149,6 +153,19 @@ class Agent:
                 report.xid_signal(self.config.node, xid, gpu, self.uuids.get(xid.pci), when)
             )
         return signals
+
+    def _unparsed_sxid(self, message: str) -> None:
+        """Counted, and logged at most once a minute: a failing NVSwitch can log many a second."""
+        self.stats.add("sxid_lines_unparsed")
+        now = time.monotonic()
+        if now - self._sxid_logged_at >= SXID_LOG_SECONDS:
+            self._sxid_logged_at = now
+            log.warning(
+                "NVSwitch SXid lines are not turned into signals (%d so far, counted in "
+                "sxid_lines_unparsed); the latest: %s",
+                self.stats.get("sxid_lines_unparsed"),
+                message,
+            )
 
     def _gpu(self, pci: str) -> GpuInfo | None:
         if pci not in self.gpus:

@@ -12,6 +12,7 @@ class Stats:
         "records_lost",
         "log_restarts",
         "xid_lines_unparsed",
+        "sxid_lines_unparsed",
         "signals_queued",
         "signals_sent",
         "signals_refused",

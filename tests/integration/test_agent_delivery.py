@@ -118,6 +118,11 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(
     host.log.write_raw("4,9999,123")  # cut off before the message
     host.log.write_raw("\x00\x01\x02;")
     host.log.write("NVRM: Xid (PCI:0000:18:00): 7")  # a record whose NVRM line was cut short
+    # NVSwitch errors (the Fabric Manager's SXids): not understood yet, so counted, not dropped.
+    host.log.write(
+        "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
+    )
+    host.log.write("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 11004, Non-fatal, Link 36 ingress")
     host.xid(1, 48)
     running = AgentThread(agent_config(host, tmp_path / "state", server.url))
     try:
@@ -125,11 +130,13 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(
         stats = running.agent.stats
         wait_for("the counters", lambda: stats.get("records_skipped") == 3)
         assert stats.get("xid_lines_unparsed") == 1
+        assert stats.get("sxid_lines_unparsed") == 2
         wait_for(
             "the heartbeat to carry them",
             lambda: (
                 (status := server.console.repository.agent_status(host.node)) is not None
                 and status.stats.get("records_skipped") == 3
+                and status.stats.get("sxid_lines_unparsed") == 2
             ),
         )
     finally:
