@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,8 +73,10 @@ class Pusher:
         *,
         batch: int = 500,
         backoff: Backoff | None = None,
+        on_refused: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._client = client
+        self._on_refused = on_refused
         self._queue = queue
         self._stats = stats
         self._batch = batch
@@ -138,6 +141,8 @@ class Pusher:
                     json.dumps(batch[index][1], separators=(",", ":")),
                     reasons or response.text[:300],
                 )
+                if self._on_refused is not None:
+                    self._on_refused(batch[index][1])
             if response.status == 422:
                 # Nothing was taken: an item the answer does not name goes again.
                 self._queue.remove([ids[i] for i in sorted(bad)])

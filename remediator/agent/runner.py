@@ -104,7 +104,11 @@ class Agent:
         self.client = HttpClient(
             config.controller_url, headers=headers, timeout=config.timeout_seconds
         )
-        self.pusher = Pusher(self.client, self.queue, self.stats, backoff=config.backoff)
+        self.pusher = Pusher(
+            self.client, self.queue, self.stats, backoff=config.backoff, on_refused=self._refused
+        )
+        self._lock = threading.Lock()
+        self._missing_refused: set[str] = set()
         self._stop = threading.Event()
         self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat")
         self._heartbeats.daemon = True
@@ -211,9 +215,20 @@ class Agent:
                 log.warning("GPU presence not checked: %s", exc)
         return self._expected
 
+    def _refused(self, signal: dict[str, Any]) -> None:
+        """A refused `gpu_missing` (a reading that aged past the bound while the controller was
+        down) is forgotten, so the next check reports the GPU again, fresh, if it is still gone.
+        Called on the pusher's thread."""
+        if signal.get("kind") == "gpu_missing":
+            with self._lock:
+                self._missing_refused.add(str(signal.get("gpu", "unknown")))
+
     def check_presence(self) -> list[dict[str, Any]]:
         """`gpu_missing` signals for GPUs newly gone; a GPU that came back may be reported
         again later. Committed with the reported set, so a restart does not repeat them."""
+        with self._lock:
+            forgotten, self._missing_refused = self._missing_refused, set()
+        self.reported_missing -= forgotten
         expected = self.expected()
         if expected is None:
             self.stats.add("presence_unknown")

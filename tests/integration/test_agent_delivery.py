@@ -236,3 +236,26 @@ def test_without_a_boot_id_a_restarted_log_is_read_from_its_start(
         assert agent.stop() == 0
     assert codes(server) == [(0, 13), (1, 79), (2, 48)]
     assert "kernel log restarted" in log.read_text()
+
+
+def test_a_refused_vanished_gpu_is_reported_again_while_it_stays_gone(
+    server: PushServer, tmp_path: Path
+) -> None:
+    """A `gpu_missing` is a reading: one that aged past the bound while the controller was down
+    is refused. The agent forgets having reported it, so the GPU, still gone, is reported again
+    fresh instead of never (the reported set outlives restarts)."""
+    host = Host(tmp_path / "host")
+    missing = lambda: [s for s in server.signals() if s.kind.value == "gpu_missing"]  # noqa: E731
+    skew = 600.0
+    server.console.clock.advance(skew)  # the controller's clock ahead: the report arrives too old
+    running = AgentThread(agent_config(host, tmp_path / "state", server.url))
+    try:
+        driver.detach(host.root, pci_bus_id(5))
+        stats = running.agent.stats
+        wait_for("the report refused", lambda: stats.get("signals_refused") >= 1)
+        assert missing() == []
+        server.console.clock.advance(-skew)
+        wait_for("the GPU reported again", lambda: len(missing()) == 1)
+    finally:
+        running.stop()
+    assert missing()[0].gpu == 5
