@@ -231,9 +231,17 @@ def test_an_xid_queued_through_a_long_outage_is_remediated_when_the_controller_r
         n.removeprefix("node/") for n in sim.kubectl("get", "nodes", "-o", "name").split()
     )[0]
     url = f"http://127.0.0.1:{port}"
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OPERATOR}"})
+    controller: ControllerProcess | None = ControllerProcess(tmp_path, config, "controller")
+    controller = controller.wait_ready()
     agent = start_agent(sim, node, url, tmp_path)
-    controller: ControllerProcess | None = None
     try:
+        wait_for(
+            "the agent reporting",
+            lambda: [a for a in api.get("/api/v1/agents").json() if a["node"] == node],
+        )
+        controller.stop()  # the outage
+        controller = None
         inject(sim, "--node", node, "--gpu", "3", "--xid", "79")
         state = tmp_path / "agents" / node
         wait_for("the XID queued while the controller is down", lambda: queued(state) >= 1)
@@ -244,7 +252,6 @@ def test_an_xid_queued_through_a_long_outage_is_remediated_when_the_controller_r
             lambda: time.monotonic() - queued_at > 2 * max_age,
         )
         controller = ControllerProcess(tmp_path, config, "controller").wait_ready()
-        api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OPERATOR}"})
         wait_for("the queue delivered", lambda: queued(state) == 0)
 
         def remediation() -> dict[str, Any] | None:
