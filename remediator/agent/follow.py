@@ -99,6 +99,7 @@ class Resume:
         self.restarts += 1
         log.warning("kernel log restarted (%s): reading the new boot from its start", why)
         self.after, self.after_usec, self.skipping = -1, None, False
+        self._prev = None  # the caller may read its stream again from the start
 
     def new_stream(self) -> None:
         """The source was reopened: skip what was passed in the old one."""
@@ -234,7 +235,7 @@ class KmsgFile:
                 resume.restart(f"record {record.seq} cannot follow the saved {resume.after}")
                 self._file.seek(self._start)
                 self._offset, self._buffer = self._start, b""
-                return [e for e in entries if e.message is not None]
+                return []  # skipping: nothing passed yet, everything is read again
             if not resume.passes(record.seq, record.timestamp_usec):
                 continue
             logged = self._boot + record.timestamp_usec / 1e6

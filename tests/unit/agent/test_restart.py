@@ -69,3 +69,14 @@ def test_the_same_boot_resumes_after_its_position_without_a_restart(tmp_path: Pa
     assert resumed.restarts == replay.restarts == 0
     resumed.close()
     replay.close()
+
+
+def test_records_skipped_before_the_restart_showed_are_read_again(tmp_path: Path) -> None:
+    """The new boot's first records can look like ones already passed (lower sequence, earlier
+    time); the first that cannot sit there shows the restart, and the file is read again."""
+    path = tmp_path / "kmsg"
+    write(path, [(0, 50 * SECOND, "a"), (1, 60 * SECOND, "b"), (2, 150 * SECOND, "c")])
+    follower = KmsgFile(path, f"7:0:0:{100 * SECOND}")
+    assert messages(follower) + messages(follower) == ["a", "b", "c"]
+    assert follower.restarts == 1
+    follower.close()
