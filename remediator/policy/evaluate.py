@@ -253,6 +253,11 @@ def _decide(
     cooldown = policy.cooldown if policy.cooldown is not None else settings.default_cooldown
     if any(r.policy == policy.name and r.started_at > now - cooldown for r in past):
         return None
+    # An event delivered late (an agent's queue after an outage) from before this policy's last
+    # remediation of the node was covered by it: the node was repaired after it happened.
+    covered = max((r.started_at for r in past if r.policy == policy.name), default=None)
+    if covered is not None and all(s.observed_at < covered for s in hit.signals):
+        return None
     reasons = [_signal_reason(policy, hit)]
     if match.burst is not None:
         found = densest(node_events, match.burst.within)

@@ -3,7 +3,7 @@ decided by their own time, not by when they arrived (#22 item 6)."""
 
 from __future__ import annotations
 
-from remediator.policy.evaluate import History, evaluate
+from remediator.policy.evaluate import History, PastRemediation, evaluate
 from tests.unit.policy.builders import SETTINGS, at, policy, signal
 
 HOUR = 3600
@@ -29,3 +29,18 @@ def test_a_late_burst_that_happened_within_its_window_still_counts() -> None:
     close = [signal("n1", "xid", t, gpu=g, code=74) for g, t in enumerate((0, 120, 240))]
     (decision,) = evaluate(close, History(), [BURST], at(2 * HOUR), SETTINGS).decisions
     assert "3 events within 10m" in decision.reason
+
+
+def test_a_late_event_from_before_the_nodes_last_remediation_was_covered_by_it() -> None:
+    """The pull path saw the fault and the node was repaired; the agent's copy of the same XID,
+    queued behind a cut network, arrives hours later (past the fold window and the cooldown). The
+    remediation that started after the XID happened already covered it: nothing new opens. A
+    fault from after that remediation still does."""
+    repaired = PastRemediation("n1", "xid-79", at(60), "succeeded")
+    history = History.build(remediations=[repaired])
+    now = at(4 * HOUR)
+    before = signal("n1", "xid", 0, gpu=3, code=79)
+    assert evaluate([before], history, [XID79], now, SETTINGS).decisions == ()
+    after = signal("n1", "xid", 2 * HOUR, gpu=3, code=79)
+    (decision,) = evaluate([after], history, [XID79], now, SETTINGS).decisions
+    assert decision.policy == "xid-79"
