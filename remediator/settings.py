@@ -152,6 +152,9 @@ class SignalSettings(BaseModel):
 
     # A pushed reading older than this is refused with the reason: history is not news.
     push_max_age_seconds: float = Field(default=300.0, gt=0)
+    # An event (an XID the kernel logged) is a fact with its own time, not a reading: one an
+    # agent queued through a controller outage is taken this late and decided by its time.
+    push_event_max_age_seconds: float = Field(default=86400.0, gt=0)
     # A firing alert that Alertmanager has not re-sent for this long is dropped (its default
     # repeat_interval is 4 h; keep this above yours).
     alert_hold_seconds: float = Field(default=4.5 * 3600, gt=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import select
 import subprocess
@@ -18,12 +19,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from remediator.agent.kmsg import parse_record
 
 READ_CHUNK = 65536
 KMSG_RECORD_MAX = 8192
+HEAD_BYTES = 64
+# kmsg stamps records with the scheduler clock, which NTP does not slew as it does the monotonic
+# clock the agent reads: over days the two part by a little, never by a reboot's worth.
+CLOCK_SLACK_USEC = 60_000_000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,10 @@ def boot_epoch() -> float:
 class Follower(Protocol):
     lost: int  # records the source dropped before we read them (a kmsg ring overrun)
 
+    @property
+    def restarts(self) -> int:
+        """Times the log was seen to start again (a new boot), see Resume."""
+
     def read(self, timeout: float) -> list[Entry]: ...
 
     def close(self) -> None: ...
@@ -53,28 +64,108 @@ def _seq_of(position: str | None) -> int:
     return int(head) if head.isdigit() else -1
 
 
+def _field(position: str | None, index: int) -> int | None:
+    parts = position.split(":") if position else []
+    return int(parts[index]) if len(parts) > index and parts[index].isdigit() else None
+
+
+def uptime_usec() -> int:
+    """The kernel's clock now, the one kmsg timestamps count on."""
+    return int(time.monotonic() * 1_000_000)
+
+
+class Resume:
+    """Which records a follower has passed, and whether the log has started again since.
+
+    A boot_id tells a new boot when it can be read; without one ("" equals "") the saved
+    position would outlive a reboot and the new boot's records below it would be skipped without
+    a word. The log tells it too, since within one boot sequence numbers and timestamps only
+    grow: the saved record is later than the kernel's clock now; a record behind the previous
+    one in sequence; or, while records up to the saved one are being skipped, one that cannot
+    sit where it does (behind it in sequence but later in time, or ahead but earlier). Then the
+    follower reads the new boot from its start, logs it and counts it (`restarts`)."""
+
+    def __init__(self, seq: int, usec: int | None) -> None:
+        self.after, self.after_usec = seq, usec
+        self.seq, self.usec = seq, usec  # the last record passed
+        self.restarts = 0
+        self._prev: int | None = None
+        self.skipping = seq >= 0  # nothing passed yet since the stream (re)started
+        now = uptime_usec()
+        if usec is not None and usec > now + now // 100 + CLOCK_SLACK_USEC:
+            self.restart("the saved position is later than the kernel's clock")
+
+    def restart(self, why: str) -> None:
+        self.restarts += 1
+        log.warning("kernel log restarted (%s): reading the new boot from its start", why)
+        self.after, self.after_usec, self.skipping = -1, None, False
+        self._prev = None  # the caller may read its stream again from the start
+
+    def new_stream(self) -> None:
+        """The source was reopened: skip what was passed in the old one."""
+        self.after, self.after_usec = self.seq, self.usec
+        self._prev, self.skipping = None, self.after >= 0
+
+    def out_of_place(self, seq: int, usec: int) -> bool:
+        """While skipping: the record cannot belong to the log the saved position is in."""
+        if not self.skipping or self.after_usec is None:
+            return False
+        return usec > self.after_usec if seq <= self.after else usec < self.after_usec
+
+    def passes(self, seq: int, usec: int) -> bool:
+        """Whether the record is new; a sequence going back starts a new boot here."""
+        if self._prev is not None and seq <= self._prev:
+            self.restart(f"sequence number {seq} after {self._prev}")
+        self._prev = seq
+        if seq <= self.after:
+            return False
+        self.seq, self.usec, self.skipping = seq, usec, False
+        return True
+
+
 class KmsgFile:
-    """A regular file of kmsg records, one per line, appended to by a writer."""
+    """A regular file of kmsg records, one per line, appended to by a writer.
+
+    Followed by name, like `tail -F`: once the open file is read to its end, a path that now
+    names another file (rotated, or replaced whole) is reopened from its start, and a file
+    shorter than what was read (truncated in place) is read again from its start; records
+    already passed are skipped by sequence number. A path that is gone keeps the old file open
+    until a new one appears. The position carries the file's inode, so a restarted agent can
+    tell its offset belongs to another file."""
 
     def __init__(self, path: Path, position: str | None, poll_interval: float = 0.05) -> None:
         self.path = path
         self.lost = 0
-        self._after = _seq_of(position)
-        self._seq = self._after
-        offset = position.partition(":")[2] if position else ""
-        self._offset = int(offset) if offset.isdigit() else 0
+        self.reopened = 0
+        self.resume = Resume(_seq_of(position), _field(position, 3))
+        self._offset = _field(position, 1) or 0
+        inode = _field(position, 2)
         self._poll = poll_interval
         self._boot = boot_epoch()
         self._buffer = b""
-        self._file = None if not path.exists() else path.open("rb")
-        if self._file is not None:
-            if os.fstat(self._file.fileno()).st_size < self._offset:
-                self._offset = 0  # a new file: the position belongs to the old one
+        self._file: BinaryIO | None = None
+        self._inode = 0
+        self._head = b""  # the file's first bytes as last seen, see _same_head
+        if path.exists():
+            self._file = path.open("rb")
+            own = os.fstat(self._file.fileno())
+            self._inode = own.st_ino
+            if own.st_size < self._offset or inode not in (None, own.st_ino):
+                self._offset = 0  # another file: the position belongs to the old one
             self._file.seek(self._offset)
+        self._start = self._offset  # where this stream began: a restart found while skipping
+        # re-reads from here
+
+    @property
+    def restarts(self) -> int:
+        return self.resume.restarts
 
     def _open(self) -> bool:
         if self._file is None and self.path.exists():
             self._file = self.path.open("rb")
+            self._inode = os.fstat(self._file.fileno()).st_ino
+            self._offset, self._buffer, self._head, self._start = 0, b"", b"", 0
+            self.resume.new_stream()
         return self._file is not None
 
     def read(self, timeout: float) -> list[Entry]:
@@ -85,12 +176,45 @@ class KmsgFile:
                 return entries
             time.sleep(min(self._poll, max(0.0, deadline - time.monotonic())))
 
+    def _follow_name(self) -> None:
+        """At the end of the open file: reopen when the name moved on, rewind when truncated."""
+        assert self._file is not None
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return  # rotated away and not created again yet: the old file may still grow
+        own = os.fstat(self._file.fileno())
+        if (named.st_dev, named.st_ino) != (own.st_dev, own.st_ino):
+            log.info("kernel log %s was replaced: reading the new file from its start", self.path)
+            self._file.close()
+            self._file = self.path.open("rb")
+            self._inode = os.fstat(self._file.fileno()).st_ino
+        elif named.st_size < self._offset + len(self._buffer) or not self._same_head():
+            log.info("kernel log %s was truncated: reading it again from its start", self.path)
+            self._file.seek(0)
+        else:
+            return
+        self.reopened += 1
+        self._offset, self._buffer, self._head, self._start = 0, b"", b"", 0
+        self.resume.new_stream()  # what was passed in the old file is skipped in the new one
+
+    def _same_head(self) -> bool:
+        """A file truncated and written again at once may already be as long as before; its
+        first record (a sequence number of its own) tells it apart."""
+        assert self._file is not None
+        head = os.pread(self._file.fileno(), HEAD_BYTES, 0)
+        same = head[: len(self._head)] == self._head
+        if same:
+            self._head = head
+        return same
+
     def _drain(self) -> list[Entry]:
         if not self._open():
             return []
         assert self._file is not None
         chunk = self._file.read(READ_CHUNK)
         if not chunk:
+            self._follow_name()
             return []
         data = self._buffer + chunk
         complete, newline, self._buffer = data.rpartition(b"\n")
@@ -98,21 +222,30 @@ class KmsgFile:
             return []
         entries: list[Entry] = []
         consumed = self._offset
+        resume = self.resume
         for line in complete.split(b"\n"):
             consumed += len(line) + 1
             if line.startswith(b" "):
                 continue  # a continuation line (KEY=value) of the record before it
             record = parse_record(line.decode("utf-8", errors="replace"))
             if record is None:
-                entries.append(Entry(f"{self._seq}:{consumed}", None))
+                entries.append(Entry(self._position(consumed), None))
                 continue
-            if record.seq <= self._after:
+            if resume.out_of_place(record.seq, record.timestamp_usec):
+                resume.restart(f"record {record.seq} cannot follow the saved {resume.after}")
+                self._file.seek(self._start)
+                self._offset, self._buffer = self._start, b""
+                return []  # skipping: nothing passed yet, everything is read again
+            if not resume.passes(record.seq, record.timestamp_usec):
                 continue
-            self._seq = record.seq
             logged = self._boot + record.timestamp_usec / 1e6
-            entries.append(Entry(f"{record.seq}:{consumed}", record.message, logged))
+            entries.append(Entry(self._position(consumed), record.message, logged))
         self._offset = consumed
         return entries
+
+    def _position(self, offset: int) -> str:
+        usec = "" if self.resume.usec is None else str(self.resume.usec)
+        return f"{self.resume.seq}:{offset}:{self._inode}:{usec}"
 
     def close(self) -> None:
         if self._file is not None:
@@ -124,14 +257,19 @@ class KmsgDevice:
 
     def __init__(self, path: Path, position: str | None) -> None:
         self.lost = 0
-        self._after = _seq_of(position)
+        self.resume = Resume(_seq_of(position), _field(position, 1))
         self._boot = boot_epoch()
         self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(self._fd, 0, os.SEEK_SET)  # the oldest record still in the ring
 
+    @property
+    def restarts(self) -> int:
+        return self.resume.restarts
+
     def read(self, timeout: float) -> list[Entry]:
         entries: list[Entry] = []
         waited = False
+        resume = self.resume
         while True:
             try:
                 raw = os.read(self._fd, KMSG_RECORD_MAX)
@@ -148,11 +286,19 @@ class KmsgDevice:
                 raise
             record = parse_record(raw.decode("utf-8", errors="replace"))
             if record is None:
-                entries.append(Entry(str(self._after), None))
-            elif record.seq > self._after:
-                self._after = record.seq
+                entries.append(Entry(self._position(), None))
+                continue
+            if resume.out_of_place(record.seq, record.timestamp_usec):
+                resume.restart(f"record {record.seq} cannot follow the saved {resume.after}")
+                os.lseek(self._fd, 0, os.SEEK_SET)
+                continue
+            if resume.passes(record.seq, record.timestamp_usec):
                 logged = self._boot + record.timestamp_usec / 1e6
-                entries.append(Entry(str(record.seq), record.message, logged))
+                entries.append(Entry(self._position(), record.message, logged))
+
+    def _position(self) -> str:
+        usec = "" if self.resume.usec is None else str(self.resume.usec)
+        return f"{self.resume.seq}:{usec}"
 
     def close(self) -> None:
         os.close(self._fd)
@@ -163,6 +309,7 @@ class Journal:
 
     def __init__(self, command: Sequence[str], position: str | None) -> None:
         self.lost = 0
+        self.restarts = 0  # journald's cursors name their boot: it never resumes across one
         args = list(command)
         if position:
             args += ["--after-cursor", position]

@@ -1,18 +1,22 @@
 """Delivery to the controller's push API: the queue drained in batches, retried with capped
 exponential backoff (and the server's Retry-After) until the controller takes them.
 
-A 202 removes the batch. A 422 names the bad items: only those are dropped (and counted) — the
-rest go again at once. 401/403, 5xx, a full or non-leading replica (503) and a transport error
-keep everything queued, drop the connection (so the retry may reach another replica: the one
+A 202 removes the batch; the items it lists as refused are logged at error, each with its
+reason, and counted (`signals_refused`), never dropped without a word. A 422 took nothing: the
+items it names are logged and counted the same way and dropped (they would be refused again),
+the rest go again at once. 401/403, 5xx, a full or non-leading replica (503) and a transport
+error keep everything queued, drop the connection (so the retry may reach another replica: the one
 that leads) and back off; a controller that is down or failing over therefore loses nothing, it
 only delays.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +73,10 @@ class Pusher:
         *,
         batch: int = 500,
         backoff: Backoff | None = None,
+        on_refused: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._client = client
+        self._on_refused = on_refused
         self._queue = queue
         self._stats = stats
         self._batch = batch
@@ -118,16 +124,32 @@ class Pusher:
             self._stats.add("push_errors")
             log.warning("push failed, %d signal(s) stay queued: %s", len(ids), exc)
             return -1.0
-        if response.status in (200, 202):
-            self._queue.remove(ids)
-            self._stats.add("signals_sent", len(ids))
-            return 0.0
-        if response.status == 422:
-            bad = refused_indices(_json(response))
-            drop = [ids[i] for i in sorted(bad) if 0 <= i < len(ids)] or ids
-            log.error("controller refused %d signal(s): %s", len(drop), response.text[:500])
-            self._queue.remove(drop)
-            self._stats.add("signals_refused", len(drop))
+        if response.status in (200, 202, 422):
+            body = _json(response)
+            problems = _problems(body, "refused" if response.status != 422 else "detail")
+            bad = {i for i in refused_indices({"detail": problems}) if 0 <= i < len(ids)}
+            if response.status == 422 and not bad:
+                bad = set(range(len(ids)))  # the whole body was refused
+            for index in sorted(bad):
+                reasons = "; ".join(
+                    f"{p.get('field')}: {p.get('reason')}"
+                    for p in problems
+                    if p.get("index") in (index, None)
+                )
+                log.error(
+                    "controller refused a signal, not sent again: %s (%s)",
+                    json.dumps(batch[index][1], separators=(",", ":")),
+                    reasons or response.text[:300],
+                )
+                if self._on_refused is not None:
+                    self._on_refused(batch[index][1])
+            if response.status == 422:
+                # Nothing was taken: an item the answer does not name goes again.
+                self._queue.remove([ids[i] for i in sorted(bad)])
+            else:
+                self._queue.remove(ids)
+                self._stats.add("signals_sent", len(ids) - len(bad))
+            self._stats.add("signals_refused", len(bad))
             return 0.0
         self._stats.add("push_errors")
         log.warning("push answered %d, %d signal(s) stay queued", response.status, len(ids))
@@ -136,6 +158,11 @@ class Pusher:
         self._client.close()
         after = retry_after(response)
         return after if after is not None and after > 0 else -1.0
+
+
+def _problems(body: Any, key: str) -> list[dict[str, Any]]:
+    found = body.get(key) if isinstance(body, dict) else None
+    return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else []
 
 
 def _json(response: Response) -> Any:

@@ -28,12 +28,13 @@ from remediator.agent.http import HttpClient, TransportError
 from remediator.agent.push import HEARTBEAT_PATH, Backoff, Pusher
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
-from remediator.signals.xid import parse_kernel_line, parse_pci_uuid_line
+from remediator.signals.xid import is_sxid_line, parse_kernel_line, parse_pci_uuid_line
 
 log = logging.getLogger(__name__)
 
 POSITION, BOOT, MISSING = "position", "boot_id", "missing"
 FLUSH_SECONDS = 1.0
+SXID_LOG_SECONDS = 60.0
 EXPECTED_REFRESH_SECONDS = 300.0
 JOURNAL_COMMAND = ("journalctl", "-k", "-f", "-o", "json", "--boot", "--no-tail")
 
@@ -87,6 +88,11 @@ class Agent:
         self.started_at = _now()
         self.queue = DurableQueue(config.state_dir / "agent.db", config.queue_capacity)
         self.boot_id = read_boot_id(config.boot_id_file)
+        if not self.boot_id:
+            log.warning(
+                "boot_id unreadable (%s): a reboot is told by the kernel log itself",
+                config.boot_id_file,
+            )
         same_boot = self.queue.get(BOOT) == self.boot_id
         self.position = self.queue.get(POSITION) if same_boot else None
         self.reported_missing: set[str] = (
@@ -98,13 +104,18 @@ class Agent:
         self.client = HttpClient(
             config.controller_url, headers=headers, timeout=config.timeout_seconds
         )
-        self.pusher = Pusher(self.client, self.queue, self.stats, backoff=config.backoff)
+        self.pusher = Pusher(
+            self.client, self.queue, self.stats, backoff=config.backoff, on_refused=self._refused
+        )
+        self._lock = threading.Lock()
+        self._missing_refused: set[str] = set()
         self._stop = threading.Event()
         self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat")
         self._heartbeats.daemon = True
         self._expected: int | None = config.expected_gpus
         self._expected_at = 0.0
         self._dirty_position: str | None = None
+        self._sxid_logged_at = -SXID_LOG_SECONDS
         self._flushed_at = time.monotonic()
 
     def open_follower(self) -> Follower:
@@ -128,6 +139,8 @@ class Agent:
                 continue
             self.stats.add("records_read")
             if "NVRM" not in message:
+                if "SXid" in message and is_sxid_line(message):
+                    self._unparsed_sxid(message)
                 continue
             mapping = parse_pci_uuid_line(message)
             if mapping is not None:
@@ -144,6 +157,19 @@ class Agent:
                 report.xid_signal(self.config.node, xid, gpu, self.uuids.get(xid.pci), when)
             )
         return signals
+
+    def _unparsed_sxid(self, message: str) -> None:
+        """Counted, and logged at most once a minute: a failing NVSwitch can log many a second."""
+        self.stats.add("sxid_lines_unparsed")
+        now = time.monotonic()
+        if now - self._sxid_logged_at >= SXID_LOG_SECONDS:
+            self._sxid_logged_at = now
+            log.warning(
+                "NVSwitch SXid lines are not turned into signals (%d so far, counted in "
+                "sxid_lines_unparsed); the latest: %s",
+                self.stats.get("sxid_lines_unparsed"),
+                message,
+            )
 
     def _gpu(self, pci: str) -> GpuInfo | None:
         if pci not in self.gpus:
@@ -189,9 +215,20 @@ class Agent:
                 log.warning("GPU presence not checked: %s", exc)
         return self._expected
 
+    def _refused(self, signal: dict[str, Any]) -> None:
+        """A refused `gpu_missing` (a reading that aged past the bound while the controller was
+        down) is forgotten, so the next check reports the GPU again, fresh, if it is still gone.
+        Called on the pusher's thread."""
+        if signal.get("kind") == "gpu_missing":
+            with self._lock:
+                self._missing_refused.add(str(signal.get("gpu", "unknown")))
+
     def check_presence(self) -> list[dict[str, Any]]:
         """`gpu_missing` signals for GPUs newly gone; a GPU that came back may be reported
         again later. Committed with the reported set, so a restart does not repeat them."""
+        with self._lock:
+            forgotten, self._missing_refused = self._missing_refused, set()
+        self.reported_missing -= forgotten
         expected = self.expected()
         if expected is None:
             self.stats.add("presence_unknown")
@@ -260,6 +297,7 @@ class Agent:
                     next_presence = time.monotonic() + self.config.presence_seconds
                 self.consume(follower.read(timeout=0.5))
                 self.stats.set("records_lost", follower.lost)
+                self.stats.set("log_restarts", follower.restarts)
         finally:
             self._flush_position(force=True)
             follower.close()

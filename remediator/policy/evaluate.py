@@ -253,11 +253,17 @@ def _decide(
     cooldown = policy.cooldown if policy.cooldown is not None else settings.default_cooldown
     if any(r.policy == policy.name and r.started_at > now - cooldown for r in past):
         return None
+    # An event delivered late (an agent's queue after an outage) from before this policy's last
+    # remediation of the node was covered by it: the node was repaired after it happened.
+    covered = max((r.started_at for r in past if r.policy == policy.name), default=None)
+    if covered is not None and all(s.observed_at < covered for s in hit.signals):
+        return None
     reasons = [_signal_reason(policy, hit)]
     if match.burst is not None:
-        if len(node_events) < match.burst.count:
+        found = densest(node_events, match.burst.within)
+        if found < match.burst.count:
             return None
-        reasons.append(f"{len(node_events)} events within {format_duration(match.burst.within)}")
+        reasons.append(f"{found} events within {format_duration(match.burst.within)}")
     if match.repeat is not None:
         recent = sum(1 for r in past if r.started_at > now - match.repeat.within)
         if recent + 1 < match.repeat.nth:
@@ -279,6 +285,18 @@ def _decide(
         decided_at=now,
         on_failure=policy.on_failure,
     )
+
+
+def densest(events: Sequence[BurstEvent], within: timedelta) -> int:
+    """The most events inside any `within` window, by the events' own times: a queue delivered
+    after an outage brings events hours apart in one cycle, and they are not a burst."""
+    times = sorted(e[0] for e in events)
+    best, first = 0, 0
+    for last, when in enumerate(times):
+        while times[first] <= when - within:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
 
 
 def _signal_reason(policy: Policy, hit: _Hit) -> str:

@@ -16,3 +16,9 @@ class SignalKind(StrEnum):
     NODE_CONDITION = "node_condition"
     # A node Slurm itself set DOWN/DRAIN/FAIL with a reason not ours (remediator/slurm/source.py).
     SLURM_NODE = "slurm_node"
+
+
+# Kinds whose signal is an event with its own time (a line the kernel logged), not a reading of
+# a state that may have changed since: one delivered late is still evidence and is decided by
+# its `observed_at` (the push API bounds its age by a day, not by the readings' minutes).
+EVENT_KINDS = frozenset({SignalKind.XID})

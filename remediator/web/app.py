@@ -184,6 +184,8 @@ def create_app(deps: WebDeps) -> FastAPI:
             dependencies=[Depends(require_pusher)],
             clock=deps.clock,
             max_age=timedelta(seconds=deps.settings.signals.push_max_age_seconds),
+            event_max_age=timedelta(seconds=deps.settings.signals.push_event_max_age_seconds),
+            on_refused=app.state.metrics.count_refused,
         )
     )
     app.include_router(pages.make_pages_router())

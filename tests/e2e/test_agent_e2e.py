@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from tests.fixtures.sim import SimHandle
-from tests.fixtures.web import PUSH_TOKEN
+from tests.fixtures.web import PUSH_TOKEN, free_port
 from tests.integration.engine_support import ControllerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -57,22 +58,21 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     return found
 
 
-@pytest.fixture
-def controller(
-    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path
-) -> Iterator[ControllerProcess]:
-    policies = tmp_path / "policies"
+def controller_config(
+    sim: SimHandle, template: Path, workdir: Path, listen: str = "127.0.0.1:0", **extra: Any
+) -> Path:
+    policies = workdir / "policies"
     policies.mkdir()
     (policies / "gpu.yaml").write_text(POLICIES)
     (policies / "settings.yaml").write_text(SETTINGS)
-    shutil.copyfile(sqlite_head_template, tmp_path / "controller.db")
+    shutil.copyfile(template, workdir / "controller.db")
     config = {
         "kubeconfig": str(sim.kubeconfig),
         "policies_dir": str(policies),
-        "database_url": f"sqlite:///{tmp_path / 'controller.db'}",
+        "database_url": f"sqlite:///{workdir / 'controller.db'}",
         "provider": {"url": sim.nodepool_url},
         "web": {
-            "listen": "127.0.0.1:0",
+            "listen": listen,
             "operator_tokens": [OPERATOR],
             "push_tokens": [PUSH_TOKEN],
         },
@@ -80,9 +80,18 @@ def controller(
         "poll_interval_seconds": 1.0,
         "advance_interval_seconds": 0.5,
         "agent_silent_after_seconds": 3.0,
+        **extra,
     }
-    (tmp_path / "config.yaml").write_text(json.dumps(config))
-    process = ControllerProcess(tmp_path, tmp_path / "config.yaml", "controller").wait_ready()
+    (workdir / "config.yaml").write_text(json.dumps(config))
+    return workdir / "config.yaml"
+
+
+@pytest.fixture
+def controller(
+    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path
+) -> Iterator[ControllerProcess]:
+    config = controller_config(sim, sqlite_head_template, tmp_path)
+    process = ControllerProcess(tmp_path, config, "controller").wait_ready()
     yield process
     process.proc.terminate()
     process.proc.wait(timeout=30)
@@ -193,3 +202,69 @@ def test_agents_turn_kernel_xids_and_vanished_gpus_into_remediations(
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=30)
+
+
+def queued(state: Path) -> int:
+    if not (state / "agent.db").exists():
+        return 0
+    with sqlite3.connect(state / "agent.db") as db:
+        (count,) = db.execute("SELECT count(*) FROM queue").fetchone()
+    return int(count)
+
+
+def test_an_xid_queued_through_a_long_outage_is_remediated_when_the_controller_returns(
+    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path
+) -> None:
+    """The controller is down longer than `signals.push_max_age_seconds`: the XID the agent
+    queued meanwhile is older than that bound when it arrives, and is still a fault to act on
+    (a kernel event is decided by its own time; only gauge readings age out that fast)."""
+    max_age = 2.0
+    port = free_port()
+    config = controller_config(
+        sim,
+        sqlite_head_template,
+        tmp_path,
+        listen=f"127.0.0.1:{port}",
+        signals={"push_max_age_seconds": max_age},
+    )
+    node = sorted(
+        n.removeprefix("node/") for n in sim.kubectl("get", "nodes", "-o", "name").split()
+    )[0]
+    url = f"http://127.0.0.1:{port}"
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OPERATOR}"})
+    controller: ControllerProcess | None = ControllerProcess(tmp_path, config, "controller")
+    controller = controller.wait_ready()
+    agent = start_agent(sim, node, url, tmp_path)
+    try:
+        wait_for(
+            "the agent reporting",
+            lambda: [a for a in api.get("/api/v1/agents").json() if a["node"] == node],
+        )
+        controller.stop()  # the outage
+        controller = None
+        inject(sim, "--node", node, "--gpu", "3", "--xid", "79")
+        state = tmp_path / "agents" / node
+        wait_for("the XID queued while the controller is down", lambda: queued(state) >= 1)
+        queued_at = time.monotonic()
+        # The outage outlasts the age bound: wait on the clock itself, a bounded wait.
+        wait_for(
+            "the outage to outlast the age bound",
+            lambda: time.monotonic() - queued_at > 2 * max_age,
+        )
+        controller = ControllerProcess(tmp_path, config, "controller").wait_ready()
+        wait_for("the queue delivered", lambda: queued(state) == 0)
+
+        def remediation() -> dict[str, Any] | None:
+            items = api.get("/api/v1/remediations", params={"node": node}).json()["items"]
+            return items[0] if items else None
+
+        found = wait_for("the late XID's remediation", remediation)
+        assert (found["policy"], found["xid_code"]) == ("xid-79", 79)
+    finally:
+        if agent.poll() is None:
+            agent.terminate()
+            agent.wait(timeout=30)
+        if controller is not None:
+            controller.stop()
+    log = (tmp_path / f"agent-{node}.log").read_text()
+    assert "controller refused" not in log, log

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from remediator.sim.node import driver
+from remediator.sim.node.hosts import BOOT_ID
+from remediator.sim.node.kernel_log import KernelLog
 from remediator.sim.telemetry.exporters import pci_bus_id
 from tests.integration.agent_support import (
     AgentProcess,
@@ -116,6 +118,11 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(
     host.log.write_raw("4,9999,123")  # cut off before the message
     host.log.write_raw("\x00\x01\x02;")
     host.log.write("NVRM: Xid (PCI:0000:18:00): 7")  # a record whose NVRM line was cut short
+    # NVSwitch errors (the Fabric Manager's SXids): not understood yet, so counted, not dropped.
+    host.log.write(
+        "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
+    )
+    host.log.write("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 11004, Non-fatal, Link 36 ingress")
     host.xid(1, 48)
     running = AgentThread(agent_config(host, tmp_path / "state", server.url))
     try:
@@ -123,11 +130,13 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(
         stats = running.agent.stats
         wait_for("the counters", lambda: stats.get("records_skipped") == 3)
         assert stats.get("xid_lines_unparsed") == 1
+        assert stats.get("sxid_lines_unparsed") == 2
         wait_for(
             "the heartbeat to carry them",
             lambda: (
                 (status := server.console.repository.agent_status(host.node)) is not None
                 and status.stats.get("records_skipped") == 3
+                and status.stats.get("sxid_lines_unparsed") == 2
             ),
         )
     finally:
@@ -161,3 +170,92 @@ def test_a_vanished_gpu_is_reported_once_across_restarts(
     finally:
         running.stop()
     assert len(missing()) == 1
+
+
+def test_file_mode_follows_the_log_by_name_through_rotation_and_truncation(
+    server: PushServer, tmp_path: Path
+) -> None:
+    """#22 item 8: a replaced log file was not reopened (the agent kept reading the handle of
+    the old one); the line arrived only after an agent restart. Follow by name, like tail -F."""
+    host, state, log = Host(tmp_path / "host"), tmp_path / "state", tmp_path / "agent.log"
+    host.xid(0, 13)
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("the first record", lambda: codes(server) == [(0, 13)])
+        host.kmsg.rename(host.kmsg.with_name("kmsg.1"))  # rotated: the writer starts a new file
+        host.xid(1, 48)
+        wait_for("the record in the new file", lambda: (1, 48) in codes(server))
+        os.truncate(host.kmsg, 0)  # truncated in place (copytruncate)
+        host.xid(2, 31)
+        wait_for("the record after the truncation", lambda: (2, 31) in codes(server))
+        replacement = host.kmsg.with_name("kmsg.new")
+        replacement.write_bytes(host.kmsg.read_bytes())
+        replacement.replace(host.kmsg)  # replaced whole by another file of the same content
+        host.xid(3, 94)
+        wait_for("the record in the replacement", lambda: (3, 94) in codes(server))
+    finally:
+        assert agent.stop() == 0
+    assert codes(server) == [(0, 13), (1, 48), (2, 31), (3, 94)]
+
+
+def test_without_a_boot_id_a_restarted_log_is_read_from_its_start(
+    server: PushServer, tmp_path: Path
+) -> None:
+    """#22 item 7: with boot_id unreadable, "" equalled "", so the position of the old boot was
+    kept and the new boot's records below it were dropped without a word. The log itself tells a
+    restart: its sequence numbers go back while its clock goes on."""
+    host, state, log = Host(tmp_path / "host"), tmp_path / "state", tmp_path / "agent.log"
+    (host.root / BOOT_ID).unlink()
+    for gpu in range(6):
+        host.log.write(f"filler {gpu}")
+    host.xid(0, 13)
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("the old boot's record", lambda: codes(server) == [(0, 13)])
+    finally:
+        assert agent.stop() == 0
+    host.kmsg.unlink()  # the node rebooted: a new log, its sequence from 0 again
+    host.log = KernelLog(host.kmsg)
+    host.xid(1, 79)
+    agent = AgentProcess(host, state, server.url, log)
+    try:
+        wait_for("the new boot's record", lambda: (1, 79) in codes(server))
+        # While running, too: the log restarts under the agent.
+        host.kmsg.unlink()
+        host.log = KernelLog(host.kmsg)
+        host.xid(2, 48)
+        wait_for("the next boot's record", lambda: (2, 48) in codes(server))
+        wait_for(
+            "the heartbeat to say so",
+            lambda: (
+                (status := server.console.repository.agent_status(host.node)) is not None
+                and status.stats.get("log_restarts", 0) >= 1
+            ),
+        )
+    finally:
+        assert agent.stop() == 0
+    assert codes(server) == [(0, 13), (1, 79), (2, 48)]
+    assert "kernel log restarted" in log.read_text()
+
+
+def test_a_refused_vanished_gpu_is_reported_again_while_it_stays_gone(
+    server: PushServer, tmp_path: Path
+) -> None:
+    """A `gpu_missing` is a reading: one that aged past the bound while the controller was down
+    is refused. The agent forgets having reported it, so the GPU, still gone, is reported again
+    fresh instead of never (the reported set outlives restarts)."""
+    host = Host(tmp_path / "host")
+    missing = lambda: [s for s in server.signals() if s.kind.value == "gpu_missing"]  # noqa: E731
+    skew = 600.0
+    server.console.clock.advance(skew)  # the controller's clock ahead: the report arrives too old
+    running = AgentThread(agent_config(host, tmp_path / "state", server.url))
+    try:
+        driver.detach(host.root, pci_bus_id(5))
+        stats = running.agent.stats
+        wait_for("the report refused", lambda: stats.get("signals_refused") >= 1)
+        assert missing() == []
+        server.console.clock.advance(-skew)
+        wait_for("the GPU reported again", lambda: len(missing()) == 1)
+    finally:
+        running.stop()
+    assert missing()[0].gpu == 5

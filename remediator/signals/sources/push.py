@@ -2,10 +2,11 @@
 
 Both endpoints write into a `SignalInbox`, which the controller drains once per cycle (the
 inbox is itself a Source, so it sits in the same list as the polled ones). Each item is judged
-on its own: a bad one (out of bounds, see `signals.bounds`, or a reading older than `max_age`) is
-refused with its index and reason and the rest of the batch goes on, so one broken reading
-cannot hold back an XID 79 pushed beside it; the answer (202) lists what was refused, which a
-client must not resend (it would be refused again). Only a batch with nothing acceptable is a
+on its own: a bad one (out of bounds, see `signals.bounds`, a reading older than `max_age`, an
+event older than `event_max_age`) is refused with its index and reason, and counted, and the
+rest of the batch goes on, so one broken reading cannot hold back an XID 79 pushed beside it;
+the answer (202) lists what was refused, which a client must not resend (it would be refused
+again). Only a batch with nothing acceptable is a
 422. A full inbox answers 503 for the whole batch, which Alertmanager retries, rather than
 dropping signals silently.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remediator.clock import Clock, SystemClock
+from remediator.signals.kinds import EVENT_KINDS
 from remediator.signals.model import Signal
 from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager import (
@@ -40,6 +42,10 @@ MAX_FUTURE_SKEW = timedelta(minutes=5)
 # A pushed reading older than this is history, not news: a replayed queue or a wrong clock
 # must not open a remediation at once (settings: signals.push_max_age_seconds).
 DEFAULT_MAX_AGE = timedelta(minutes=5)
+# An event (EVENT_KINDS: an XID the kernel logged) keeps its meaning: one a node agent queued
+# through a controller outage is taken up to this old and decided by its own time
+# (settings: signals.push_event_max_age_seconds).
+DEFAULT_EVENT_MAX_AGE = timedelta(days=1)
 
 
 class InboxUnavailable(Exception):
@@ -100,7 +106,10 @@ class SignalInbox:
 
 
 def validate_batch(
-    payload: Any, now: datetime, max_age: timedelta = DEFAULT_MAX_AGE
+    payload: Any,
+    now: datetime,
+    max_age: timedelta = DEFAULT_MAX_AGE,
+    event_max_age: timedelta = DEFAULT_EVENT_MAX_AGE,
 ) -> tuple[list[Signal], list[dict[str, Any]]]:
     """Pure: decoded JSON → (the acceptable signals, one problem per refusal). A problem with
     `index` None concerns the body and refuses the whole batch."""
@@ -134,14 +143,20 @@ def validate_batch(
                 }
             )
             continue
-        if signal.observed_at < now - max_age:
+        event = signal.kind in EVENT_KINDS
+        bound = event_max_age if event else max_age
+        if signal.observed_at < now - bound:
+            why = (
+                f"an event that old is outside the {signal.kind.value} window"
+                if event
+                else "a reading that old is not evidence of the node's state now"
+            )
             problems.append(
                 {
                     "index": index,
                     "field": "observed_at",
                     "reason": f"{signal.observed_at.isoformat()} is older than "
-                    f"{max_age.total_seconds():g} s (server time {now.isoformat()}): "
-                    "a reading that old is not evidence of the node's state now",
+                    f"{bound.total_seconds():g} s (server time {now.isoformat()}): {why}",
                 }
             )
             continue
@@ -197,6 +212,8 @@ def make_signals_router(
     mapping: AlertMapping | None = None,
     clock: Clock | None = None,
     max_age: timedelta = DEFAULT_MAX_AGE,
+    event_max_age: timedelta = DEFAULT_EVENT_MAX_AGE,
+    on_refused: Callable[[Sequence[dict[str, Any]]], None] | None = None,
 ) -> APIRouter:
     """The push endpoints; the web app mounts them under its auth `dependencies`."""
     router = APIRouter(dependencies=list(dependencies), tags=["signals"])
@@ -221,7 +238,9 @@ def make_signals_router(
         payload, error = await _json_body(request)
         if error is not None:
             return error
-        signals, problems = validate_batch(payload, time_source.now(), max_age)
+        signals, problems = validate_batch(payload, time_source.now(), max_age, event_max_age)
+        if problems and on_refused is not None:
+            on_refused(problems)
         if problems and not signals:
             return JSONResponse({"detail": problems, "accepted": 0}, 422)
         unavailable = _store(signals)

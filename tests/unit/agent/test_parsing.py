@@ -20,7 +20,7 @@ from remediator.agent.push import Backoff, refused_indices, retry_after
 from remediator.agent.report import missing_signal, xid_signal
 from remediator.agent.runner import logged_at
 from remediator.signals.model import Signal, SignalKind
-from remediator.signals.xid import parse_kernel_line
+from remediator.signals.xid import is_sxid_line, parse_kernel_line
 from remediator.sim.node import driver
 from remediator.sim.node.kernel_log import KernelLog, fallen_off_line, xid_line
 from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
@@ -193,17 +193,37 @@ def test_journal_entries_resume_by_cursor(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg is not readable here")
+def seq_of(position: str) -> int:
+    return int(position.partition(":")[0])
+
+
 def test_the_real_kmsg_device_reads_records_and_resumes_after_a_position() -> None:
     """Read only: this machine's kernel log is not ours to write to."""
     device = KmsgDevice(Path("/dev/kmsg"), None)
     entries = device.read(0.2)
     device.close()
     assert len(entries) >= 2
-    seqs = [int(e.position) for e in entries if e.message is not None]
+    seqs = [seq_of(e.position) for e in entries if e.message is not None]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert all(e.logged_at is not None and e.logged_at <= time.time() for e in entries)
     middle = entries[len(entries) // 2].position
     resumed = KmsgDevice(Path("/dev/kmsg"), middle)
     again = resumed.read(0.2)
     resumed.close()
-    assert again and int(again[0].position) == int(middle) + 1
+    assert again and seq_of(again[0].position) == seq_of(middle) + 1
+    assert resumed.restarts == 0  # the same boot: its records sit where the position says
+
+
+def test_nvswitch_sxid_lines_are_recognised_and_are_no_xid() -> None:
+    """The switch driver's format (Fabric Manager User Guide): no NVRM prefix, a switch's
+    bus:device.function, the SXid code, then the severity."""
+    lines = [
+        "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up",
+        "nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 12033, Severity 1 Engine instance 00",
+        "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 11004, Non-fatal, Link 36 ingress (First)",
+    ]
+    for line in lines:
+        assert is_sxid_line(line) and parse_kernel_line(line) is None
+    assert not is_sxid_line("NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, x")
+    assert is_sxid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): ")  # cut short: counted too
+    assert not is_sxid_line("nvidia-nvswitch1: probe done")

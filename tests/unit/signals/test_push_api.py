@@ -111,6 +111,10 @@ def test_out_of_range_items_are_refused_with_the_reason(
     assert [s.node for s in inbox.drain()] == ["gpu-node-2"]
 
 
+def reading(**overrides: Any) -> dict[str, Any]:
+    return item(kind="thermal", code=None, value=83.0, **overrides)
+
+
 def test_readings_older_than_the_bound_are_refused_with_the_reason(
     client: TestClient, inbox: SignalInbox
 ) -> None:
@@ -118,7 +122,7 @@ def test_readings_older_than_the_bound_are_refused_with_the_reason(
     old = (NOW - timedelta(hours=3)).isoformat()
     recent = (NOW - timedelta(minutes=4)).isoformat()
     response = client.post(
-        "/api/v1/signals", json=[item(observed_at=old), item(observed_at=recent)]
+        "/api/v1/signals", json=[reading(observed_at=old), reading(observed_at=recent)]
     )
     assert response.status_code == 202
     (refused,) = response.json()["refused"]
@@ -127,14 +131,43 @@ def test_readings_older_than_the_bound_are_refused_with_the_reason(
     assert [s.observed_at for s in inbox.drain()] == [NOW - timedelta(minutes=4)]
 
 
-def test_the_age_bound_is_the_routers_setting(inbox: SignalInbox) -> None:
+def test_a_late_kernel_event_is_taken_within_its_own_window(
+    client: TestClient, inbox: SignalInbox
+) -> None:
+    """#22 item 6: an XID an agent queued through a controller outage longer than the readings'
+    bound was refused and lost. An event keeps its meaning: taken up to a day old."""
+    late = (NOW - timedelta(hours=3)).isoformat()
+    too_late = (NOW - timedelta(hours=25)).isoformat()
+    response = client.post(
+        "/api/v1/signals", json=[item(observed_at=late), item(observed_at=too_late)]
+    )
+    assert response.status_code == 202
+    (refused,) = response.json()["refused"]
+    assert refused["index"] == 1 and "older than 86400 s" in refused["reason"]
+    assert "xid window" in refused["reason"]
+    assert [s.observed_at for s in inbox.drain()] == [NOW - timedelta(hours=3)]
+
+
+def test_the_age_bounds_are_the_routers_settings(inbox: SignalInbox) -> None:
     app = FastAPI()
-    router = make_signals_router(inbox, clock=FakeClock(NOW), max_age=timedelta(minutes=1))
+    refused: list[dict[str, Any]] = []
+    router = make_signals_router(
+        inbox,
+        clock=FakeClock(NOW),
+        max_age=timedelta(minutes=1),
+        event_max_age=timedelta(minutes=2),
+        on_refused=refused.extend,
+    )
     app.include_router(router)
-    response = TestClient(app).post("/api/v1/signals", json=[item()])  # 30 s old
+    client = TestClient(app)
+    response = client.post("/api/v1/signals", json=[reading()])  # 30 s old
     assert response.status_code == 202 and "refused" not in response.json()
-    stale = item(observed_at=(NOW - timedelta(seconds=61)).isoformat())
-    assert TestClient(app).post("/api/v1/signals", json=[stale]).status_code == 422
+    stale = (NOW - timedelta(seconds=61)).isoformat()
+    assert client.post("/api/v1/signals", json=[reading(observed_at=stale)]).status_code == 422
+    assert client.post("/api/v1/signals", json=[item(observed_at=stale)]).status_code == 202
+    staler = (NOW - timedelta(seconds=121)).isoformat()
+    assert client.post("/api/v1/signals", json=[item(observed_at=staler)]).status_code == 422
+    assert [p["field"] for p in refused] == ["observed_at", "observed_at"]
 
 
 @pytest.mark.parametrize("node", ["gpu\x00node", "gpu node", "gpu-node\n"])
