@@ -12,6 +12,7 @@ from typing import Literal
 
 from remediator.policy.durations import format_duration
 from remediator.policy.fallbacks import Fallback, fallback_chain
+from remediator.policy.repeats import Counted, counted
 from remediator.policy.schema import GlobalSettings, Policy, Step, Threshold
 from remediator.signals.dedup import COUNTER_KINDS
 from remediator.signals.model import Signal, SignalKind
@@ -27,6 +28,7 @@ class PastRemediation:
     policy: str
     started_at: datetime
     outcome: str
+    kind: str | None = None  # the kind of the signal that started it (a repeat may count kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +190,16 @@ def evaluate(
 
     per_node: dict[str, list[Decision]] = {}
     for (name, node), hit in hits.items():
+        policy = by_name[name]
         decision = _decide(
-            by_name[name], node, hit, events.get((name, node), ()), history, now, settings
+            policy,
+            node,
+            hit,
+            events.get((name, node), ()),
+            history,
+            now,
+            settings,
+            counted(policy, by_name),
         )
         if decision is not None:
             chain = fallback_chain(by_name[name], by_name)
@@ -245,6 +255,7 @@ def _decide(
     history: History,
     now: datetime,
     settings: GlobalSettings,
+    repeats: Counted | None,
 ) -> Decision | None:
     if node in history.open:
         return None
@@ -258,12 +269,17 @@ def _decide(
         if len(node_events) < match.burst.count:
             return None
         reasons.append(f"{len(node_events)} events within {format_duration(match.burst.within)}")
-    if match.repeat is not None:
-        recent = sum(1 for r in past if r.started_at > now - match.repeat.within)
-        if recent + 1 < match.repeat.nth:
+    if match.repeat is not None and repeats is not None:
+        recent = sum(
+            1
+            for r in past
+            if r.started_at > now - match.repeat.within and repeats.counts(r.policy, r.kind)
+        )
+        if recent + 1 < match.repeat.count:
             return None
         reasons.append(
-            f"remediation #{recent + 1} of this node within {format_duration(match.repeat.within)}"
+            f"remediation #{recent + 1} of this node within "
+            f"{format_duration(match.repeat.within)} counting {repeats.describe()}"
         )
     return Decision(
         node=node,

@@ -481,7 +481,7 @@ class Intake:
         recent = self._all(RemediationFilter(created_from=now - horizon))
         return History.build(
             remediations=(
-                PastRemediation(r.node, r.policy, r.created_at, r.state.value)
+                PastRemediation(r.node, r.policy, r.created_at, r.state.value, r.signal_kind)
                 for r in recent
                 if not never_started(r)
             ),

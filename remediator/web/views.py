@@ -248,7 +248,7 @@ def xid_explanation(code: int | None) -> str | None:
 def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:
     """The tightest `repeat` any active policy escalates on, else NVSentinel's default."""
     rules = [
-        (p.match.repeat.nth, p.match.repeat.within)
+        (p.match.repeat.count, p.match.repeat.within)
         for p in (policies.policies if policies else ())
         if p.match.repeat is not None
     ]
