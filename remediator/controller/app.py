@@ -448,6 +448,7 @@ class Controller:
         self.metrics.dropped(news)
         for source, count in result.folded.items():
             self.metrics.dropped_count(source, "duplicate", count)
+        self.metrics.disposed(result.dispositions)
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)
