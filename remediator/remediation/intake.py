@@ -46,6 +46,7 @@ from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Policy
 from remediator.remediation.journal import log_transition
+from remediator.remediation.node_gone import REPLACEMENT_STATES
 from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
@@ -138,8 +139,19 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
     unhealthy: dict[str, set[str]] = {}
     for node in inventory.not_ready | (inventory.cordoned - queued):
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
-    acting = [r for r in fencing if not r.dry_run and r.state is not State.QUEUED]
+    # A node that left the cluster takes nothing out of service: its remediation never counts
+    # toward a budget, except a replacement in flight, which is still work (max_concurrent).
+    known = inventory.pools
+    acting = [
+        r
+        for r in fencing
+        if not r.dry_run
+        and r.state is not State.QUEUED
+        and (not known or r.node in known or r.state in REPLACEMENT_STATES)
+    ]
     for record in acting:
+        if known and record.node not in known:
+            continue
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
     return ClusterState(

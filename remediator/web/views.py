@@ -395,7 +395,7 @@ def next_actions(record: RemediationRecord) -> list[NextAction]:
     if record.state in CANCELLABLE:
         touched = record.state not in (State.DETECTED, State.AWAITING_APPROVAL)
         effect = (
-            f"stops here; the engine uncordons {node}"
+            f"stops here; the engine uncordons {node} if it is still in the cluster"
             if touched and not record.dry_run
             else "stops here; the node was not touched"
         )
