@@ -222,6 +222,7 @@ class Intake:
         self._lock = threading.Lock()
         # This cycle's dispositions: id(signal) → (class, text); written with the signals.
         self._said: dict[int, tuple[str, str]] = {}
+        self._opened_on: dict[str, int] = {}  # node → the remediation opened for it this cycle
 
     def process(
         self,
@@ -246,6 +247,7 @@ class Intake:
         kept = {id(s) for s in fresh}
         folded: dict[str, int] = {}
         self._said = {}
+        self._opened_on = {}
         for signal in signals:
             if id(signal) not in kept:
                 folded[signal.source] = folded.get(signal.source, 0) + 1
@@ -295,7 +297,7 @@ class Intake:
         now: datetime,
     ) -> None:
         """A disposition for each fresh signal the decisions did not account for."""
-        holding = {r.node: r.id for r in fencing}
+        holding = {**{r.node: r.id for r in fencing}, **self._opened_on}
         for signal in fresh:
             if id(signal) in self._said:
                 continue
@@ -596,6 +598,7 @@ class Intake:
         )
         for signal in decision.signals:
             self._said[id(signal)] = said
+        self._opened_on[decision.node] = record.id
         self._repo.insert_signals(
             list(decision.signals),
             remediation_id=record.id,

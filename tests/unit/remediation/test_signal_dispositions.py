@@ -123,3 +123,19 @@ def test_joined_cooldown_and_no_policy_are_recorded_with_the_signal(
         f"in cooldown until {(at + timedelta(minutes=30)).isoformat()} (xid-application-faults)"
     )
     assert theirs[6] == "no policy matches"
+
+
+def test_a_signal_whose_policy_lost_to_another_on_the_node_joins_what_opened(
+    world: tuple[Intake, Repository, FakeClock], policies: PolicySet
+) -> None:
+    """XID 79 and an application XID 13 in one cycle: the XID 79 policy wins the node, and the
+    XID 13 says it joined that remediation, not that nothing matched."""
+    intake, repository, _ = world
+    app_fault = Signal(
+        node=NODE, kind=SignalKind.XID, source="push", observed_at=T0, gpu=0, code=13
+    )
+    result = intake.process([xid79(1, T0), app_fault], INVENTORY, policies, T0)
+    (opened,) = result.created
+    assert result.dispositions == {"opened": 1, "joined": 1}
+    shown = {e.signal.code: e.disposition for e in repository.signals_for_node(NODE)}
+    assert shown == {79: f"opened #{opened.id}", 13: f"joined #{opened.id}"}
