@@ -488,7 +488,13 @@ def _remember(
 ) -> None:
     past[decision.node] = (
         *past.get(decision.node, ()),
-        PastRemediation(decision.node, decision.policy, now, State.DETECTED.value),
+        PastRemediation(
+            decision.node,
+            decision.policy,
+            now,
+            State.DETECTED.value,
+            decision.signals[0].kind.value if decision.signals else None,
+        ),
     )
 
 

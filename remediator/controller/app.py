@@ -53,6 +53,7 @@ from remediator.providers.base import NodePoolProvider
 from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
 from remediator.providers.select import PoolProviders
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
+from remediator.remediation.node_gone import end_all_gone
 from remediator.remediation.service import RemediationService
 from remediator.settings import Settings, SignalSettings
 from remediator.signals.model import Signal
@@ -210,6 +211,7 @@ class Controller:
             ),
             repair_poll_seconds=settings.repair.poll_seconds,
             slurm=self._slurm_steps(settings),
+            pool_label=settings.pool_label,
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read
@@ -448,6 +450,7 @@ class Controller:
         self.metrics.dropped(news)
         for source, count in result.folded.items():
             self.metrics.dropped_count(source, "duplicate", count)
+        self.metrics.disposed(result.dispositions)
         self.metrics.opened(result.created)
         for record in result.created:
             self.service.advance(record.id)
@@ -514,7 +517,10 @@ class Controller:
             wake_at(self._scheduler, ADVANCE_JOB, self.clock.now() + timedelta(seconds=due))
 
     def reconcile(self) -> None:
-        self.service.reconcile(self.nodes.list_nodes())
+        nodes = self.nodes.list_nodes()
+        if self.is_leader():
+            end_all_gone(self.repository, nodes, self.settings.pool_label, self.actor)
+        self.service.reconcile(nodes)
 
     def heartbeat(self) -> None:
         self.repository.record_leader(self.identity)

@@ -3,7 +3,7 @@ deploy/ query exactly these."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -138,12 +138,27 @@ class ControllerMetrics:
             ["source", "kind"],
             registry=registry,
         )
+        self.signal_dispositions = Counter(
+            "remediator_signal_dispositions",
+            "What became of each signal accepted (after the screen), by disposition: opened, "
+            "queued, joined (the node's open remediation), folded (a duplicate within the fold "
+            "window), cooldown, suppressed (a human's cancel), below_threshold, "
+            "burst_not_reached, no_policy, not_decided. Every kind but opened and queued is a "
+            "signal that opened nothing; its text is on the node page and in "
+            "GET /api/v1/signals?node=.",
+            ["disposition"],
+            registry=registry,
+        )
         for step in STEP_NAMES.values():
             self.step_duration.labels(step)
 
     def received(self, source: str, signals: Iterable[Signal]) -> None:
         for signal in signals:
             self.signals_received.labels(source, signal.kind.value).inc()
+
+    def disposed(self, counts: Mapping[str, int]) -> None:
+        for disposition, count in counts.items():
+            self.signal_dispositions.labels(disposition).inc(count)
 
     def dropped_count(self, source: str, reason: str, count: int) -> None:
         if count:

@@ -35,6 +35,7 @@ from typing import Any, Literal, TextIO
 import httpx
 import yaml
 
+from remediator.demo.cloud_banner import inject_lines
 from remediator.demo.config import ControllerInputs, controller_settings, prometheus_config
 from remediator.demo.policies import (
     DemoTimings,
@@ -475,7 +476,7 @@ class Demo:
                 f"{', '.join(FIRST_ROUND)}, then random self-healing ones"
             )
         else:
-            faults = "none (--no-faults); inject your own with the command below"
+            faults = "none (--no-faults); inject your own with the command above"
         lines = [
             "",
             "remediator demo is running",
@@ -494,8 +495,11 @@ class Demo:
             f"  database  {self.data_dir / 'remediator.db'} (SQLite)",
             f"  logs      {self.logs}/ ({logs}, demo.log)",
             f"  kubectl   kubectl --kubeconfig {self.data_dir / 'kubeconfig'} get nodes",
-            f"  inject    {Path(sys.executable).parent / 'remediator'} sim inject "
-            f"--url {urls['inject_url']} --node NODE --gpu 0 --xid 79",
+            *inject_lines(
+                str(Path(sys.executable).parent / "remediator"),
+                urls["inject_url"],
+                self.options.cloud,
+            ),
             f"  faults    {faults}",
             *slurm_banner(urls.get("slurm"), self.data_dir / "slurm-jobs", slurm_jobs),
             "Press Ctrl-C to stop everything.",

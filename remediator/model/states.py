@@ -95,7 +95,9 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.REPLACING: frozenset({State.VERIFYING, State.HELD, State.FAILED}),
     State.VERIFYING: frozenset({State.SUCCEEDED, State.FAILED}),
     State.HELD: frozenset(_WORK | {State.SUCCEEDED, State.FAILED}),
-    State.FAILED: _WORK,
+    # Or straight to succeeded: the node left and its pool replaced it by itself (an Auto
+    # Scaling group whose capacity came back), so there is nothing left to retry.
+    State.FAILED: _WORK | {State.SUCCEEDED},
     State.SUCCEEDED: frozenset(),
     State.CANCELLED: frozenset(),
 }

@@ -143,6 +143,16 @@ def breaker_limit(settings: GlobalSettings, fleet: int) -> int:
     return max(1, limit_for(settings.storm_breaker.max_new_faults, fleet) or 1)
 
 
+def window_base(fleet: int, known: frozenset[str] | None, faulted: Iterable[str]) -> int:
+    """Every node present during the window: today's nodes and the faulted ones that have left
+    since (replaced nodes and their replacements are both real nodes of the window), so the
+    breaker's figure never exceeds 100%. Without an inventory, at least the faulted nodes."""
+    faulted = set(faulted)
+    if known is None:
+        return max(fleet, len(faulted))
+    return fleet + len(faulted - known)
+
+
 def _advance_breaker(
     ordered: list[C],
     settings: GlobalSettings,
@@ -165,10 +175,11 @@ def _advance_breaker(
             continue  # a node the cluster does not have is nobody's fault
         faults[node] = now
     kept = tuple(sorted(faults.items(), key=lambda item: (item[1], item[0])))
-    limit = breaker_limit(settings, fleet)
+    base = window_base(fleet, known, faults)
+    limit = breaker_limit(settings, base)
     if len(kept) >= limit:
         reason = (
-            f"{len(kept)} of {fleet} nodes newly faulted within "
+            f"{len(kept)} of {base} nodes newly faulted within "
             f"{format_duration(config.window)} (limit {limit}); a human must reset it"
         )
         return BreakerState(tripped=True, tripped_at=now, reason=reason, faults=kept)

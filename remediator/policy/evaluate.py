@@ -12,6 +12,7 @@ from typing import Literal
 
 from remediator.policy.durations import format_duration
 from remediator.policy.fallbacks import Fallback, fallback_chain
+from remediator.policy.repeats import Counted, counted
 from remediator.policy.schema import GlobalSettings, Policy, Step, Threshold
 from remediator.signals.dedup import COUNTER_KINDS
 from remediator.signals.model import Signal, SignalKind
@@ -27,6 +28,7 @@ class PastRemediation:
     policy: str
     started_at: datetime
     outcome: str
+    kind: str | None = None  # the kind of the signal that started it (a repeat may count kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +190,16 @@ def evaluate(
 
     per_node: dict[str, list[Decision]] = {}
     for (name, node), hit in hits.items():
+        policy = by_name[name]
         decision = _decide(
-            by_name[name], node, hit, events.get((name, node), ()), history, now, settings
+            policy,
+            node,
+            hit,
+            events.get((name, node), ()),
+            history,
+            now,
+            settings,
+            counted(policy, by_name),
         )
         if decision is not None:
             chain = fallback_chain(by_name[name], by_name)
@@ -245,6 +255,7 @@ def _decide(
     history: History,
     now: datetime,
     settings: GlobalSettings,
+    repeats: Counted | None,
 ) -> Decision | None:
     if node in history.open:
         return None
@@ -264,12 +275,17 @@ def _decide(
         if found < match.burst.count:
             return None
         reasons.append(f"{found} events within {format_duration(match.burst.within)}")
-    if match.repeat is not None:
-        recent = sum(1 for r in past if r.started_at > now - match.repeat.within)
-        if recent + 1 < match.repeat.nth:
+    if match.repeat is not None and repeats is not None:
+        recent = sum(
+            1
+            for r in past
+            if r.started_at > now - match.repeat.within and repeats.counts(r.policy, r.kind)
+        )
+        if recent + 1 < match.repeat.count:
             return None
         reasons.append(
-            f"remediation #{recent + 1} of this node within {format_duration(match.repeat.within)}"
+            f"remediation #{recent + 1} of this node within "
+            f"{format_duration(match.repeat.within)} counting {repeats.describe()}"
         )
     return Decision(
         node=node,
@@ -356,3 +372,58 @@ def _live_events(
         if kept:
             live[key] = kept
     return live
+
+
+def cooldown_until(
+    policy: Policy, node: str, history: History, now: datetime, settings: GlobalSettings
+) -> datetime | None:
+    """When the node+policy pair's cooldown ends, if it is running at `now`."""
+    cooldown = policy.cooldown if policy.cooldown is not None else settings.default_cooldown
+    started = [
+        r.started_at
+        for r in history.past.get(node, ())
+        if r.policy == policy.name and r.started_at > now - cooldown
+    ]
+    return max(started) + cooldown if started else None
+
+
+def explain(
+    signal: Signal,
+    history: History,
+    policies: Sequence[Policy],
+    now: datetime,
+    settings: GlobalSettings,
+) -> tuple[str, str]:
+    """(class, text): why a signal that was evaluated decided nothing, read off the policies it
+    matches in priority order, the way evaluate went through them. The caller has already
+    ruled out an open remediation of the node and a human's cancel."""
+    matching = [
+        p
+        for p in sorted(policies, key=lambda p: (-p.priority, p.name))
+        if p.match.kind is signal.kind
+        and (p.match.codes is None or signal.code in p.match.codes)
+        and (not p.match.labels or _subset(p.match.labels, signal.labels))
+        and _selects(p, signal.node, history)
+    ]
+    if not matching:
+        return "no_policy", "no policy matches"
+    for policy in matching:
+        until = cooldown_until(policy, signal.node, history, now, settings)
+        if until is not None:
+            return "cooldown", f"in cooldown until {until.isoformat()} ({policy.name})"
+        match = policy.match
+        if match.threshold is not None:
+            level = match.threshold.above if match.threshold.above is not None else None
+            level = level if level is not None else match.threshold.below
+            held = format_duration(match.threshold.for_)
+            shown = "present" if level is None else f"{level:g}"
+            return "below_threshold", f"below threshold ({policy.name}: {shown} for {held})"
+        if match.burst is not None:
+            return (
+                "burst_not_reached",
+                f"below the burst ({policy.name}: {match.burst.count} within "
+                f"{format_duration(match.burst.within)})",
+            )
+        if match.repeat is not None:
+            continue  # not a repeat: the next policy down decides
+    return "not_decided", f"no decision ({matching[0].name})"

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from remediator.clock import utcnow
 from remediator.errors import PolicyError
 from remediator.policy.fallbacks import fallback_problems
+from remediator.policy.repeats import repeat_problems
 from remediator.policy.schema import GlobalSettings, Policy, PolicyFile
 from remediator.signals import xid
 from remediator.signals.model import SignalKind
@@ -94,6 +95,7 @@ def load_policy_dir(
     origins: dict[str, Origin] = {}
     first_seen: dict[str, str] = {}
     fallback_at: dict[str, str] = {}
+    repeat_at: dict[str, list[str]] = {}
     settings = GlobalSettings()
     for path in policy_files(directory):
         name = path.name
@@ -133,6 +135,12 @@ def load_policy_dir(
             policies.append(policy)
             at = _line_of(node, ("policies", index, "on_failure"))
             fallback_at[policy.name] = f"{name}:{at}: {where}.on_failure"
+            of = policy.match.repeat.of if policy.match.repeat is not None else None
+            repeat_at[policy.name] = [
+                f"{name}:{_line_of(node, ('policies', index, 'match', 'repeat', 'of', i))}: "
+                f"{where}.match.repeat.of[{i}]"
+                for i in range(len(of or ()))
+            ]
             item = _child(node, ("policies", index))
             if item is not None:
                 origins[policy.name] = Origin(
@@ -147,6 +155,7 @@ def load_policy_dir(
                             "catalog"
                         )
     problems.extend(fallback_problems(policies, fallback_at))
+    problems.extend(repeat_problems(policies, repeat_at))
     if not texts:
         problems.append(f"{directory}: no policy files (*.yaml)")
     if problems:

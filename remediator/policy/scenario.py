@@ -143,7 +143,11 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
     for member in scenario.fleet:
         per_pool[member.pool] = per_pool.get(member.pool, 0) + 1
     start = scenario.start
-    past = [PastRemediation(e.node, e.policy, start - e.ago, e.outcome) for e in scenario.history]
+    kinds = {p.name: p.match.kind.value for p in policy_set.policies}
+    past = [
+        PastRemediation(e.node, e.policy, start - e.ago, e.outcome, kinds.get(e.policy))
+        for e in scenario.history
+    ]
     open_nodes: dict[str, str] = {}
     state = EvalState()
     breaker = BreakerState()
@@ -180,7 +184,11 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
         for decision in admission.admitted:
             if decision.disruptive:
                 open_nodes[decision.node] = decision.policy
-            past.append(PastRemediation(decision.node, decision.policy, now, "started"))
+            past.append(
+                PastRemediation(
+                    decision.node, decision.policy, now, "started", kinds.get(decision.policy)
+                )
+            )
         seen[offset] = admission
 
     known = {p.name for p in policy_set.policies}

@@ -74,10 +74,25 @@ class Burst(_Strict):
 
 
 class Repeat(_Strict):
-    """This would be at least the `nth` remediation of the node within `within`."""
+    """This would be at least the `count`th remediation of the node within `within` (this one
+    included). What counts is what the policy means: by default remediations of this policy and
+    of the ladders it falls back to (`on_failure`); `of` names the policies or signal kinds to
+    count instead (checked by the loader). A notify about something else never makes a repeat.
+    `nth` is the older name of `count`."""
 
-    nth: int = Field(ge=2)
+    count: int = Field(ge=2)
     within: Duration
+    of: list[str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "nth" in data:
+            if "count" in data:
+                raise ValueError("give count only: nth is its older name")
+            data = {**data, "count": data["nth"]}
+            del data["nth"]
+        return data
 
 
 class Match(_Strict):

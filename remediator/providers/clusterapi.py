@@ -10,8 +10,15 @@ is never deleted again. The new Machine is the MachineSet's first Machine create
 request, claimed with `remediator.io/replaces`; the operation succeeds once its `status.nodeRef`
 Node is Ready, and fails when that Machine failed (`status.failureReason`/`failureMessage`, phase
 Failed: e.g. the infrastructure provider found no capacity) or no Ready Node came in time.
-Machines paused or opted out of remediation are held with the reason; a control-plane Machine is
-never deleted.
+Machines opted out of remediation are held with the reason; a control-plane Machine is never
+deleted.
+
+Pauses, as Cluster API reads them (`IsPaused`: the owning Cluster's `spec.paused`, or the object's
+own `cluster.x-k8s.io/paused` annotation unless its value is "false"): a paused Cluster (what
+`clusterctl move` sets) or a paused Machine or MachineSet stops the controllers a replacement
+needs, so the request is held naming the paused object and how it was paused. A paused
+MachineDeployment (`spec.paused`, as `clusterctl alpha rollout pause` sets it, or the annotation)
+would not stop its MachineSet, but a human paused that pool: it is held too, naming it.
 
 Operation ids are `<namespace>/<machineset>/<old machine>`.
 
@@ -52,6 +59,7 @@ PAUSED = "cluster.x-k8s.io/paused"
 SKIP_REMEDIATION = "cluster.x-k8s.io/skip-remediation"
 CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 SET_LABEL = "cluster.x-k8s.io/set-name"
+CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
 KEY_ANNOTATION = "remediator.io/remediation-key"
 REPLACES = "remediator.io/replaces"
 RECORD_PREFIX = "replacement.remediator.io/"
@@ -74,18 +82,49 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return _meta(obj).get("annotations") or {}
 
 
-def refusal(machine: Mapping[str, Any], owners: Sequence[Mapping[str, Any]]) -> Exception | None:
-    """Why this Machine must not be deleted now; None when it may be."""
-    name = f"Machine {_meta(machine).get('namespace')}/{_meta(machine).get('name')}"
+def _named(obj: Mapping[str, Any], kind: str) -> str:
+    return f"{obj.get('kind') or kind} {_meta(obj).get('namespace')}/{_meta(obj).get('name')}"
+
+
+def paused_by(obj: Mapping[str, Any]) -> str | None:
+    """How `obj` is paused, in Cluster API's own terms; None when it is not."""
+    if (obj.get("spec") or {}).get("paused") is True:
+        return "spec.paused"
+    value = _annotations(obj).get(PAUSED)
+    if value is not None and value != "false":
+        return f"annotation {PAUSED}"
+    return None
+
+
+def refusal(
+    machine: Mapping[str, Any],
+    owners: Sequence[Mapping[str, Any]],
+    cluster: Mapping[str, Any] | None = None,
+) -> Exception | None:
+    """Why this Machine must not be deleted now; None when it may be. `owners` are its
+    MachineSet and MachineDeployment, `cluster` the Cluster it belongs to."""
+    name = _named(machine, "Machine")
     if CONTROL_PLANE in (_meta(machine).get("labels") or {}):
         return PermanentError(f"{name} is a control-plane Machine: remediator never deletes one")
+    if cluster is not None and (cluster.get("spec") or {}).get("paused") is True:
+        return ReplacementHeld(
+            f"{name}: {_named(cluster, 'Cluster')} is paused (spec.paused, as clusterctl move "
+            "sets it): Cluster API's controllers are not reconciling it, so a deleted Machine "
+            "would not be replaced"
+        )
     for obj in (machine, *owners):
-        if PAUSED in _annotations(obj) or (obj.get("spec") or {}).get("paused") is True:
-            kind = obj.get("kind", "object")
+        how = paused_by(obj)
+        if how is None:
+            continue
+        if obj.get("kind") == "MachineDeployment":
             return ReplacementHeld(
-                f"{name}: {kind} {_meta(obj).get('name')} is paused ({PAUSED}): Cluster API is "
-                "not reconciling it, so a deleted Machine would not be replaced"
+                f"{name}: {_named(obj, 'MachineDeployment')} is paused ({how}): its pool was "
+                "paused by hand, so remediator replaces none of its Machines until it is resumed"
             )
+        return ReplacementHeld(
+            f"{name}: {_named(obj, 'object')} is paused ({how}): Cluster API is not reconciling "
+            "it, so a deleted Machine would not be replaced"
+        )
     if SKIP_REMEDIATION in _annotations(machine):
         return ReplacementHeld(f"{name} is opted out of remediation ({SKIP_REMEDIATION})")
     return None
@@ -154,6 +193,27 @@ class ClusterApiProvider:
                 return str(ref.get("name"))
         return None
 
+    def _cluster(self, machine: Mapping[str, Any], namespace: str) -> tuple[str, JSON | None]:
+        """The name of the Cluster the Machine belongs to (`spec.clusterName`, as Cluster API
+        finds it) and the Cluster, None when it does not exist."""
+        cluster = (machine.get("spec") or {}).get("clusterName") or (
+            _meta(machine).get("labels") or {}
+        ).get(CLUSTER_LABEL)
+        if not cluster:
+            return "(none)", None
+        return str(cluster), self._get("clusters", namespace, str(cluster))
+
+    def _cluster_of(self, machine: Mapping[str, Any], namespace: str, name: str) -> JSON:
+        """Without its Cluster no Cluster API controller reconciles a Machine: nothing would
+        replace it."""
+        cluster, found = self._cluster(machine, namespace)
+        if found is None:
+            raise ReplacementHeld(
+                f"Machine {namespace}/{name}: its Cluster {namespace}/{cluster} does not exist, "
+                "so Cluster API would not replace a deleted Machine"
+            )
+        return found
+
     def _recorded(self, idempotency_key: str) -> tuple[str, str, str] | None:
         """(namespace, machineset, machine) of a request already recorded under this key."""
         key = record_key(idempotency_key)
@@ -197,7 +257,7 @@ class ClusterApiProvider:
         deployment = self._owner(ms, "MachineDeployment") if ms else None
         md = self._get("machinedeployments", namespace, deployment) if deployment else None
         owners += [md] if md else []
-        problem = refusal(machine, owners)
+        problem = refusal(machine, owners, self._cluster_of(machine, namespace, name))
         if problem is not None:
             raise problem
         if machineset is None or ms is None:
@@ -350,9 +410,15 @@ class ClusterApiProvider:
             raise NotFoundError(f"Machine {namespace}/{name} of node {node} does not exist")
         mine = _annotations(machine)
         if mine.get(REBOOT_KEY_ANNOTATION) != idempotency_key:
-            if PAUSED in mine:
+            how = paused_by(machine)
+            if how is None:
+                _, cluster = self._cluster(machine, namespace)
+                if cluster is not None and (cluster.get("spec") or {}).get("paused") is True:
+                    how = f"its {_named(cluster, 'Cluster')} has spec.paused"
+            if how is not None:
                 raise RebootUnsupported(
-                    f"Machine {namespace}/{name} is paused: no controller would act on {annotation}"
+                    f"Machine {namespace}/{name} is paused ({how}): no controller would act on "
+                    f"{annotation}"
                 )
             requested = self._now().astimezone(UTC).replace(microsecond=0).isoformat()
             patch = {annotation: "", REBOOT_KEY_ANNOTATION: idempotency_key}

@@ -33,17 +33,20 @@ from remediator.policy.budget import (
     HoldCause,
     admit,
 )
+from remediator.policy.durations import format_duration
 from remediator.policy.evaluate import (
     Decision,
     EvalState,
     History,
     PastRemediation,
     evaluate,
+    explain,
 )
 from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Policy
 from remediator.remediation.journal import log_transition
+from remediator.remediation.node_gone import REPLACEMENT_STATES
 from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
@@ -120,6 +123,8 @@ class IntakeResult:
     breaker_tripped: str | None = None  # the reason, when it tripped in this cycle
     dropped: tuple[Dropped, ...] = ()  # signals the cluster cannot have (signals.screen)
     folded: Mapping[str, int] = field(default_factory=dict)  # duplicates dropped, by source
+    # What became of the accepted signals, by class (opened, joined, folded, cooldown, …)
+    dispositions: Mapping[str, int] = field(default_factory=dict)
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
@@ -134,8 +139,19 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
     unhealthy: dict[str, set[str]] = {}
     for node in inventory.not_ready | (inventory.cordoned - queued):
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
-    acting = [r for r in fencing if not r.dry_run and r.state is not State.QUEUED]
+    # A node that left the cluster takes nothing out of service: its remediation never counts
+    # toward a budget, except a replacement in flight, which is still work (max_concurrent).
+    known = inventory.pools
+    acting = [
+        r
+        for r in fencing
+        if not r.dry_run
+        and r.state is not State.QUEUED
+        and (not known or r.node in known or r.state in REPLACEMENT_STATES)
+    ]
     for record in acting:
+        if known and record.node not in known:
+            continue
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
     return ClusterState(
@@ -204,6 +220,9 @@ class Intake:
         self._opened: list[Decision] = []
         self._eval_state = EvalState()
         self._lock = threading.Lock()
+        # This cycle's dispositions: id(signal) → (class, text); written with the signals.
+        self._said: dict[int, tuple[str, str]] = {}
+        self._opened_on: dict[str, int] = {}  # node → the remediation opened for it this cycle
 
     def process(
         self,
@@ -227,13 +246,22 @@ class Intake:
         fresh = self._folder.fold(signals, now)
         kept = {id(s) for s in fresh}
         folded: dict[str, int] = {}
+        self._said = {}
+        self._opened_on = {}
         for signal in signals:
             if id(signal) not in kept:
                 folded[signal.source] = folded.get(signal.source, 0) + 1
+                self._said[id(signal)] = ("folded", self._folded_text(signal))
         result = IntakeResult()
         if policies is not None and fresh:
             result = self._decide(fresh, inventory, policies, now)
-        result = replace(result, folded=folded)
+        elif policies is None:
+            for signal in fresh:
+                self._said[id(signal)] = ("no_policy", "no policy set loaded")
+        classes: dict[str, int] = {}
+        for kind, _ in self._said.values():
+            classes[kind] = classes.get(kind, 0) + 1
+        result = replace(result, folded=folded, dispositions=classes)
         if self._archive is not None:
             # Every signal that passed the screen, before the fold (a backtest replays the fold
             # too); after deciding, so the archive never delays a remediation.
@@ -245,6 +273,41 @@ class Intake:
         self._opened = []
         self._store(signals, linked, now)
         return replace(result, dropped=screened.dropped)
+
+    def _folded_text(self, signal: Signal) -> str:
+        what = signal.kind.value if signal.code is None else f"{signal.kind.value} {signal.code}"
+        what = what.upper() if signal.kind is SignalKind.XID else what
+        where = f" on GPU {signal.gpu}" if signal.gpu is not None else ""
+        taken = self._folder.last_taken(signal)
+        if taken is None:
+            return f"folded: a duplicate of the same {what}{where}"
+        at, window = taken
+        return (
+            f"folded: the same {what}{where} was taken in at {at.isoformat()} "
+            f"(fold window {format_duration(window)}): a source repeating a lasting fault, "
+            "or the same fault again, counts once"
+        )
+
+    def _explain(
+        self,
+        fresh: Sequence[Signal],
+        history: History,
+        fencing: Sequence[RemediationRecord],
+        policies: PolicySet,
+        now: datetime,
+    ) -> None:
+        """A disposition for each fresh signal the decisions did not account for."""
+        holding = {**{r.node: r.id for r in fencing}, **self._opened_on}
+        for signal in fresh:
+            if id(signal) in self._said:
+                continue
+            open_id = holding.get(signal.node)
+            if open_id is not None:
+                self._said[id(signal)] = ("joined", f"joined #{open_id}")
+                continue
+            self._said[id(signal)] = explain(
+                signal, history, policies.policies, now, policies.settings
+            )
 
     def has_queued(self) -> bool:
         queued = RemediationFilter(states=frozenset({State.QUEUED}))
@@ -279,6 +342,7 @@ class Intake:
         decisions = self._not_suppressed(evaluation.decisions, now)
         fencing, closed = self._close_cleared(fencing, fresh, inventory, policies)
         result = self._admit(decisions, fencing, inventory, policies, now)
+        self._explain(fresh, history, fencing, policies, now)
         return replace(result, closed=closed)
 
     def _not_suppressed(self, decisions: Sequence[Decision], now: datetime) -> list[Decision]:
@@ -292,6 +356,10 @@ class Intake:
             if cancel is None:
                 kept.append(decision)
                 continue
+            until = cancel.suppressed_until.isoformat() if cancel.suppressed_until else ""
+            for signal in decision.signals:
+                text = f"suppressed by cancel #{cancel.id} until {until}"
+                self._said[id(signal)] = ("suppressed", text)
             log.info(
                 "not opened: remediation %s was cancelled by a human until %s",
                 cancel.id,
@@ -456,7 +524,8 @@ class Intake:
             self._last_stored[key] = now
             keep.append(signal)
         if keep:
-            self._repo.insert_signals(keep)
+            said = [self._said.get(id(s), ("", None))[1] for s in keep]
+            self._repo.insert_signals(keep, dispositions=said)
 
     def _fencing(self) -> tuple[RemediationRecord, ...]:
         """Remediations that hold their node: the open ones and the failed ones (a failed step
@@ -481,7 +550,7 @@ class Intake:
         recent = self._all(RemediationFilter(created_from=now - horizon))
         return History.build(
             remediations=(
-                PastRemediation(r.node, r.policy, r.created_at, r.state.value)
+                PastRemediation(r.node, r.policy, r.created_at, r.state.value, r.signal_kind)
                 for r in recent
                 if not never_started(r)
             ),
@@ -522,7 +591,19 @@ class Intake:
         except OpenRemediationExists as exc:
             log.info("not opened: %s", exc, extra={"node": decision.node})
             return None
-        self._repo.insert_signals(list(decision.signals), remediation_id=record.id)
+        said = (
+            ("queued", f"queued #{record.id}: {held.reason}")
+            if held is not None
+            else ("opened", f"opened #{record.id}")
+        )
+        for signal in decision.signals:
+            self._said[id(signal)] = said
+        self._opened_on[decision.node] = record.id
+        self._repo.insert_signals(
+            list(decision.signals),
+            remediation_id=record.id,
+            dispositions=[said[1]] * len(decision.signals),
+        )
         self._opened.append(decision)
         log.info(
             "remediation queued: %s (%s)" if held else "remediation opened: %s%s",

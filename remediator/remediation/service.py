@@ -45,6 +45,7 @@ from remediator.errors import (
     ApiUnavailable,
     ConflictError,
     IllegalTransition,
+    NotFoundError,
     PermanentError,
     RemediatorError,
     TransientError,
@@ -58,6 +59,7 @@ from remediator.policy.ladder import LadderStep, parse_ladder
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
 from remediator.remediation.journal import entered_at, log_transition
+from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.slurm.engine import SlurmSteps, both, together
 from remediator.store.records import EventRecord, RemediationRecord
@@ -205,8 +207,10 @@ class RemediationService:
         jobs: JobSettings = DEFAULT_JOBS,
         repair_poll_seconds: float = 2.0,
         slurm: SlurmSteps | None = None,
+        pool_label: str = "",
     ) -> None:
         self._repo = repository
+        self._pool_label = pool_label
         self._kube = kube
         self._provider = provider
         self._clock = clock
@@ -302,6 +306,13 @@ class RemediationService:
                     self._while_queued(record)
                     return record
                 seen = self._observe(record)
+                if seen.permanent_error is not None and self._node_gone(record.node):
+                    # A step (or a retry) on a node that has left: end it instead of failing
+                    # on `get node … 404` for ever (remediation/node_gone.py).
+                    self._forget(remediation_id)
+                    nodes = self._kube.list_nodes()
+                    ended = end_gone(self._repo, record, nodes, self._pool_label, self.actor)
+                    return ended or self._repo.get(remediation_id)
                 if not self._may_act():
                     # Leadership lapsed during the step: what it saw is not ours to record;
                     # the next leader re-runs the (idempotent) step.
@@ -317,6 +328,15 @@ class RemediationService:
             return record
         finally:
             lock.release()
+
+    def _node_gone(self, node: str) -> bool:
+        try:
+            self._kube.get_node(node)
+        except NotFoundError:
+            return True
+        except RemediatorError:
+            return False  # cannot tell now: the step's own error stands
+        return False
 
     def _lock(self, remediation_id: int) -> threading.Lock:
         with self._locks_guard:

@@ -92,6 +92,13 @@ class SignalFolder:
     def __len__(self) -> int:
         return len(self._last)
 
+    def last_taken(self, signal: Signal) -> tuple[datetime, timedelta] | None:
+        """When the signal's key was last let through, and its kind's window: what a folded
+        signal was folded into."""
+        with self._lock:
+            at = self._last.get(signal.dedup_key)
+        return None if at is None else (at, self.windows.get(signal.kind, self.window))
+
     def fold(self, signals: Iterable[Signal], now: datetime) -> tuple[Signal, ...]:
         """The signals that are new: not a repeat of one emitted within the window."""
         with self._lock:

@@ -212,6 +212,8 @@ class ObservedSignal(Base):
     remediation_id: Mapped[int | None] = mapped_column(
         BigInteger, ForeignKey("remediations.id", ondelete="SET NULL")
     )
+    # What became of it: opened #N, joined #N, folded, in cooldown until T, … (None: older rows)
+    disposition: Mapped[str | None] = mapped_column(String(512))
 
     __table_args__ = (Index("ix_signals_cluster_node_observed", "cluster", "node", "observed_at"),)
 

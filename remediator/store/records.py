@@ -131,6 +131,7 @@ class SignalEntry:
     id: int
     signal: Signal
     remediation_id: int | None
+    disposition: str | None = None  # what became of it (opened #N, folded, …)
 
 
 @dataclass(frozen=True)

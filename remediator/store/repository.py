@@ -780,9 +780,16 @@ class Repository:
 
     # -- signals -----------------------------------------------------------------------------
 
-    def insert_signals(self, signals: Sequence[Signal], remediation_id: int | None = None) -> int:
+    def insert_signals(
+        self,
+        signals: Sequence[Signal],
+        remediation_id: int | None = None,
+        dispositions: Sequence[str | None] | None = None,
+    ) -> int:
+        """One batch; `dispositions`, when given, runs parallel to `signals`."""
         if not signals:
             return 0
+        said = list(dispositions) if dispositions is not None else [None] * len(signals)
         rows = [
             {
                 "cluster": self.cluster,
@@ -796,8 +803,9 @@ class Repository:
                 "observed_at": s.observed_at,
                 "labels": dict(s.labels),
                 "remediation_id": remediation_id,
+                "disposition": disposition[:512] if disposition else None,
             }
-            for s in signals
+            for s, disposition in zip(signals, said, strict=True)
         ]
         with session_scope(self.session_factory, write=True) as session:
             session.execute(insert(ObservedSignal), rows)
@@ -1099,7 +1107,7 @@ def _signal_entry(row: ObservedSignal) -> SignalEntry:
         "labels": row.labels,
     }
     signal = Signal.model_validate(fields, context=STORED)
-    return SignalEntry(row.id, signal, row.remediation_id)
+    return SignalEntry(row.id, signal, row.remediation_id, row.disposition)
 
 
 def _policy_set(row: PolicySet) -> PolicySetRecord:

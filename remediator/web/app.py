@@ -46,6 +46,7 @@ from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
 from remediator.web.schemas import HealthOut
+from remediator.web.signal_dispositions import make_dispositions_router
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -177,6 +178,7 @@ def create_app(deps: WebDeps) -> FastAPI:
         return response
 
     app.include_router(make_api_router())
+    app.include_router(make_dispositions_router())
     app.include_router(make_agents_router())
     app.include_router(
         make_signals_router(

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from remediator.errors import RemediatorError
 from remediator.kube.objects import Node
 from remediator.store import cursor as cursors
-from remediator.store.records import RemediationFilter
+from remediator.store.records import RemediationFilter, SignalEntry
 from remediator.web import console, views
 from remediator.web.agent_views import agent_out
 from remediator.web.console import silent_after
@@ -92,12 +92,12 @@ def _signals_after(cursor: str | None) -> tuple[datetime, int] | None:
     return position.created_at, position.id
 
 
-def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeOut:
-    repo = deps.repository
+def signals_page(
+    deps: WebDeps, name: str, now: datetime, query: NodeQuery
+) -> tuple[tuple[SignalEntry, ...], int, str | None]:
+    """One page of the node's signals in the window, their total, and the next page's cursor."""
     start, end = _window(query, now)
-    in_window = RemediationFilter(node=name, created_from=start, created_to=end)
-    page = fetch_page(deps, in_window, query.remediations_cursor, query.limit)
-    signals = repo.signals_for_node(
+    signals = deps.repository.signals_for_node(
         name,
         since=start,
         until=end,
@@ -105,11 +105,20 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
         after=_signals_after(query.signals_cursor),
     )
     shown = signals[: query.limit]
-    signals_next = (
+    following = (
         cursors.encode(cursors.Cursor("all", shown[-1].signal.observed_at, shown[-1].id))
         if len(signals) > query.limit
         else None
     )
+    return shown, deps.repository.count_signals(name, since=start, until=end), following
+
+
+def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeOut:
+    repo = deps.repository
+    start, end = _window(query, now)
+    in_window = RemediationFilter(node=name, created_from=start, created_to=end)
+    page = fetch_page(deps, in_window, query.remediations_cursor, query.limit)
+    shown, signals_total, signals_next = signals_page(deps, name, now, query)
     rule = views.repeat_rule(deps.policies.active)
     nth, within = rule
     recent = repo.count(RemediationFilter(node=name, created_from=now - within))
@@ -134,10 +143,11 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
                 remediation_id=s.remediation_id,
                 signal=s.signal,
                 value_text=views.signal_value(s.signal),
+                disposition=s.disposition,
             )
             for s in shown
         ],
-        signals_total=repo.count_signals(name, since=start, until=end),
+        signals_total=signals_total,
         signals_next=signals_next,
         replacement_of=(
             NodeLinkOut(remediation_id=replaced.id, node=replaced.node) if replaced else None

@@ -151,6 +151,11 @@ class SignalEntryOut(BaseModel):
     remediation_id: int | None
     signal: Signal
     value_text: str = Field(default="", description="the value with its unit, as shown")
+    disposition: str | None = Field(
+        default=None,
+        description="what became of it: opened #N, queued #N, joined #N, folded, in cooldown "
+        "until T, suppressed by cancel #N, below threshold, no policy matches, …",
+    )
 
 
 class NodeStatusOut(BaseModel):

@@ -255,7 +255,7 @@ def xid_explanation(code: int | None) -> str | None:
 def repeat_rule(policies: PolicySet | None) -> tuple[int, timedelta]:
     """The tightest `repeat` any active policy escalates on, else NVSentinel's default."""
     rules = [
-        (p.match.repeat.nth, p.match.repeat.within)
+        (p.match.repeat.count, p.match.repeat.within)
         for p in (policies.policies if policies else ())
         if p.match.repeat is not None
     ]
@@ -402,7 +402,7 @@ def next_actions(record: RemediationRecord) -> list[NextAction]:
     if record.state in CANCELLABLE:
         touched = record.state not in (State.DETECTED, State.AWAITING_APPROVAL)
         effect = (
-            f"stops here; the engine uncordons {node}"
+            f"stops here; the engine uncordons {node} if it is still in the cluster"
             if touched and not record.dry_run
             else "stops here; the node was not touched"
         )

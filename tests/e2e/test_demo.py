@@ -295,9 +295,9 @@ def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
 def test_demo_on_aws_without_faults_replaces_an_injected_xid_79_node_through_the_asg(
     demo_factory: Any,
 ) -> None:
-    """`remediator demo --cloud aws --no-faults`, then the `sim inject … --xid 79` its banner
-    prints, for a GPU a reboot does not bring back (`--persistent`; a plain XID 79 is repaired by
-    the reboot, no replacement): the diagnostics fail, the node is replaced
+    """`remediator demo --cloud aws --no-faults`, then the `sim inject … --xid 79 --persistent`
+    its banner prints, run as printed: a GPU a reboot does not bring back (a plain XID 79 is
+    repaired by the reboot, no replacement), so the diagnostics fail, the node is replaced
     through the Auto Scaling group, and the timeline names the group, the scaling activity and
     both instances."""
     demo: DemoProcess = demo_factory(
@@ -308,8 +308,10 @@ def test_demo_on_aws_without_faults_replaces_an_injected_xid_79_node_through_the
     inject = demo.wait_for(r"^  inject\s+(\S+ sim inject .+)$", 5).group(1)
     assert "none (--no-faults)" in demo.output
     node = "h100-train-0000"
+    assert f"--node {node} --gpu 0 --xid 79 --persistent" in inject  # taken literally
+    assert "Auto Scaling group h100-train" in demo.output
     injected = subprocess.run(
-        [*shlex.split(inject.replace("NODE", node)), "--persistent"],
+        shlex.split(inject),
         capture_output=True,
         text=True,
         timeout=60,

@@ -594,6 +594,7 @@ CAPI_GRANTS = {
     *(("cluster.x-k8s.io", "machines", v) for v in ("get", "list", "watch", "patch", "delete")),
     *(("cluster.x-k8s.io", "machinesets", v) for v in ("get", "list", "watch", "patch")),
     *(("cluster.x-k8s.io", "machinedeployments", v) for v in ("get", "list", "watch")),
+    *(("cluster.x-k8s.io", "clusters", v) for v in ("get", "list")),
 }
 
 

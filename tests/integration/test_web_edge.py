@@ -85,8 +85,14 @@ def test_wrong_method_is_405_with_allow(reader: TestClient) -> None:
     assert response.status_code == 405
     assert response.headers["allow"] == "GET"
     assert response.json()["reason"] == "Method Not Allowed"
-    signals = reader.get("/api/v1/signals", headers=OPERATOR)
-    assert signals.status_code == 405 and signals.headers["allow"] == "POST"
+    webhook = reader.get("/api/v1/alertmanager", headers=OPERATOR)
+    assert webhook.status_code == 405 and webhook.headers["allow"] == "POST"
+    # The push API takes signals; GET lists a node's signals with their dispositions.
+    signals = reader.delete("/api/v1/signals", headers=OPERATOR)
+    assert signals.status_code == 405 and set(signals.headers["allow"].split(", ")) == {
+        "GET",
+        "POST",
+    }
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])

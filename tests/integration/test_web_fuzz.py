@@ -42,6 +42,7 @@ OPERATIONS = (
     "POST /api/v1/controller/resume",
     "POST /api/v1/controller/reset-breaker",
     "POST /api/v1/signals",
+    "GET /api/v1/signals",
     "POST /api/v1/alertmanager",
     "POST /api/v1/agents/heartbeat",
     "GET /api/v1/agents",

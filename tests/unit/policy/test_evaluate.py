@@ -277,24 +277,85 @@ def test_events_of_other_nodes_do_not_add_up() -> None:
     assert evaluate(sigs, History(), [burst], at(1), SETTINGS).decisions == ()
 
 
-def test_repeat_offender_counts_past_remediations_in_the_window() -> None:
-    third = policy(
-        "third", {"kind": "xid", "codes": [79], "repeat": {"nth": 3, "within": "7d"}}, priority=200
-    )
-    day = 86400
-    now = 10 * day
-    sig = [signal("n1", "xid", now, code=79)]
+DAY = 86400.0
 
-    def decide(*started_days_ago: float) -> list[str]:
-        past = [
-            PastRemediation("n1", "other", at(now - d * day), "succeeded") for d in started_days_ago
+
+def decide_repeat(
+    repeat: dict[str, object], past: list[tuple[str, str | None, float]], *others: Policy
+) -> list[str]:
+    """The policy decided for an XID 79 on n1 at day 10, given (policy, kind, days ago) before."""
+    repeated = policy("again", {"kind": "xid", "codes": [79], "repeat": repeat}, priority=200)
+    now = 10 * DAY
+    history = History.build(
+        remediations=[
+            PastRemediation("n1", name, at(now - d * DAY), "succeeded", kind)
+            for name, kind, d in past
         ]
-        result = evaluate(sig, History.build(remediations=past), [third, XID79], at(now), SETTINGS)
-        return [d.policy for d in result.decisions]
+    )
+    sig = [signal("n1", "xid", now, code=79)]
+    result = evaluate(sig, history, [repeated, XID79, *others], at(now), SETTINGS)
+    return [d.policy for d in result.decisions]
 
-    assert decide(1) == ["xid-79"]
-    assert decide(1, 8) == ["xid-79"]
-    assert decide(1, 6) == ["third"]
+
+def test_repeat_counts_the_policy_itself_in_the_window_by_default() -> None:
+    rule = {"count": 3, "within": "7d"}
+    assert decide_repeat(rule, [("again", "xid", 1)]) == ["xid-79"]
+    assert decide_repeat(rule, [("again", "xid", 1), ("again", "xid", 8)]) == ["xid-79"]
+    assert decide_repeat(rule, [("again", "xid", 1), ("again", "xid", 6)]) == ["again"]
+
+
+def test_repeat_never_counts_another_policy_by_default() -> None:
+    """Issue 22 item 10: an application-fault notify made the first XID 79 a repeat."""
+    rule = {"count": 2, "within": "7d"}
+    assert decide_repeat(rule, [("xid-app-notify", "xid", 1)]) == ["xid-79"]
+
+
+def test_repeat_counts_the_fallback_chain_by_default() -> None:
+    reset = policy(
+        "reset",
+        {"kind": "xid", "codes": [95]},
+        on_failure="reboot",
+        actions=[
+            {"action": "cordon"},
+            {"action": "drain"},
+            {"action": "reset_gpu"},
+            {"action": "diagnose"},
+            {"action": "uncordon"},
+        ],
+    )
+    reboot = policy(
+        "reboot",
+        {"kind": "xid", "codes": [48]},
+        actions=[{"action": "cordon"}, {"action": "drain"}, {"action": "reboot"}],
+    )
+    repeated = policy(
+        "again",
+        {"kind": "xid", "codes": [79], "repeat": {"count": 2, "within": "7d"}},
+        priority=200,
+        on_failure="reset",
+        actions=[{"action": "cordon"}, {"action": "drain"}, {"action": "reboot"}],
+    )
+    now = 10 * DAY
+    sig = [signal("n1", "xid", now, code=79)]
+    for earlier, expected in (("reboot", ["again"]), ("reset", ["again"]), ("other", [])):
+        past = [PastRemediation("n1", earlier, at(now - DAY), "succeeded", "xid")]
+        history = History.build(remediations=past)
+        found = evaluate(sig, history, [repeated, reset, reboot], at(now), SETTINGS)
+        assert [d.policy for d in found.decisions] == expected, earlier
+
+
+def test_repeat_of_names_policies_or_signal_kinds() -> None:
+    by_policy = {"count": 2, "within": "7d", "of": ["xid-79"]}
+    assert decide_repeat(by_policy, [("xid-79", "xid", 2)]) == ["again"]
+    assert decide_repeat(by_policy, [("again", "xid", 2)]) == ["xid-79"]
+    by_kind = {"count": 2, "within": "7d", "of": ["gpu_missing"]}
+    assert decide_repeat(by_kind, [("lost", "gpu_missing", 2)]) == ["again"]
+    assert decide_repeat(by_kind, [("lost", "xid", 2)]) == ["xid-79"]
+
+
+def test_nth_is_the_older_name_of_count() -> None:
+    older = policy("a", {"kind": "xid", "repeat": {"nth": 3, "within": "7d"}})
+    assert older.match.repeat is not None and older.match.repeat.count == 3
 
 
 def test_node_selector_by_pool_and_labels() -> None:

@@ -14,6 +14,7 @@ from remediator.clock import FakeClock
 from remediator.errors import PolicyError
 from remediator.policy.loader import load_policy_dir
 from remediator.policy.watcher import PolicyStore
+from remediator.signals.model import SignalKind
 
 REPO_POLICIES = Path(__file__).resolve().parents[3] / "policies"
 
@@ -165,6 +166,29 @@ policies:
 def test_match_validation(tmp_path: Path, snippet: str, expected: str) -> None:
     text = GOOD.replace("threshold: {above: 78, clear: 75, for: 2m}", snippet)
     assert problems_of(write(tmp_path, {"a.yaml": text})) == [expected]
+
+
+def test_repeat_of_names_policies_or_signal_kinds_with_file_and_line(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "threshold: {above: 78, clear: 75, for: 2m}",
+        "repeat:\n        count: 2\n        within: 7d\n        of:\n          - lost\n"
+        "          - gpu_missing\n          - lsot",
+    )
+    assert problems_of(write(tmp_path, {"a.yaml": text})) == [
+        "a.yaml:13: policies[0].match.repeat.of[2]: 'lsot' is neither a policy of this set nor "
+        "a signal kind (policies: hot, lost; kinds: "
+        + ", ".join(sorted(k.value for k in SignalKind))
+        + ")"
+    ]
+
+
+def test_repeat_takes_count_or_its_older_name_not_both(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "threshold: {above: 78, clear: 75, for: 2m}", "repeat: {count: 2, nth: 2, within: 7d}"
+    )
+    assert problems_of(write(tmp_path, {"a.yaml": text})) == [
+        "a.yaml:7: policies[0].match.repeat: give count only: nth is its older name"
+    ]
 
 
 def test_ladder_order_is_checked(tmp_path: Path) -> None:

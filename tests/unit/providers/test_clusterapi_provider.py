@@ -29,9 +29,34 @@ def test_control_plane_is_refused_and_opt_outs_are_held_with_the_reason() -> Non
     assert isinstance(held, ReplacementHeld) and "skip-remediation" in str(held)
     paused_owner = obj("MachineDeployment", "md", annotations={"cluster.x-k8s.io/paused": ""})
     held = refusal(obj("Machine", "m"), [paused_owner])
-    assert isinstance(held, ReplacementHeld) and "MachineDeployment md is paused" in str(held)
+    assert isinstance(held, ReplacementHeld)
+    assert "MachineDeployment default/md is paused (annotation cluster.x-k8s.io/paused)" in str(
+        held
+    )
     spec_paused = {**obj("MachineSet", "ms"), "spec": {"paused": True}}
     assert isinstance(refusal(obj("Machine", "m"), [spec_paused]), ReplacementHeld)
+
+
+def test_a_paused_machinedeployment_is_named_with_how_it_was_paused() -> None:
+    """`clusterctl alpha rollout pause` sets spec.paused: the hold names the MachineDeployment
+    and spec.paused, not an annotation it does not carry."""
+    rollout_paused = {**obj("MachineDeployment", "md"), "spec": {"paused": True}}
+    held = refusal(obj("Machine", "m"), [obj("MachineSet", "ms"), rollout_paused])
+    assert isinstance(held, ReplacementHeld)
+    assert str(held).startswith(
+        "Machine default/m: MachineDeployment default/md is paused (spec.paused)"
+    )
+    assert "annotation" not in str(held)
+
+
+def test_a_paused_cluster_holds_and_false_is_no_pause() -> None:
+    cluster = {**obj("Cluster", "prod"), "spec": {"paused": True}}
+    held = refusal(obj("Machine", "m"), [obj("MachineSet", "ms")], cluster)
+    assert isinstance(held, ReplacementHeld)
+    assert "Cluster default/prod is paused (spec.paused" in str(held)
+    running = {**obj("Cluster", "prod"), "spec": {"paused": False}}
+    unpaused = obj("MachineSet", "ms", annotations={"cluster.x-k8s.io/paused": "false"})
+    assert refusal(obj("Machine", "m"), [unpaused], running) is None
 
 
 @pytest.mark.parametrize(

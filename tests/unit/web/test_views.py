@@ -234,7 +234,7 @@ def test_waiting_list_says_what_each_action_does() -> None:
     assert item.reason == "node pool API: no spare capacity"
     assert [str(a) for a in item.actions] == [
         "retry: asks the node pool for a new replacement of gpu-node-1",
-        "cancel: stops here; the engine uncordons gpu-node-1",
+        "cancel: stops here; the engine uncordons gpu-node-1 if it is still in the cluster",
     ]
 
     approval = views.waiting_item(

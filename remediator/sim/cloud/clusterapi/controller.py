@@ -12,6 +12,12 @@ infrastructure provider's failure (phase Failed, `failureReason` InsufficientRes
 severity Error), and no Node comes; a MachineSet does not replace a failed Machine (remediating
 it is a MachineHealthCheck's job). `never_ready`: the Node registers and never turns Ready.
 
+The pool's Cluster (`sim`) is served too. Its `spec.paused` (what `clusterctl move` sets) stops
+the MachineSet controller, as does a MachineSet's own `cluster.x-k8s.io/paused` annotation (any
+value but "false"), exactly Cluster API's `IsPaused`: a deleted Machine is then not replaced until
+the pause ends, and the MachineSet carries a `Paused` condition (status.v1beta2) saying why. A
+MachineDeployment's pause does not stop its MachineSets, as in Cluster API.
+
 It runs on the cluster's tick; the objects are served by the simulated API server as the CRDs
 would serve them (discovery, list, watch, get, patch, delete), so kubectl works against them.
 
@@ -35,6 +41,8 @@ GV = "cluster.x-k8s.io/v1beta1"
 MACHINES = "cluster.x-k8s.io/machines"
 MACHINESETS = "cluster.x-k8s.io/machinesets"
 DEPLOYMENTS = "cluster.x-k8s.io/machinedeployments"
+CLUSTERS = "cluster.x-k8s.io/clusters"
+PAUSED = "cluster.x-k8s.io/paused"
 LAUNCH_FAULTS = "sim.remediator.io/launch-faults"
 LAUNCH_FAULT_KINDS = ("insufficient_capacity", "never_ready")
 NEVER = 10.0**9
@@ -135,11 +143,12 @@ class SimClusterApi:
 
     def bootstrap(self) -> None:
         store = self.cluster.store
+        owner = store.create(CLUSTERS, self._cluster())
         for pool, names in self.cluster.pools().items():
             nodes = [n for n in (store.find("nodes", "", name) for name in names) if n]
             template = pool_template(nodes)
             self._templates[pool] = (template.labels, template.gpus)
-            md = store.create(DEPLOYMENTS, self._deployment(pool, len(names)))
+            md = store.create(DEPLOYMENTS, self._deployment(pool, len(names), owner))
             ms = store.create(MACHINESETS, self._machineset(pool, md, len(names)))
             for node in nodes:
                 name = node["metadata"]["name"]
@@ -147,11 +156,26 @@ class SimClusterApi:
                 self._annotate(name, name, ms)
                 self._nodes[name] = name
 
-    def _deployment(self, pool: str, replicas: int) -> Obj:
+    @staticmethod
+    def _cluster() -> Obj:
+        return {
+            "apiVersion": GV,
+            "kind": "Cluster",
+            "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
+            "spec": {"paused": False},
+            "status": {"phase": "Provisioned"},
+        }
+
+    def _deployment(self, pool: str, replicas: int, owner: Obj) -> Obj:
         return {
             "apiVersion": GV,
             "kind": "MachineDeployment",
-            "metadata": {"name": pool, "namespace": NAMESPACE},
+            "metadata": {
+                "name": pool,
+                "namespace": NAMESPACE,
+                "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
+                "ownerReferences": [owner_reference(owner, "Cluster", GV)],
+            },
             "spec": {
                 "clusterName": CLUSTER,
                 "replicas": replicas,
@@ -239,9 +263,46 @@ class SimClusterApi:
             == ms["metadata"]["name"]
         )
 
+    def _paused(self, ms: Obj) -> str | None:
+        """Why Cluster API's MachineSet controller would not reconcile `ms` (its `IsPaused`)."""
+        name = ms["spec"].get("clusterName") or CLUSTER
+        owner = self.cluster.store.find(CLUSTERS, ms["metadata"]["namespace"], name)
+        if owner is not None and (owner.get("spec") or {}).get("paused") is True:
+            return f"Cluster {name} is paused"
+        value = (ms["metadata"].get("annotations") or {}).get(PAUSED)
+        if value is not None and value != "false":
+            return f"MachineSet {ms['metadata']['name']} has the {PAUSED} annotation"
+        return None
+
+    def _mark_paused(self, ms: Obj, why: str | None, now: datetime) -> None:
+        """The `Paused` condition Cluster API keeps on each object (status.v1beta2)."""
+        conditions = ((ms.get("status") or {}).get("v1beta2") or {}).get("conditions") or []
+        current = next((c for c in conditions if c.get("type") == "Paused"), None)
+        status = "True" if why else "False"
+        if current is not None and current.get("status") == status:
+            return
+        condition = {
+            "type": "Paused",
+            "status": status,
+            "reason": "Paused" if why else "NotPaused",
+            "message": why or "",
+            "lastTransitionTime": rfc3339(now),
+        }
+
+        def change(obj: Obj) -> None:
+            v1beta2 = obj.setdefault("status", {}).setdefault("v1beta2", {})
+            others = [c for c in v1beta2.get("conditions") or [] if c.get("type") != "Paused"]
+            v1beta2["conditions"] = [*others, condition]
+
+        self.cluster.store.mutate(
+            MACHINESETS, ms["metadata"]["namespace"], ms["metadata"]["name"], change
+        )
+
     def _scale(self, ms: Obj, owned: list[Obj], now: datetime) -> None:
         pool = (ms["metadata"].get("labels") or {}).get("cluster.x-k8s.io/deployment-name", "")
-        paused = "cluster.x-k8s.io/paused" in (ms["metadata"].get("annotations") or {})
+        why = self._paused(ms)
+        self._mark_paused(ms, why, now)
+        paused = why is not None
         live = [m for m in owned if not m["metadata"].get("deletionTimestamp")]
         missing = int(ms["spec"].get("replicas") or 0) - len(live)
         for index in range(max(0, missing) if not paused else 0):

@@ -143,6 +143,7 @@ RESOURCES: tuple[Resource, ...] = (
             ("machines", "Machine", "ma"),
             ("machinesets", "MachineSet", "ms"),
             ("machinedeployments", "MachineDeployment", "md"),
+            ("clusters", "Cluster", "cl"),
         )
     ),
 )
