@@ -176,7 +176,7 @@ class _Streams:
         by_kind: dict[SignalKind, list[Policy]] = {}
         for policy in policies:
             by_kind.setdefault(policy.match.kind, []).append(policy)
-        self._lists: list[tuple[ArchivedRun, list[datetime]]] = []
+        self._lists: list[tuple[ArchivedRun, list[datetime], list[datetime]]] = []
         previous_active: dict[tuple[str, int | None, str, int | None, str], bool] = {}
         events: dict[tuple[str, int | None, SignalKind, int | None], list[ArchivedRun]] = {}
         for run in recording.runs:
@@ -193,19 +193,21 @@ class _Streams:
             active = _breaches(candidates, run) or (was_active and _keeps(candidates, run))
             previous_active[run.key] = active
             if active:
-                self._lists.append((run, self._times(run)))
+                self._lists.append((run, *self._times(run)))
             elif was_active:
-                self._lists.append((run, self._times(run)[:1]))
+                times, observed = self._times(run)
+                self._lists.append((run, times[:1], observed[:1]))
         for runs in events.values():
             window = kind_windows.get(runs[0].kind, fold_window)
             self._fold_walk(runs, window)
 
-    def _times(self, run: ArchivedRun) -> list[datetime]:
+    def _times(self, run: ArchivedRun) -> tuple[list[datetime], list[datetime]]:
+        """The cycles of the run's readings, and each reading's own observed time."""
         cycles = self.cycles.get(run.source, [])
         lo = bisect.bisect_left(cycles, run.first_at)
         hi = bisect.bisect_right(cycles, run.last_at or run.first_at)
-        times = cycles[lo:hi]
-        return times if times else [run.first_at]
+        times = cycles[lo:hi] or [run.first_at]
+        return times, [run.observed(at, index) for index, at in enumerate(times)]
 
     def _fold_walk(self, runs: list[ArchivedRun], window: timedelta) -> None:
         """The cycles at which the fold can let a run's reading through: one a window after the
@@ -217,28 +219,26 @@ class _Streams:
         )
         last: datetime | None = None
         for run in runs:
-            times = self._times(run)
+            times, observed = self._times(run)
             if overlapping:
-                self._lists.append((run, times))
+                self._lists.append((run, times, observed))
                 continue
-            lag = timedelta(milliseconds=run.lag_ms)
-            picked: list[datetime] = []
+            picked: list[int] = []
             index = 0
             while index < len(times):
                 if last is not None:
-                    index = max(index, bisect.bisect_left(times, last + window + lag))
+                    index = max(index, bisect.bisect_left(observed, last + window))
                     if index >= len(times):
                         break
-                at = times[index]
-                picked.append(at)
-                last = at - lag
+                picked.append(index)
+                last = observed[index]
                 index += 1
             if picked:
-                self._lists.append((run, picked))
+                self._lists.append((run, [times[i] for i in picked], [observed[i] for i in picked]))
 
     def __iter__(self) -> Iterator[tuple[datetime, list[Signal]]]:
         heap: list[tuple[datetime, int, int]] = []
-        for number, (_, times) in enumerate(self._lists):
+        for number, (_, times, _) in enumerate(self._lists):
             if times:
                 heap.append((times[0], number, 0))
         heapq.heapify(heap)
@@ -246,25 +246,25 @@ class _Streams:
         batch: list[Signal] = []
         while heap:
             at, number, index = heapq.heappop(heap)
-            run, times = self._lists[number]
+            run, times, observed = self._lists[number]
             if index + 1 < len(times):
                 heapq.heappush(heap, (times[index + 1], number, index + 1))
             if current is not None and at != current:
                 yield current, batch
                 batch = []
             current = at
-            batch.append(_signal(run, at))
+            batch.append(_signal(run, observed[index]))
         if current is not None:
             yield current, batch
 
 
-def _signal(run: ArchivedRun, at: datetime) -> Signal:
+def _signal(run: ArchivedRun, observed: datetime) -> Signal:
     # Rows came from our own validated signals: no second validation per reading.
     return Signal.model_construct(
         node=run.node,
         kind=run.kind,
         source=run.source,
-        observed_at=at - timedelta(milliseconds=run.lag_ms),
+        observed_at=observed,
         gpu=run.gpu,
         gpu_uuid=run.gpu_uuid,
         code=run.code,
