@@ -61,7 +61,9 @@ class Opened:
     disruptive: bool
     reason: str
     until: datetime | None  # when it stops holding its node; None: past the end of the record
-    admitted_at: datetime | None = None  # None: still queued (held by a budget) at the end
+    admitted_at: datetime | None = None  # None: never admitted (see closed_at)
+    closed_at: datetime | None = None  # closed while queued (None: still queued at the end)
+    closed_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +360,15 @@ def replay(
     queued: dict[str, RemediationRecord] = {}  # node → its queued remediation
     entry: dict[str, int] = {}  # node → index in `opened` of its queued remediation
     every_cycle = sorted({at for times in recording.cycles.values() for at in times})
-    wakes: list[datetime] = []  # cycles at which a remediation's end may free a budget
+    # Cycles at which a remediation's end may free a budget, or a node's change (it left, it
+    # came back ready) may close or admit a queued one: the controller looks at every poll.
+    wakes = sorted(
+        {
+            every_cycle[at]
+            for at in (bisect.bisect_left(every_cycle, c.at) for c in changes)
+            if at < len(every_cycle)
+        }
+    )
 
     for now, signals in _with_wakes(iter(streams), wakes):
         if now >= recording.until:
@@ -413,10 +423,13 @@ def replay(
             cordoned=frozenset(n for n in cordoned if not _fenced(real_fencing, n, now)),
         )
         for node, record in list(queued.items()):
-            if cleared_reason(record, fresh, inventory, by_name.get(record.policy)) is not None:
+            why = cleared_reason(record, fresh, inventory, by_name.get(record.policy))
+            if why is not None:
                 del queued[node]  # its cause cleared while it waited: closed, never admitted
                 index = entry.pop(node)
-                opened[index] = replace(opened[index], until=now)
+                if node not in pools:
+                    why += _replaced_by(recording.remediations, node, now)
+                opened[index] = replace(opened[index], until=now, closed_at=now, closed_reason=why)
         if not decisions and not queued:
             continue
         reset = recording.breaker.reset_at
@@ -463,6 +476,15 @@ def replay(
                 entry[candidate.node] = len(opened)
                 opened.append(_opened(candidate, now, None, admitted=False))
     return Replay(tuple(opened), tuple(held), tuple(trips), cycles, readings)
+
+
+def _replaced_by(real: Sequence[RealRemediation], node: str, now: datetime) -> str:
+    """Which real remediation took the node out of the cluster, if one did."""
+    taken = [r for r in real if r.node == node and r.created_at <= now and r.state != "cancelled"]
+    if not taken:
+        return ""
+    last = taken[-1]
+    return f" (history's {last.policy} remediation from {last.created_at.isoformat()} took it out)"
 
 
 def _with_wakes(
