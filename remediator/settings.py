@@ -166,7 +166,7 @@ class ArchiveSettings(BaseModel):
 
     enabled: bool = True
     retention_days: float = Field(default=30.0, gt=0)
-    # A run is written (and a new one started) at least this often: what a crash can lose.
+    # A run is cut (its row completed, a new one started) at least this often.
     max_run_minutes: float = Field(default=60.0, gt=0)
     # Per signal kind, the level under which readings count as unchanged (store/archive.py).
     floors: dict[str, float] = Field(default_factory=lambda: {"thermal": 70.0})
