@@ -356,7 +356,7 @@ def main() -> None:
             tolerance="1m",
         )
         start = time.perf_counter()
-        report = run_backtest(namespace)
+        ((_, report),) = run_backtest(namespace)
         backtest_s = time.perf_counter() - start
         if args.keep is not None:
             shutil.copyfile(path, args.keep)

@@ -1,28 +1,38 @@
-"""Controller overhead in an end-to-end XID 79 replacement: how much of the time from the signal
-to the replaced node is the controller's own, beyond what the workload and the node pool take.
-Target: median under 2 s (issue 9 measured 5.8 s: total 22.0 - checkpoint 5.1 - pod shutdown
-8.1 - provisioning 3.0).
+"""Controller overhead in an end-to-end XID 79 remediation, on both of the shipped ladder's
+paths: how much of the time from the signal to the finished remediation is the controller's
+own, beyond what the workload, the node and the node pool take. Target: median under 2 s on each
+path.
 
-Method: the real CLI twice, as a user runs it: `remediator sim serve` (a 24-node fleet,
-replacement provisioning 3 s) and `remediator run` with the shipped policies (budgets opened to
-50% of a pool and the storm breaker off, see SETTINGS) and the controller's default cadence
+The shipped `xid-79-fallen-off-bus` ladder is notify → cordon → checkpoint → drain → reboot →
+diagnose (DCGM level 2) → uncordon, with `on_failure: replace`. So the path depends on the fault:
+
+    repair   a transient fault (the reboot clears it): reboot, diagnostics pass, uncordon
+    replace  a persistent fault (broken hardware): reboot, diagnostics fail, replace, verify
+
+Method: the real CLI twice, as a user runs it: `remediator sim serve` (a 24-node fleet, reboot
+5 s, replacement provisioning 3 s) and `remediator run` with the shipped policies (budgets opened
+to 50% of a pool and the storm breaker off, see SETTINGS) and the controller's default cadence
 (advance every 2 s, poll every 15 s), SQLite, leader election off. Each sample picks a training
 node whose trainer pod is running (it speaks the checkpoint handshake: the simulated workload
 answers after its `checkpoint-seconds`, 5 s, and exits `shutdown-seconds`, 8 s, after SIGTERM),
-pushes one XID 79 signal to the push API and follows the remediation through the console's JSON
-API until it succeeds; the next sample starts after it. Per sample:
+injects the XID 79 into the simulator (persistent or not), pushes the same XID 79 signal to the
+push API and follows the remediation through the console's JSON API until it finishes; the next
+sample starts after it. The paths alternate. Per sample:
 
     total       push sent → the `succeeded` transition (the timeline's own timestamp)
     checkpoint  the pod's checkpoint-seconds   (the workload's own time to save)
     shutdown    the pod's shutdown-seconds     (its own time to exit after SIGTERM)
-    provision   the simulator's provisioning delay (the node pool's own time)
-    overhead    total - checkpoint - shutdown - provision
+    reboot      the simulator's reboot delay   (the node's own time to come back)
+    diagnose    the simulated `dcgmi diag -r 2` run time
+    provision   the simulator's provisioning delay (replace path only)
+    overhead    total - the simulated times of the path taken
 
-The three subtracted are the simulator's configured times, which it keeps to its 0.1 s tick; that
-tick's lag counts as overhead here, so the figure errs high. The shipped XID 79 ladder is
-notify → cordon → checkpoint (the one grace) → drain → replace → verify.
+Each sample checks that its remediation took the path it models (the states it went through,
+its outcome and its new node) and the bench stops with an error otherwise: an overhead computed
+for a path not taken means nothing. The subtracted times are the simulator's configured ones,
+which it keeps to its 0.1 s tick; that tick's lag counts as overhead, so the figure errs high.
 
-Usage: python -m bench remediation_overhead [--samples N]
+Usage: python -m bench remediation_overhead [--samples N]   (N per path)
 """
 
 from __future__ import annotations
@@ -43,15 +53,37 @@ from typing import Any
 import httpx
 
 from remediator.sim.launch import SimHandle, start_sim
+from remediator.sim.node.programs import DIAG_SECONDS
 from remediator.store.db import upgrade
 
 TOKEN = "bench-token"
 NODES = 24
 PROVISION_SECONDS = 3.0
+REBOOT_SECONDS = 5.0
+DIAG_LEVEL = 2  # the shipped ladder's `diagnose: level: 2`
 CHECKPOINT_SECONDS = "sim.remediator.io/checkpoint-seconds"
 SHUTDOWN_SECONDS = "sim.remediator.io/shutdown-seconds"
 HANDSHAKE = "remediator.io/checkpoint-handshake"
-STEPS = ("quarantined", "checkpointing", "draining", "replacing", "verifying")
+STEPS = (
+    "checkpointing",
+    "draining",
+    "rebooting",
+    "diagnosing",
+    "uncordoning",
+    "replacing",
+    "verifying",
+)
+# The states each path must go through, and those it must not.
+PATHS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "repair": (
+        frozenset({"checkpointing", "draining", "rebooting", "diagnosing", "uncordoning"}),
+        frozenset({"replacing"}),
+    ),
+    "replace": (
+        frozenset({"checkpointing", "draining", "rebooting", "diagnosing", "replacing"}),
+        frozenset({"uncordoning"}),
+    ),
+}
 POLICIES = Path(__file__).resolve().parent.parent / "policies"
 # Budgets and the storm breaker are not what this bench measures: ten XID 79s in a few minutes
 # on a 24-node fleet would trip the shipped breaker (10% of the fleet) and queue the rest, and a
@@ -72,16 +104,15 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class Sample:
+    path: str
     node: str
     total: float
-    checkpoint: float
-    shutdown: float
-    provision: float
+    simulated: dict[str, float]  # checkpoint, shutdown, reboot, diagnose (, provision)
     steps: dict[str, float]
 
     @property
     def overhead(self) -> float:
-        return self.total - self.checkpoint - self.shutdown - self.provision
+        return self.total - sum(self.simulated.values())
 
 
 class Controller:
@@ -187,35 +218,63 @@ def at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(event["at"]).replace("Z", "+00:00")).timestamp()
 
 
-def sample(controller: Controller, sim: SimHandle, node: str, pod: dict[str, Any]) -> Sample:
+def check_path(path: str, node: str, done: dict[str, Any], visited: set[str]) -> None:
+    """Stop the bench when the remediation did not take the path this sample models."""
+    needed, excluded = PATHS[path]
+    problems = []
+    if done["state"] != "succeeded":
+        problems.append(f"ended {done['state']}: {done.get('hold_reason') or done.get('error')}")
+    if missing := sorted(needed - visited):
+        problems.append(f"never went through {', '.join(missing)}")
+    if extra := sorted(excluded & visited):
+        problems.append(f"went through {', '.join(extra)}")
+    replaced = bool(done.get("new_node")) and done.get("new_node") != node
+    if replaced != (path == "replace"):
+        problems.append(f"new node {done.get('new_node')!r}")
+    if problems:
+        raise SystemExit(
+            f"{node}: the {path} sample did not take the {path} path: " + "; ".join(problems)
+        )
+
+
+def sample(
+    controller: Controller, sim: SimHandle, path: str, node: str, pod: dict[str, Any]
+) -> Sample:
     annotations = pod["metadata"]["annotations"]
+    fault = {"type": "xid", "node": node, "gpu": 0, "code": 79, "persistent": path == "replace"}
+    httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=10).raise_for_status()
     pushed = controller.push_xid(node)
     done = controller.finished(node)
-    if done["state"] != "succeeded":
-        raise SystemExit(f"{node}: {done['state']}: {done.get('hold_reason') or done.get('error')}")
     moves = [e for e in done["events"] if e["to_state"] is not None]
+    check_path(path, node, done, {e["to_state"] for e in moves})
     entered = {e["to_state"]: at(e) for e in moves}
     left = {e["from_state"]: at(e) for e in moves if e["from_state"]}
     steps = {s: left[s] - entered[s] for s in STEPS if s in entered and s in left}
     steps["detect"] = entered["detected"] - pushed
-    return Sample(
-        node=node,
-        total=entered["succeeded"] - pushed,
-        checkpoint=float(annotations[CHECKPOINT_SECONDS]),
-        shutdown=float(annotations[SHUTDOWN_SECONDS]),
-        provision=PROVISION_SECONDS,
-        steps=steps,
-    )
+    simulated = {
+        "checkpoint": float(annotations[CHECKPOINT_SECONDS]),
+        "shutdown": float(annotations[SHUTDOWN_SECONDS]),
+        "reboot": REBOOT_SECONDS,
+        "diagnose": DIAG_SECONDS[DIAG_LEVEL],
+    }
+    if path == "replace":
+        simulated["provision"] = PROVISION_SECONDS
+    return Sample(path, node, entered["succeeded"] - pushed, simulated, steps)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=6, help="samples per path")
     parser.add_argument("--keep", type=Path, help="work (and leave the logs) in this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         workdir = args.keep or Path(tmp)
-        sim = start_sim(workdir / "sim", nodes=NODES, provision_delay=PROVISION_SECONDS)
+        sim = start_sim(
+            workdir / "sim",
+            nodes=NODES,
+            provision_delay=PROVISION_SECONDS,
+            reboot_delay=REBOOT_SECONDS,
+        )
         try:
             controller = Controller(workdir, sim)
             try:
@@ -229,45 +288,73 @@ def main() -> int:
 
 
 def run(controller: Controller, sim: SimHandle, wanted: int) -> list[Sample]:
-    # The simulated pool keeps a spare node or two; give it one per sample.
+    """`wanted` samples of each path, alternating, each on a node not remediated before (a
+    second XID 79 within a week is another policy's: straight to replacement)."""
+    # The simulated pool keeps a spare node or two; give it one per replacement.
     spare = {"type": "spare_capacity", "pool": "h100-train", "spare": wanted + 2}
     httpx.post(f"{sim.inject_url}/v1/nodepool-faults", json=spare, timeout=10).raise_for_status()
-    nodes = json.loads(sim.kubectl("get", "nodes", "-o", "json"))["items"]
-    candidates = sorted(n["metadata"]["name"] for n in nodes if "train" in n["metadata"]["name"])
     samples: list[Sample] = []
-    for node in candidates:
-        if len(samples) == wanted:
-            break
-        pod = trainer_on(sim, node)
-        if pod is None:
-            continue
-        result = sample(controller, sim, node, pod)
+    used: set[str] = set()
+    order = [path for _ in range(wanted) for path in ("replace", "repair")]
+    for path in order:
+        found = None
+        for _ in range(60):  # a replaced node's trainer needs a moment to run elsewhere
+            found = _next_trainer(sim, used)
+            if found is not None:
+                break
+            time.sleep(1.0)
+        if found is None:
+            raise SystemExit(f"only {len(samples)} nodes ran a trainer; wanted {len(order)}")
+        node, pod = found
+        used.add(node)
+        result = sample(controller, sim, path, node, pod)
         samples.append(result)
-        print(f"  {node}: total {result.total:.2f} s, overhead {result.overhead:.2f} s", flush=True)
-    if len(samples) < wanted:
-        raise SystemExit(f"only {len(samples)} nodes ran a trainer; wanted {wanted}")
+        print(
+            f"  {path:7} {node}: total {result.total:.2f} s, overhead {result.overhead:.2f} s",
+            flush=True,
+        )
     return samples
 
 
+def _next_trainer(sim: SimHandle, used: set[str]) -> tuple[str, dict[str, Any]] | None:
+    nodes = json.loads(sim.kubectl("get", "nodes", "-o", "json"))["items"]
+    names = sorted(n["metadata"]["name"] for n in nodes if "train" in n["metadata"]["name"])
+    for node in names:
+        if node in used:
+            continue
+        pod = trainer_on(sim, node)
+        if pod is not None:
+            return node, pod
+    return None
+
+
 def report(samples: list[Sample]) -> None:
+    paths = ("replace", "repair")
     print()
-    print(f"{len(samples)} XID 79 replacements, {NODES}-node simulated fleet, shipped policies")
+    counts = ", ".join(f"{sum(s.path == p for s in samples)} {p}" for p in paths)
+    print(f"XID 79 remediations ({counts}), {NODES}-node simulated fleet, shipped policies")
     print()
-    columns = ["total", "checkpoint", "shutdown", "provision", "overhead", "detect", *STEPS]
-    print("| node | " + " | ".join(f"{c} s" for c in columns) + " |")
-    print("| --- | " + " | ".join("---:" for _ in columns) + " |")
+    parts = ["checkpoint", "shutdown", "reboot", "diagnose", "provision"]
+    columns = ["total", *parts, "overhead", "detect", *STEPS]
+    print("| path | node | " + " | ".join(f"{c} s" for c in columns) + " |")
+    print("| --- | --- | " + " | ".join("---:" for _ in columns) + " |")
     for s in samples:
-        values = [s.total, s.checkpoint, s.shutdown, s.provision, s.overhead]
+        values = [s.total, *(s.simulated.get(p, 0.0) for p in parts), s.overhead]
         values += [s.steps.get(step, 0.0) for step in ("detect", *STEPS)]
-        print(f"| {s.node} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
-    overheads = [s.overhead for s in samples]
-    totals = [s.total for s in samples]
+        print(f"| {s.path} | {s.node} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
     print()
-    print(f"total median {statistics.median(totals):.2f} s p90 {percentile(totals, 0.9):.2f} s")
-    print(
-        f"overhead median {statistics.median(overheads):.2f} s "
-        f"p90 {percentile(overheads, 0.9):.2f} s"
-    )
+    for path in paths:
+        totals = [s.total for s in samples if s.path == path]
+        print(
+            f"{path}: total median {statistics.median(totals):.2f} s "
+            f"p90 {percentile(totals, 0.9):.2f} s"
+        )
+    for path in paths:
+        overheads = [s.overhead for s in samples if s.path == path]
+        print(
+            f"{path}: overhead median {statistics.median(overheads):.2f} s "
+            f"p90 {percentile(overheads, 0.9):.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """`remediator policy backtest PROPOSED_DIR …` and `remediator signals export …`.
 
 The backtest exits 0 whenever it ran, whatever it found (a reviewer reads the report; CI posts
-it); 1 when it could not run (bad arguments, unreadable record or policies).
+it); 1 when it could not run (bad arguments, unreadable record or policies, a cluster without
+data, a window without a single reading).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -18,18 +20,21 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from remediator.backtest import render
 from remediator.backtest.compare import Report
-from remediator.backtest.recording import PolicyVersion, from_database, read_export, write_export
+from remediator.backtest.recording import PolicyVersion, from_database, read_exports, write_exports
 from remediator.backtest.replay import PolicyTimeline, run_filter
 from remediator.backtest.run import (
+    ALL,
     backtest_database,
+    check_readings,
     named_baseline,
+    pick_clusters,
     proposed_set,
     recorded_baseline,
     run_replays,
 )
 from remediator.errors import RemediatorError
 from remediator.policy.durations import parse_duration
-from remediator.store.archive import ArchivedRun, RunFilter, iter_runs
+from remediator.store.archive import ArchivedRun, RunFilter, archived_clusters, iter_runs
 from remediator.store.db import make_engine, make_session_factory
 
 FORMATS = {"text": render.to_text, "markdown": render.to_markdown, "json": render.to_json_text}
@@ -78,7 +83,10 @@ def _window_arguments(parser: argparse.ArgumentParser) -> None:
         "file's own window)",
     )
     parser.add_argument("--until", help="end: a duration back from now or an ISO time (now)")
-    parser.add_argument("--cluster", default="default", help="cluster name in the database")
+    parser.add_argument(
+        "--cluster",
+        help="cluster name, or `all` (each cluster apart); default: the record's only cluster",
+    )
 
 
 def parse_when(text: str, now: datetime) -> datetime:
@@ -103,22 +111,31 @@ def _window(args: argparse.Namespace) -> tuple[datetime, datetime]:
     return since, until
 
 
-def run_backtest(args: argparse.Namespace) -> Report:
+def run_backtest(args: argparse.Namespace) -> list[tuple[str, Report]]:
+    """One report per cluster the arguments name (see run.pick_clusters)."""
     since, until = _window(args)
     tolerance = parse_duration(args.tolerance)
     fixed = named_baseline(args.baseline, args.baseline_ref, args.proposed)
     if args.signals is None:
         engine = make_engine(args.database)
         try:
-            return backtest_database(
-                make_session_factory(engine),
-                args.cluster,
-                args.proposed,
-                since,
-                until,
-                baseline=fixed,
-                tolerance=tolerance,
-            )
+            factory = make_session_factory(engine)
+            clusters = pick_clusters(archived_clusters(factory), args.cluster, "the database")
+            return [
+                (
+                    cluster,
+                    backtest_database(
+                        factory,
+                        cluster,
+                        args.proposed,
+                        since,
+                        until,
+                        baseline=fixed,
+                        tolerance=tolerance,
+                    ),
+                )
+                for cluster in clusters
+            ]
         finally:
             engine.dispose()
     proposed = proposed_set(args.proposed)
@@ -126,26 +143,40 @@ def run_backtest(args: argparse.Namespace) -> Report:
 
     def filter_for(versions: Sequence[PolicyVersion]) -> RunFilter:
         chosen.append(fixed or recorded_baseline(versions))
-        return run_filter([chosen[0][0], proposed[0]])
+        return run_filter([chosen[-1][0], proposed[0]])
 
-    recording = read_export(args.signals, filter_for)
-    if args.since is None:
-        since = recording.since
-    if args.until is None:
-        until = recording.until
-    since, until = max(since, recording.since), min(until, recording.until)
-    baseline = chosen[0] if chosen else fixed or recorded_baseline(recording.policy_versions)
-    window = replace(recording, since=since, until=until)
-    return run_replays(window, baseline, proposed, tolerance)
+    sections = read_exports(args.signals, filter_for)
+    names = [recording.cluster for recording in sections]
+    clusters = pick_clusters(names, args.cluster, str(args.signals))
+    reports: list[tuple[str, Report]] = []
+    for cluster in clusters:
+        recording = sections[names.index(cluster)]
+        start = since if args.since is not None else recording.since
+        end = until if args.until is not None else recording.until
+        start, end = max(start, recording.since), min(end, recording.until)
+        window = replace(recording, since=start, until=end)
+        check_readings(window, cluster)
+        baseline = fixed or recorded_baseline(recording.policy_versions)
+        reports.append((cluster, run_replays(window, baseline, proposed, tolerance)))
+    return reports
 
 
 def _backtest(args: argparse.Namespace) -> int:
     try:
-        report = run_backtest(args)
+        reports = run_backtest(args)
     except (RemediatorError, SQLAlchemyError, ValueError) as exc:
         print(f"remediator policy backtest: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(FORMATS[args.format](report))
+    if args.cluster != ALL:
+        sys.stdout.write(FORMATS[args.format](reports[0][1]))
+    elif args.format == "json":
+        body = {"clusters": {name: render.to_json(report) for name, report in reports}}
+        sys.stdout.write(json.dumps(body, indent=2))
+    else:
+        heading = "## cluster {}\n\n" if args.format == "markdown" else "=== cluster {} ===\n"
+        sys.stdout.write(
+            "\n".join(heading.format(name) + FORMATS[args.format](r) for name, r in reports)
+        )
     return 0
 
 
@@ -155,25 +186,34 @@ def _export(args: argparse.Namespace) -> int:
         engine = make_engine(args.database)
         try:
             factory = make_session_factory(engine)
+            clusters = pick_clusters(archived_clusters(factory), args.cluster, "the database")
             # Everything but the runs up front (small); the runs streamed straight to the file.
-            recording = from_database(factory, args.cluster, since, until, RunFilter())
-            counted = _Counted(iter_runs(factory, args.cluster, since, until))
+            sections = [
+                (
+                    from_database(factory, cluster, since, until, RunFilter()),
+                    _Counted(iter_runs(factory, cluster, since, until)),
+                )
+                for cluster in clusters
+            ]
             if args.output is not None:
                 with args.output.open("wb") as out:
-                    lines = write_export(recording, out, counted)
+                    lines = write_exports(sections, out)
             else:
-                lines = write_export(recording, sys.stdout.buffer, counted)
+                lines = write_exports(sections, sys.stdout.buffer)
                 sys.stdout.buffer.flush()
         finally:
             engine.dispose()
     except (RemediatorError, SQLAlchemyError, OSError) as exc:
         print(f"remediator signals export: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"exported {counted.count} runs, {len(recording.nodes)} node changes, "
-        f"{len(recording.remediations)} remediations ({lines} lines)",
-        file=sys.stderr,
-    )
+    for recording, counted in sections:
+        print(
+            f"cluster {recording.cluster}: exported {counted.count} runs, "
+            f"{len(recording.nodes)} node changes, "
+            f"{len(recording.remediations)} remediations",
+            file=sys.stderr,
+        )
+    print(f"{lines} lines", file=sys.stderr)
     return 0
 
 

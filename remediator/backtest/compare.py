@@ -189,14 +189,30 @@ def _admission_change(before: Opened, after: Opened, tolerance: timedelta) -> st
     if before.admitted_at is None and after.admitted_at is None:
         return None
     if after.admitted_at is None:
-        return "queued, never admitted"
+        return f"queued, {_unadmitted(after)}"
     if before.admitted_at is None:
-        return "admitted (was queued to the end)"
+        return f"admitted at {after.admitted_at.isoformat()} (before: {_unadmitted(before)})"
     shift = (after.admitted_at - after.at) - (before.admitted_at - before.at)
     if abs(shift) <= tolerance:
         return None
     seconds = int(shift.total_seconds())
     return f"admitted {'+' if seconds > 0 else ''}{seconds}s later than before"
+
+
+def _unadmitted(item: Opened) -> str:
+    """What became of a remediation a budget held and never admitted."""
+    if item.closed_at is not None:
+        when = item.closed_at.isoformat()
+        return f"closed at {when} without being admitted: {item.closed_reason}"
+    return "still queued at the end of the record"
+
+
+def _outcome(item: Opened | None) -> str:
+    if item is None:
+        return ""
+    if item.admitted_at is not None:
+        return f"admitted at {item.admitted_at.isoformat()}"
+    return _unadmitted(item)
 
 
 def _opened_item(item: Opened, detail: str) -> Item:
@@ -210,8 +226,10 @@ def _describe(item: Opened) -> dict[str, Any]:
         "ladder": list(item.ladder),
         "dry_run": item.dry_run,
         "reason": item.reason,
-        # None: a budget held it, and it was still queued at the end (or closed as cleared).
+        # None: a budget held it, and it was still queued at the end, or closed (`closed`).
         "admitted": item.admitted_at.isoformat() if item.admitted_at else None,
+        "closed": item.closed_at.isoformat() if item.closed_at else None,
+        "closed_reason": item.closed_reason or None,
     }
 
 
@@ -299,8 +317,12 @@ def compare(
 
     base_holds = episodes(baseline.held)
     new_holds = episodes(proposed.held)
-    holds_added = [_hold_item(h) for h in new_holds if not _overlaps(h, base_holds)]
-    holds_removed = [_hold_item(h) for h in base_holds if not _overlaps(h, new_holds)]
+    holds_added = [
+        _hold_item(h, proposed.opened) for h in new_holds if not _overlaps(h, base_holds)
+    ]
+    holds_removed = [
+        _hold_item(h, baseline.opened) for h in base_holds if not _overlaps(h, new_holds)
+    ]
 
     def order(items: Iterable[Item]) -> tuple[Item, ...]:
         return tuple(sorted(items, key=lambda i: (i.at, i.node, i.policy)))
@@ -352,10 +374,25 @@ def _overlaps(episode: HoldEpisode, others: Sequence[HoldEpisode]) -> bool:
     )
 
 
-def _hold_item(episode: HoldEpisode) -> Item:
+def _hold_item(episode: HoldEpisode, opened: Sequence[Opened]) -> Item:
+    """The episode from its first hold, and how it ended: the (last) queued remediation it
+    held was admitted, closed, or still waited at the end."""
+    held = [
+        o
+        for o in opened
+        if o.node == episode.node
+        and o.policy == episode.policy
+        and episode.start <= o.at <= episode.end
+    ]
+    times = "once" if episode.count == 1 else f"{episode.count} times"
+    if episode.count > 1:
+        times += f" from {episode.start.isoformat()} to {episode.end.isoformat()}"
+    else:
+        times += f" at {episode.start.isoformat()}"
+    outcome = _outcome(held[-1] if held else None)
     return Item(
         episode.node,
         episode.policy,
         episode.start,
-        f"held {episode.count} times until {episode.end.isoformat()}: {episode.reason}",
+        f"held {times} ({episode.reason})" + (f"; {outcome}" if outcome else ""),
     )

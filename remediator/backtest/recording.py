@@ -23,6 +23,7 @@ from remediator.store.archive import (
     ArchivedRun,
     NodeChange,
     RunFilter,
+    earliest_run,
     read_cycles,
     read_nodes,
     read_runs,
@@ -32,7 +33,9 @@ from remediator.store.models import ControllerState, PolicySet, Remediation
 
 # Remediations this far before the window still shape it: cooldowns, repeats, open ones.
 LOOKBACK = timedelta(days=30)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a header per cluster; runs carry each reading's observed timing
+READABLE_VERSIONS = frozenset({1, 2})
+DEFAULT_CLUSTER = "default"  # a version 1 file names no cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class Recording:
     remediations: list[RealRemediation]
     policy_versions: list[PolicyVersion] = field(default_factory=list)
     breaker: BreakerRecord = BreakerRecord(None, None)
+    cluster: str = DEFAULT_CLUSTER
 
 
 class RecordingError(RemediatorError):
@@ -86,15 +90,18 @@ def from_database(
     until: datetime,
     wanted: RunFilter | None = None,
 ) -> Recording:
+    # A run begun before the window counts its readings from its first cycle.
+    first = earliest_run(factory, cluster, since, until)
     return Recording(
         since=since,
         until=until,
-        cycles=read_cycles(factory, cluster, since, until),
+        cycles=read_cycles(factory, cluster, min(since, first or since), until),
         runs=read_runs(factory, cluster, since, until, wanted),
         nodes=read_nodes(factory, cluster, since, until),
         remediations=_remediations(factory, cluster, since - LOOKBACK, until),
         policy_versions=policy_versions(factory, cluster, until),
         breaker=_breaker(factory, cluster),
+        cluster=cluster,
     )
 
 
@@ -167,6 +174,7 @@ class _Line(BaseModel):
 class _Header(_Line):
     type: str
     version: int
+    cluster: str | None = None
     since: AwareDatetime
     until: AwareDatetime
     breaker_tripped_at: AwareDatetime | None = None
@@ -193,6 +201,8 @@ class _Run(_Line):
     last_at: AwareDatetime | None
     readings: int
     lag_ms: int
+    observed_at: AwareDatetime | None = None  # version 2: the first reading's own time
+    step_us: int | None = None
 
 
 class _Node(_Line):
@@ -232,6 +242,7 @@ def export_lines(
     yield _Header(
         type="header",
         version=FORMAT_VERSION,
+        cluster=recording.cluster,
         since=recording.since,
         until=recording.until,
         breaker_tripped_at=recording.breaker.tripped_at,
@@ -284,17 +295,27 @@ def export_lines(
             "last_at": run.last_at.isoformat() if run.last_at else None,
             "readings": run.readings,
             "lag_ms": run.lag_ms,
+            "observed_at": run.observed_at.isoformat() if run.observed_at else None,
+            "step_us": run.step_us,
         }
 
 
 def write_export(
     recording: Recording, out: IO[bytes], runs: Iterable[ArchivedRun] | None = None
 ) -> int:
+    return write_exports([(recording, runs)], out)
+
+
+def write_exports(
+    sections: Iterable[tuple[Recording, Iterable[ArchivedRun] | None]], out: IO[bytes]
+) -> int:
+    """One file, one section (a header and its records) per cluster."""
     count = 0
     with gzip.GzipFile(fileobj=out, mode="wb") as zipped:
-        for line in export_lines(recording, runs):
-            zipped.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
-            count += 1
+        for recording, runs in sections:
+            for line in export_lines(recording, runs):
+                zipped.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+                count += 1
     return count
 
 
@@ -302,9 +323,19 @@ RunFilterFor = Callable[[Sequence[PolicyVersion]], RunFilter]
 
 
 def read_export(path: Path, filter_for: RunFilterFor | None = None) -> Recording:
-    """Read a `signals export` file; a bad line is an error naming its number. With
-    `filter_for`, only the runs a replay needs are kept (see RunFilter): it is asked, with the
-    policy versions read so far, when the runs begin (the writer puts them last)."""
+    """A file of one cluster (see read_exports)."""
+    sections = read_exports(path, filter_for)
+    if len(sections) > 1:
+        names = ", ".join(r.cluster for r in sections)
+        raise RecordingError(f"{path}: holds several clusters ({names})")
+    return sections[0]
+
+
+def read_exports(path: Path, filter_for: RunFilterFor | None = None) -> list[Recording]:
+    """Read a `signals export` file, one recording per cluster section; a bad line is an error
+    naming its number. With `filter_for`, only the runs a replay needs are kept (see
+    RunFilter): it is asked, with the section's policy versions, when its runs begin (the
+    writer puts them last)."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             return _parse(enumerate(handle, start=1), path, filter_for)
@@ -338,93 +369,118 @@ class _Keep:
         return False
 
 
+@dataclass
+class _Section:
+    """One cluster's records as they are read."""
+
+    header: _Header
+    wanted: RunFilter | None = None
+    keep: _Keep = field(default_factory=_Keep)
+    cycles: dict[str, list[datetime]] = field(default_factory=dict)
+    runs: list[ArchivedRun] = field(default_factory=list)
+    nodes: list[NodeChange] = field(default_factory=list)
+    remediations: list[RealRemediation] = field(default_factory=list)
+    versions: list[PolicyVersion] = field(default_factory=list)
+
+    def recording(self) -> Recording:
+        for times in self.cycles.values():
+            times.sort()
+        return Recording(
+            since=self.header.since,
+            until=self.header.until,
+            cycles=self.cycles,
+            runs=self.runs,
+            nodes=self.nodes,
+            remediations=self.remediations,
+            policy_versions=self.versions,
+            breaker=BreakerRecord(self.header.breaker_tripped_at, self.header.breaker_reset_at),
+            cluster=self.header.cluster or DEFAULT_CLUSTER,
+        )
+
+
 def _parse(
     lines: Iterable[tuple[int, str]], path: Path, filter_for: RunFilterFor | None
-) -> Recording:
-    header: _Header | None = None
-    wanted: RunFilter | None = None
-    keep = _Keep()
-    cycles: dict[str, list[datetime]] = {}
-    runs: list[ArchivedRun] = []
-    nodes: list[NodeChange] = []
-    remediations: list[RealRemediation] = []
-    versions: list[PolicyVersion] = []
+) -> list[Recording]:
+    sections: list[_Section] = []
     for number, text in lines:
         if not text.strip():
             continue
         try:
             data = json.loads(text)
             kind = data.get("type") if isinstance(data, dict) else None
-            if header is None:
-                if kind != "header":
-                    raise ValueError("the first line must be the header")
+            if kind == "header":
                 header = _Header.model_validate(data)
-                if header.version != FORMAT_VERSION:
+                if header.version not in READABLE_VERSIONS:
                     raise ValueError(f"format version {header.version}, expected {FORMAT_VERSION}")
-            elif kind == "cycles":
-                cycle = _Cycle.model_validate(data)
-                cycles.setdefault(cycle.source, []).extend(cycle.at)
-            elif kind == "run":
-                if filter_for is not None and wanted is None:
-                    wanted = filter_for(versions)
-                if wanted is not None and not keep(wanted, data):
-                    continue
-                r = _Run.model_validate(data)
-                runs.append(
-                    ArchivedRun(
-                        r.node,
-                        r.gpu,
-                        r.kind,
-                        r.code,
-                        r.value,
-                        r.source,
-                        r.labels,
-                        r.gpu_uuid,
-                        r.first_at,
-                        r.last_at,
-                        r.readings,
-                        r.lag_ms,
-                    )
-                )
-            elif kind == "node":
-                n = _Node.model_validate(data)
-                nodes.append(
-                    NodeChange(n.at, n.node, n.present, n.pool, n.labels, n.ready, n.cordoned)
-                )
-            elif kind == "remediation":
-                m = _Remediation.model_validate(data)
-                remediations.append(
-                    RealRemediation(
-                        m.node,
-                        m.policy,
-                        m.pool,
-                        m.created_at,
-                        m.ended_at,
-                        m.state,
-                        tuple(m.ladder),
-                        m.dry_run,
-                    )
-                )
-            elif kind == "policies":
-                if wanted is not None:
-                    raise ValueError("policy versions after the runs: not a file this writes")
-                p = _Policies.model_validate(data)
-                versions.append(PolicyVersion(p.loaded_at, p.content_hash, p.files))
-            else:
-                raise ValueError(f"unknown record type {kind!r}")
+                if header.version == 1 and sections:
+                    raise ValueError("a second header in a version 1 file")
+                if any(s.header.cluster == header.cluster for s in sections):
+                    raise ValueError(f"cluster {header.cluster!r} appears twice")
+                sections.append(_Section(header))
+                continue
+            if not sections:
+                raise ValueError("the first line must be the header")
+            _parse_line(sections[-1], kind, data, filter_for)
         except (ValueError, ValidationError) as exc:
             raise RecordingError(f"{path}:{number}: {exc}") from exc
-    if header is None:
+    if not sections:
         raise RecordingError(f"{path}: empty export (no header line)")
-    for times in cycles.values():
-        times.sort()
-    return Recording(
-        since=header.since,
-        until=header.until,
-        cycles=cycles,
-        runs=runs,
-        nodes=nodes,
-        remediations=remediations,
-        policy_versions=versions,
-        breaker=BreakerRecord(header.breaker_tripped_at, header.breaker_reset_at),
-    )
+    return [section.recording() for section in sections]
+
+
+def _parse_line(
+    section: _Section, kind: Any, data: dict[str, Any], filter_for: RunFilterFor | None
+) -> None:
+    if kind == "cycles":
+        cycle = _Cycle.model_validate(data)
+        section.cycles.setdefault(cycle.source, []).extend(cycle.at)
+    elif kind == "run":
+        if filter_for is not None and section.wanted is None:
+            section.wanted = filter_for(section.versions)
+        if section.wanted is not None and not section.keep(section.wanted, data):
+            return
+        r = _Run.model_validate(data)
+        section.runs.append(
+            ArchivedRun(
+                r.node,
+                r.gpu,
+                r.kind,
+                r.code,
+                r.value,
+                r.source,
+                r.labels,
+                r.gpu_uuid,
+                r.first_at,
+                r.last_at,
+                r.readings,
+                r.lag_ms,
+                r.observed_at,
+                r.step_us,
+            )
+        )
+    elif kind == "node":
+        n = _Node.model_validate(data)
+        section.nodes.append(
+            NodeChange(n.at, n.node, n.present, n.pool, n.labels, n.ready, n.cordoned)
+        )
+    elif kind == "remediation":
+        m = _Remediation.model_validate(data)
+        section.remediations.append(
+            RealRemediation(
+                m.node,
+                m.policy,
+                m.pool,
+                m.created_at,
+                m.ended_at,
+                m.state,
+                tuple(m.ladder),
+                m.dry_run,
+            )
+        )
+    elif kind == "policies":
+        if section.wanted is not None:
+            raise ValueError("policy versions after the runs: not a file this writes")
+        p = _Policies.model_validate(data)
+        section.versions.append(PolicyVersion(p.loaded_at, p.content_hash, p.files))
+    else:
+        raise ValueError(f"unknown record type {kind!r}")

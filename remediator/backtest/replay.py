@@ -61,7 +61,9 @@ class Opened:
     disruptive: bool
     reason: str
     until: datetime | None  # when it stops holding its node; None: past the end of the record
-    admitted_at: datetime | None = None  # None: still queued (held by a budget) at the end
+    admitted_at: datetime | None = None  # None: never admitted (see closed_at)
+    closed_at: datetime | None = None  # closed while queued (None: still queued at the end)
+    closed_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,7 @@ class _Streams:
         by_kind: dict[SignalKind, list[Policy]] = {}
         for policy in policies:
             by_kind.setdefault(policy.match.kind, []).append(policy)
-        self._lists: list[tuple[ArchivedRun, list[datetime]]] = []
+        self._lists: list[tuple[ArchivedRun, list[datetime], list[datetime]]] = []
         previous_active: dict[tuple[str, int | None, str, int | None, str], bool] = {}
         events: dict[tuple[str, int | None, SignalKind, int | None], list[ArchivedRun]] = {}
         for run in recording.runs:
@@ -193,19 +195,21 @@ class _Streams:
             active = _breaches(candidates, run) or (was_active and _keeps(candidates, run))
             previous_active[run.key] = active
             if active:
-                self._lists.append((run, self._times(run)))
+                self._lists.append((run, *self._times(run)))
             elif was_active:
-                self._lists.append((run, self._times(run)[:1]))
+                times, observed = self._times(run)
+                self._lists.append((run, times[:1], observed[:1]))
         for runs in events.values():
             window = kind_windows.get(runs[0].kind, fold_window)
             self._fold_walk(runs, window)
 
-    def _times(self, run: ArchivedRun) -> list[datetime]:
+    def _times(self, run: ArchivedRun) -> tuple[list[datetime], list[datetime]]:
+        """The cycles of the run's readings, and each reading's own observed time."""
         cycles = self.cycles.get(run.source, [])
         lo = bisect.bisect_left(cycles, run.first_at)
         hi = bisect.bisect_right(cycles, run.last_at or run.first_at)
-        times = cycles[lo:hi]
-        return times if times else [run.first_at]
+        times = cycles[lo:hi] or [run.first_at]
+        return times, [run.observed(at, index) for index, at in enumerate(times)]
 
     def _fold_walk(self, runs: list[ArchivedRun], window: timedelta) -> None:
         """The cycles at which the fold can let a run's reading through: one a window after the
@@ -217,28 +221,26 @@ class _Streams:
         )
         last: datetime | None = None
         for run in runs:
-            times = self._times(run)
+            times, observed = self._times(run)
             if overlapping:
-                self._lists.append((run, times))
+                self._lists.append((run, times, observed))
                 continue
-            lag = timedelta(milliseconds=run.lag_ms)
-            picked: list[datetime] = []
+            picked: list[int] = []
             index = 0
             while index < len(times):
                 if last is not None:
-                    index = max(index, bisect.bisect_left(times, last + window + lag))
+                    index = max(index, bisect.bisect_left(observed, last + window))
                     if index >= len(times):
                         break
-                at = times[index]
-                picked.append(at)
-                last = at - lag
+                picked.append(index)
+                last = observed[index]
                 index += 1
             if picked:
-                self._lists.append((run, picked))
+                self._lists.append((run, [times[i] for i in picked], [observed[i] for i in picked]))
 
     def __iter__(self) -> Iterator[tuple[datetime, list[Signal]]]:
         heap: list[tuple[datetime, int, int]] = []
-        for number, (_, times) in enumerate(self._lists):
+        for number, (_, times, _) in enumerate(self._lists):
             if times:
                 heap.append((times[0], number, 0))
         heapq.heapify(heap)
@@ -246,25 +248,25 @@ class _Streams:
         batch: list[Signal] = []
         while heap:
             at, number, index = heapq.heappop(heap)
-            run, times = self._lists[number]
+            run, times, observed = self._lists[number]
             if index + 1 < len(times):
                 heapq.heappush(heap, (times[index + 1], number, index + 1))
             if current is not None and at != current:
                 yield current, batch
                 batch = []
             current = at
-            batch.append(_signal(run, at))
+            batch.append(_signal(run, observed[index]))
         if current is not None:
             yield current, batch
 
 
-def _signal(run: ArchivedRun, at: datetime) -> Signal:
+def _signal(run: ArchivedRun, observed: datetime) -> Signal:
     # Rows came from our own validated signals: no second validation per reading.
     return Signal.model_construct(
         node=run.node,
         kind=run.kind,
         source=run.source,
-        observed_at=at - timedelta(milliseconds=run.lag_ms),
+        observed_at=observed,
         gpu=run.gpu,
         gpu_uuid=run.gpu_uuid,
         code=run.code,
@@ -358,7 +360,15 @@ def replay(
     queued: dict[str, RemediationRecord] = {}  # node → its queued remediation
     entry: dict[str, int] = {}  # node → index in `opened` of its queued remediation
     every_cycle = sorted({at for times in recording.cycles.values() for at in times})
-    wakes: list[datetime] = []  # cycles at which a remediation's end may free a budget
+    # Cycles at which a remediation's end may free a budget, or a node's change (it left, it
+    # came back ready) may close or admit a queued one: the controller looks at every poll.
+    wakes = sorted(
+        {
+            every_cycle[at]
+            for at in (bisect.bisect_left(every_cycle, c.at) for c in changes)
+            if at < len(every_cycle)
+        }
+    )
 
     for now, signals in _with_wakes(iter(streams), wakes):
         if now >= recording.until:
@@ -413,10 +423,13 @@ def replay(
             cordoned=frozenset(n for n in cordoned if not _fenced(real_fencing, n, now)),
         )
         for node, record in list(queued.items()):
-            if cleared_reason(record, fresh, inventory, by_name.get(record.policy)) is not None:
+            why = cleared_reason(record, fresh, inventory, by_name.get(record.policy))
+            if why is not None:
                 del queued[node]  # its cause cleared while it waited: closed, never admitted
                 index = entry.pop(node)
-                opened[index] = replace(opened[index], until=now)
+                if node not in pools:
+                    why += _replaced_by(recording.remediations, node, now)
+                opened[index] = replace(opened[index], until=now, closed_at=now, closed_reason=why)
         if not decisions and not queued:
             continue
         reset = recording.breaker.reset_at
@@ -463,6 +476,15 @@ def replay(
                 entry[candidate.node] = len(opened)
                 opened.append(_opened(candidate, now, None, admitted=False))
     return Replay(tuple(opened), tuple(held), tuple(trips), cycles, readings)
+
+
+def _replaced_by(real: Sequence[RealRemediation], node: str, now: datetime) -> str:
+    """Which real remediation took the node out of the cluster, if one did."""
+    taken = [r for r in real if r.node == node and r.created_at <= now and r.state != "cancelled"]
+    if not taken:
+        return ""
+    last = taken[-1]
+    return f" (history's {last.policy} remediation from {last.created_at.isoformat()} took it out)"
 
 
 def _with_wakes(

@@ -24,6 +24,40 @@ from remediator.errors import PolicyError
 from remediator.policy.loader import PolicySet, load_policy_dir
 
 EPOCH = datetime.min.replace(tzinfo=UTC)
+ALL = "all"
+
+
+def pick_clusters(available: Sequence[str], requested: str | None, where: str) -> list[str]:
+    """The clusters a backtest or an export covers: the named one, every one (`all`), or with no
+    name the record's only one. A cluster without data is refused, naming those with data: a
+    misspelt name must not read as "this change does nothing"."""
+    if not available:
+        raise BacktestError(f"{where} holds no archived signals for any cluster")
+    names = ", ".join(available)
+    if requested == ALL:
+        return list(available)
+    if requested is None:
+        if len(available) > 1:
+            raise BacktestError(
+                f"{where} holds signals of several clusters ({names}): "
+                "name one with --cluster, or --cluster all"
+            )
+        return [available[0]]
+    if requested not in available:
+        raise BacktestError(
+            f"cluster {requested!r} has no archived signals in {where}; clusters with data: {names}"
+        )
+    return [requested]
+
+
+def check_readings(recording: Recording, cluster: str) -> None:
+    """A window without a single reading proves nothing: refuse rather than report "no change"."""
+    window = (recording.since, recording.until)
+    if not any(window[0] <= at < window[1] for times in recording.cycles.values() for at in times):
+        raise BacktestError(
+            f"cluster {cluster!r}: no signal readings between {recording.since.isoformat()} and "
+            f"{recording.until.isoformat()} (the archive holds none in that window)"
+        )
 
 
 def load_dir(directory: Path) -> PolicySet:
@@ -105,6 +139,7 @@ def backtest_database(
     chosen = baseline or recorded_baseline(policy_versions(factory, cluster, until))
     wanted = run_filter([chosen[0], proposed[0]])
     recording = from_database(factory, cluster, since, until, wanted)
+    check_readings(recording, cluster)
     return run_replays(recording, chosen, proposed, tolerance)
 
 

@@ -48,6 +48,12 @@ class TokenBucket:
         self._lock = threading.Lock()
         self.waited_seconds = 0.0  # total time requests spent waiting, for metrics and benches
 
+    def full_in(self) -> float:
+        """Seconds until the bucket holds `burst` tokens again (0: it does now)."""
+        with self._lock:
+            current = refill(self._bucket, self._monotonic(), self.qps, self.burst)
+        return (self.burst - current.tokens) / self.qps
+
     def take(self) -> float:
         """Block until this request may go; returns how long it waited."""
         with self._lock:

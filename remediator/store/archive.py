@@ -23,7 +23,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, select
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    null,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,7 +44,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediator.errors import TransientError
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.db import session_scope
-from remediator.store.models import ArchivedCycle, ArchivedLabelSet, ArchivedNode, ArchivedSignal
+from remediator.store.models import (
+    ArchivedCycle,
+    ArchivedLabelSet,
+    ArchivedNode,
+    ArchivedSignal,
+    UTCDateTime,
+)
 
 
 class ArchiveUnavailable(TransientError):
@@ -67,10 +85,20 @@ class ArchivedRun:
     last_at: datetime | None
     readings: int
     lag_ms: int
+    observed_at: datetime | None = None  # the first reading's own time (None: an older row)
+    step_us: int | None = None
 
     @property
     def key(self) -> tuple[str, int | None, str, int | None, str]:
         return (self.node, self.gpu, self.kind.value, self.code, self.source)
+
+    def observed(self, at: datetime, index: int) -> datetime:
+        """The observed time of the reading at cycle `at`, the run's `index`-th."""
+        if self.observed_at is None:
+            return at - timedelta(milliseconds=self.lag_ms)
+        if self.step_us is None:
+            return at - (self.first_at - self.observed_at)
+        return self.observed_at + timedelta(microseconds=self.step_us * index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +158,19 @@ class _Run:
     first: datetime
     last: datetime
     readings: int
-    lag_ms: int
+    observed: datetime
     below_floor: bool = False
+    step: timedelta | None = None  # None: every reading lies as far before its cycle
+    id: int | None = None  # its row, once written
+    ended: bool = False
+
+    def fits(self, observed: datetime, now: datetime) -> bool:
+        """The next reading's time follows the run's pattern (any does, after the first)."""
+        if self.readings == 1:
+            return True
+        if self.step is None:
+            return now - observed == self.first - self.observed
+        return observed == self.observed + self.step * self.readings
 
     def row(self, cluster: str) -> dict[str, object]:
         return {
@@ -146,8 +185,26 @@ class _Run:
             "first_at": self.first,
             "last_at": self.last if self.readings > 1 else None,
             "readings": self.readings,
-            "lag_ms": self.lag_ms,
+            "lag_ms": int((self.first - self.observed).total_seconds() * 1000),
+            "observed_at": self.observed,
+            "step_us": _micros(self.step),
+            "open": not self.ended,
         }
+
+    def ending(self) -> dict[str, object]:
+        """The UPDATE that closes (or, with `ended` False, re-times) its written row."""
+        return {
+            "id": self.id,
+            "value": self.value,
+            "last_at": self.last if self.readings > 1 else None,
+            "readings": self.readings,
+            "step_us": _micros(self.step),
+            "open": not self.ended,
+        }
+
+
+def _micros(step: timedelta | None) -> int | None:
+    return None if step is None else step // timedelta(microseconds=1)
 
 
 def label_digest(labels: Mapping[str, str], gpu_uuid: str | None) -> str:
@@ -183,6 +240,11 @@ class SignalArchive:
         # Ended runs and node changes not yet written (the database refused the last cycle).
         self._pending: list[_Run] = []
         self._pending_nodes: list[dict[str, object]] = []
+        # Runs started, or re-timed at their second reading, whose row is not yet written.
+        self._started: list[_Run] = []
+        self._retimed: list[_Run] = []
+        # Rows a previous leader left open are closed once, before this writer's first cycle.
+        self._orphans_closed = False
         self._lock = threading.Lock()
 
     def record(
@@ -191,9 +253,10 @@ class SignalArchive:
         nodes: Mapping[str, NodeSnapshot] | None,
         now: datetime,
     ) -> None:
-        """Archive one intake cycle: extend or start runs, write the runs that ended, the cycle
-        and the node changes, in one transaction. When the database refuses, what ended is kept
-        for the next cycle and ArchiveUnavailable says why (this cycle's readings are lost)."""
+        """Archive one intake cycle: extend or start runs, write the runs that started (open)
+        and those that ended, the cycle and the node changes, in one transaction. When the
+        database refuses, what is unwritten is kept for the next cycle and ArchiveUnavailable
+        says why (this cycle's readings are lost)."""
         with self._lock:
             self._pending_nodes += self._node_changes(nodes, now) if nodes is not None else []
             if not signals and not self._pending_nodes and not self._pending:
@@ -204,37 +267,69 @@ class SignalArchive:
                 with session_scope(self._factory, write=True) as session:
                     self._register_labels(session, signals, digests)
                 with session_scope(self._factory, write=True) as session:
-                    self._write(session, signals, digests, now)
+                    if not self._orphans_closed:
+                        _close_orphans(session, self.cluster)
+                    written = self._write(session, signals, digests, now)
             except SQLAlchemyError as exc:
                 raise ArchiveUnavailable(f"signal archive not written: {exc}") from exc
-            self._pending, self._pending_nodes = [], []
+            self._written(written)
+
+    def _written(self, ids: Sequence[tuple[_Run, int]]) -> None:
+        """After a commit: learn the new rows' ids; nothing is pending any more."""
+        for run, ident in ids:
+            run.id = ident
+        self._orphans_closed = True
+        self._pending, self._pending_nodes, self._started, self._retimed = [], [], [], []
 
     def _write(
         self, session: Session, signals: Sequence[Signal], digests: Sequence[str], now: datetime
-    ) -> None:
-        self._pending += self._advance(signals, digests, now)
+    ) -> list[tuple[_Run, int]]:
+        ended, started, retimed = self._advance(signals, digests, now)
+        self._pending += ended
+        self._started += started
+        self._retimed += retimed
         sources = sorted({s.source for s in signals})
         if sources:
             session.execute(
                 _insert_for(session)(ArchivedCycle).on_conflict_do_nothing(),
                 [{"cluster": self.cluster, "source": s, "at": now} for s in sources],
             )
-        for start in range(0, len(self._pending), BATCH):
-            rows = [run.row(self.cluster) for run in self._pending[start : start + BATCH]]
-            session.execute(insert(ArchivedSignal), rows)
         if self._pending_nodes:
             session.execute(insert(ArchivedNode), self._pending_nodes)
+        return self._persist(session)
+
+    def _persist(self, session: Session) -> list[tuple[_Run, int]]:
+        """Insert the runs without a row (open or ended), close or re-time the others."""
+        new = [r for r in self._started if r.id is None and not r.ended]
+        new += [r for r in self._pending if r.id is None]
+        changed = [r for r in self._pending if r.id is not None]
+        changed += [r for r in self._retimed if r.id is not None and not r.ended]
+        ids: list[tuple[_Run, int]] = []
+        returning = insert(ArchivedSignal).returning(
+            ArchivedSignal.id, sort_by_parameter_order=True
+        )
+        for start in range(0, len(new), BATCH):
+            batch = new[start : start + BATCH]
+            found = session.scalars(returning, [run.row(self.cluster) for run in batch])
+            ids += zip(batch, found, strict=True)
+        for start in range(0, len(changed), BATCH):
+            rows = [run.ending() for run in changed[start : start + BATCH]]
+            session.execute(update(ArchivedSignal), rows)
+        return ids
 
     def flush(self) -> int:
-        """Write every open run (at shutdown, or before an export of the latest data)."""
-        with self._lock, session_scope(self._factory, write=True) as session:
-            runs = [*self._pending, *self._open.values()]
+        """Close every open run (at shutdown: the next leader starts its own)."""
+        with self._lock:
+            runs = list(self._open.values())
+            for run in runs:
+                run.ended = True
             self._open.clear()
-            self._pending = []
-            for start in range(0, len(runs), BATCH):
-                rows = [run.row(self.cluster) for run in runs[start : start + BATCH]]
-                session.execute(insert(ArchivedSignal), rows)
-            return len(runs)
+            self._pending += runs
+            count = len(self._pending)
+            with session_scope(self._factory, write=True) as session:
+                written = self._persist(session)
+            self._written(written)
+            return count
 
     def prune(self, before: datetime) -> int:
         """Retention: drop what ended before `before`, keeping each node's newest inventory row
@@ -242,7 +337,11 @@ class SignalArchive:
         with self._lock, session_scope(self._factory, write=True) as session:
             ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
             deleted: Any = session.execute(
-                delete(ArchivedSignal).where(ArchivedSignal.cluster == self.cluster, ended < before)
+                delete(ArchivedSignal).where(
+                    ArchivedSignal.cluster == self.cluster,
+                    ArchivedSignal.open.is_(False),
+                    ended < before,
+                )
             )
             session.execute(
                 delete(ArchivedCycle).where(
@@ -277,8 +376,11 @@ class SignalArchive:
 
     def _advance(
         self, signals: Sequence[Signal], digests: Sequence[str], now: datetime
-    ) -> list[_Run]:
+    ) -> tuple[list[_Run], list[_Run], list[_Run]]:
+        """Extend or start runs; returns those that ended, started and were re-timed."""
         closed: list[_Run] = []
+        started: list[_Run] = []
+        retimed: list[_Run] = []
         sources = {s.source for s in signals}
         previous = {s: self._last_cycle.get(s) for s in sources}
         seen: set[RunKey] = set()
@@ -289,13 +391,18 @@ class SignalArchive:
             value = signal.value
             floor = self.floors.get(kind)
             below = floor is not None and value is not None and value < floor
+            observed = signal.observed_at
             if (
                 run is not None
                 and key not in seen
                 and (run.value == value or (below and run.below_floor))
                 and run.last == previous[signal.source]
                 and now - run.first < (self.floor_max_run if run.below_floor else self.max_run)
+                and run.fits(observed, now)
             ):
+                if run.readings == 1 and now - observed != run.first - run.observed:
+                    run.step = observed - run.observed  # samples evenly spaced, polls not
+                    retimed.append(run)
                 run.last = now
                 run.readings += 1
                 if below and run.value is not None and value is not None:
@@ -303,10 +410,10 @@ class SignalArchive:
                 seen.add(key)
                 continue
             if run is not None:
+                run.ended = True
                 closed.append(run)
-            lag = int((now - signal.observed_at).total_seconds() * 1000)
             label_set = self._label_ids[digest] if digest else None
-            self._open[key] = _Run(
+            self._open[key] = fresh = _Run(
                 signal.node,
                 signal.gpu,
                 kind,
@@ -317,16 +424,18 @@ class SignalArchive:
                 now,
                 now,
                 1,
-                lag,
+                observed,
                 below,
             )
+            started.append(fresh)
             seen.add(key)
         for key, run in list(self._open.items()):
             if run.source in sources and key not in seen:
+                run.ended = True
                 closed.append(self._open.pop(key))
         for source in sources:
             self._last_cycle[source] = now
-        return closed
+        return closed, started, retimed
 
     def _digest(self, signal: Signal) -> str:
         """The label set's digest; a series repeats its labels, so the last one is reused."""
@@ -384,6 +493,38 @@ class SignalArchive:
         return rows
 
 
+def _source_cycles() -> ColumnElement[bool]:
+    """A run row's source cycles from its first on (correlated with the outer run row)."""
+    return and_(
+        ArchivedCycle.cluster == ArchivedSignal.cluster,
+        ArchivedCycle.source == ArchivedSignal.source,
+        ArchivedCycle.at >= ArchivedSignal.first_at,
+    )
+
+
+# An open run has a reading at every cycle of its source since its first: read back, it ends
+# at the newest cycle (the run's own row is brought up to date only when it ends).
+_OPEN_LAST = select(func.max(ArchivedCycle.at)).where(_source_cycles()).scalar_subquery()
+_OPEN_COUNT = (
+    select(func.count()).select_from(ArchivedCycle).where(_source_cycles()).scalar_subquery()
+)
+
+
+def _close_orphans(session: Session, cluster: str) -> None:
+    """Close the runs a previous writer (a crashed or replaced leader) left open: each ran up
+    to its source's last cycle, written in the same transaction as its last reading."""
+    session.execute(
+        update(ArchivedSignal)
+        .where(ArchivedSignal.cluster == cluster, ArchivedSignal.open.is_(True))
+        .values(
+            open=False,
+            readings=_OPEN_COUNT,
+            last_at=case((_OPEN_COUNT > 1, _OPEN_LAST), else_=null()),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
 def _node_row(
     cluster: str, node: str, at: datetime, present: bool, snap: NodeSnapshot
 ) -> dict[str, object]:
@@ -405,6 +546,12 @@ def _insert_for(session: Session) -> Any:
 
 
 # -- reading back --------------------------------------------------------------------------------
+
+
+def archived_clusters(factory: sessionmaker[Session]) -> list[str]:
+    """The clusters with any archived cycle, by name."""
+    with session_scope(factory) as session:
+        return sorted(session.scalars(select(ArchivedCycle.cluster).distinct()))
 
 
 def read_cycles(
@@ -436,10 +583,41 @@ _RUN_COLUMNS = (
     ArchivedSignal.source,
     ArchivedSignal.label_set,
     ArchivedSignal.first_at,
-    ArchivedSignal.last_at,
-    ArchivedSignal.readings,
+    type_coerce(
+        case(
+            (and_(ArchivedSignal.open, _OPEN_COUNT > 1), _OPEN_LAST),
+            (ArchivedSignal.open, null()),
+            else_=ArchivedSignal.last_at,
+        ),
+        UTCDateTime,
+    ).label("last_at"),
+    case((ArchivedSignal.open, _OPEN_COUNT), else_=ArchivedSignal.readings).label("readings"),
     ArchivedSignal.lag_ms,
+    ArchivedSignal.observed_at,
+    ArchivedSignal.step_us,
 )
+
+
+def _overlapping(since: datetime) -> ColumnElement[bool]:
+    """Runs still open, or ended at or after `since`."""
+    ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
+    return or_(ArchivedSignal.open.is_(True), ended >= since)
+
+
+def earliest_run(
+    factory: sessionmaker[Session], cluster: str, since: datetime, until: datetime
+) -> datetime | None:
+    """The first reading of the earliest run overlapping the window: a replay counts a run's
+    readings from there."""
+    with session_scope(factory) as session:
+        found: datetime | None = session.scalar(
+            select(func.min(ArchivedSignal.first_at)).where(
+                ArchivedSignal.cluster == cluster,
+                ArchivedSignal.first_at < until,
+                _overlapping(since),
+            )
+        )
+        return found
 
 
 def read_runs(
@@ -454,14 +632,13 @@ def read_runs(
     A filtered read asks one indexed question per kind (kind and value range; the window is
     checked on the few rows that come back, so the planner cannot prefer a scan of the whole
     window), then reads forward from each breach along its series."""
-    ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
     with session_scope(factory) as session:
         labels = _label_sets(session, cluster)
         if wanted is None:
             window = and_(
                 ArchivedSignal.cluster == cluster,
                 ArchivedSignal.first_at < until,
-                ended >= since,
+                _overlapping(since),
             )
             rows = list(session.execute(select(*_RUN_COLUMNS).where(window)))
             return sorted((_run(r, labels) for r in rows), key=_run_order)
@@ -480,7 +657,7 @@ def read_runs(
                 )
         for question in questions:
             query = select(*_RUN_COLUMNS).where(
-                ArchivedSignal.cluster == cluster, question, ended >= since
+                ArchivedSignal.cluster == cluster, question, _overlapping(since)
             )
             for row in session.execute(query):
                 if row.first_at < until:
@@ -499,7 +676,6 @@ def iter_runs(
     factory: sessionmaker[Session], cluster: str, since: datetime, until: datetime
 ) -> Iterator[ArchivedRun]:
     """Every run overlapping [since, until) in time order, streamed (for the export)."""
-    ended = func.coalesce(ArchivedSignal.last_at, ArchivedSignal.first_at)
     with session_scope(factory) as session:
         labels = _label_sets(session, cluster)
         rows = session.execute(
@@ -507,7 +683,7 @@ def iter_runs(
             .where(
                 ArchivedSignal.cluster == cluster,
                 ArchivedSignal.first_at < until,
-                ended >= since,
+                _overlapping(since),
             )
             .order_by(ArchivedSignal.first_at, ArchivedSignal.id),
             execution_options={"yield_per": BATCH},
@@ -578,6 +754,8 @@ def _run(row: Any, labels: Mapping[int, tuple[str | None, dict[str, str]]]) -> A
         last_at=row.last_at,
         readings=row.readings,
         lag_ms=row.lag_ms,
+        observed_at=row.observed_at,
+        step_us=row.step_us,
     )
 
 

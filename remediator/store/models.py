@@ -26,6 +26,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     column,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -293,8 +294,12 @@ class AgentHeartbeat(Base):
 class ArchivedSignal(Base):
     """Every signal the controller received, as runs: one row per (node, GPU, kind, code, source,
     labels) reading that repeated unchanged at consecutive cycles of its source, from `first_at`
-    to `last_at` (cycle times; NULL when it came once). `lag_ms` is how far the first reading's
-    observed time lay before its cycle, so a replay rebuilds each reading exactly."""
+    to `last_at` (cycle times; NULL when it came once). `observed_at` is the first reading's own
+    time; each later reading lay as far before its cycle (`step_us` NULL) or `step_us` after the
+    one before (samples evenly spaced, polls not), so a replay rebuilds each reading's time
+    exactly. `lag_ms` is the first reading's lag (rows from before `observed_at` have only it).
+    An `open` run is still going: it has a reading at every cycle of its source since
+    `first_at` (`last_at` and `readings` are filled in when it ends)."""
 
     __tablename__ = "signal_archive"
 
@@ -311,6 +316,9 @@ class ArchivedSignal(Base):
     last_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     readings: Mapped[int] = mapped_column(Integer, default=1)
     lag_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    observed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    step_us: Mapped[int | None] = mapped_column(BigInteger)
+    open: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (
         Index("ix_signal_archive_cluster_first", "cluster", "first_at"),

@@ -112,4 +112,26 @@ def test_a_longer_wait_in_the_queue_is_a_change() -> None:
     assert [i["detail"] for i in body["changed"]] == ["admitted +1800s later than before"]
     assert body["changed"][0]["after"]["admitted"] == (now.at + timedelta(minutes=30)).isoformat()
     body = run(Replay((before,), (), (), 0, 0), Replay((never,), (), (), 0, 0), [])
-    assert [i["detail"] for i in body["changed"]] == ["queued, never admitted"]
+    assert [i["detail"] for i in body["changed"]] == [
+        "queued, still queued at the end of the record"
+    ]
+
+
+def test_a_hold_names_how_it_ended() -> None:
+    """One hold, admitted ten minutes later: the report says when it was admitted, not
+    "held 1 times until" the hold's own start."""
+    at = T0 + timedelta(minutes=90)
+    waited = replace(opened("e", "xid", 90), admitted_at=at + timedelta(minutes=10))
+    report = compare(
+        Replay((), (), (), 0, 0),
+        Replay((waited,), (held("e", "xid", 90),), (), 0, 0),
+        [],
+        since=T0,
+        until=T0 + timedelta(days=1),
+        tolerance=TOLERANCE,
+    )
+    (item,) = report.holds_added
+    assert item.detail == (
+        f"held once at {at.isoformat()} (max concurrent remediations (1)); "
+        f"admitted at {(at + timedelta(minutes=10)).isoformat()}"
+    )

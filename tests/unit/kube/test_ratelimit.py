@@ -26,6 +26,17 @@ def test_burst_then_qps() -> None:
     assert bucket.waited_seconds == pytest.approx(0.6)
 
 
+def test_full_in_says_when_the_burst_is_back() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(5.0, 3, monotonic=clock.monotonic, sleep=clock.advance)
+    assert bucket.full_in() == 0.0
+    bucket.take()
+    bucket.take()
+    assert bucket.full_in() == pytest.approx(0.4)
+    clock.advance(0.4)
+    assert bucket.full_in() == pytest.approx(0.0)
+
+
 def test_concurrent_takers_queue_behind_each_other() -> None:
     # Two requests arriving together with no token wait 1/qps and 2/qps: the debt is shared.
     empty = Bucket(0.0, 0.0)

@@ -19,6 +19,7 @@ from remediator.store.archive import (
     ArchivedRun,
     NodeSnapshot,
     SignalArchive,
+    iter_runs,
     read_cycles,
     read_nodes,
     read_runs,
@@ -115,7 +116,8 @@ def test_under_the_floor_the_level_holds_and_keeps_its_highest_reading(
 def test_long_runs_are_cut(factory: sessionmaker[Session]) -> None:
     archive = SignalArchive(factory, "default", max_run=timedelta(minutes=1))
     feed(archive, [[74.0]] * 9)
-    assert sum(r.readings for r in runs(factory)) == 8  # written as they were cut
+    # The cut runs as written, and the one still open up to the last cycle.
+    assert [r.readings for r in runs(factory)] == [4, 4, 1]
     archive.flush()
     assert [r.readings for r in runs(factory)] == [4, 4, 1]
 
@@ -160,3 +162,63 @@ def test_export_round_trips_and_names_a_bad_line(
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     with pytest.raises(RecordingError, match=rf"signals\.jsonl\.gz:{first_run + 1}: "):
         read_export(path)
+
+
+def test_runs_still_open_are_read_back_up_to_the_last_cycle(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """Right after an incident the fault is still going: its readings must be in the archive
+    (and in an export) before the run ends, and a leader that died leaves no run open."""
+    archive = SignalArchive(factory, "default")
+    feed(archive, [[71.0, 90.0], [71.0, 90.0], [72.0, 90.0], [72.0, 90.0]])
+    found = sorted((r.gpu, r.value, r.first_at, r.last_at, r.readings) for r in runs(factory))
+    assert found == [
+        (0, 71.0, T0, T0 + POLL, 2),
+        (0, 72.0, T0 + 2 * POLL, T0 + 3 * POLL, 2),
+        (1, 90.0, T0, T0 + 3 * POLL, 4),
+    ]
+    recording = from_database(factory, "default", T0, T0 + timedelta(hours=1))
+    path = tmp_path / "signals.jsonl.gz"
+    with path.open("wb") as out:
+        write_export(recording, out, iter_runs(factory, "default", T0, T0 + timedelta(hours=1)))
+    exported = sorted((r.gpu, r.value, r.readings) for r in read_export(path).runs)
+    assert exported == [(0, 71.0, 2), (0, 72.0, 2), (1, 90.0, 4)]
+
+    # The writer is gone without a flush (a crash); the next leader closes what it left open
+    # where its readings stopped, and its own cycles do not extend those runs.
+    successor = SignalArchive(factory, "default")
+    later = T0 + 10 * POLL
+    successor.record([temp(60.0, later, gpu=2)], NODES, later)
+    found = sorted((r.gpu, r.value, r.last_at, r.readings) for r in runs(factory))
+    assert found == [
+        (0, 71.0, T0 + POLL, 2),
+        (0, 72.0, T0 + 3 * POLL, 2),
+        (1, 90.0, T0 + 3 * POLL, 4),
+        (2, 60.0, None, 1),
+    ]
+
+
+def test_each_reading_keeps_its_own_time(factory: sessionmaker[Session]) -> None:
+    """Polls come at uneven times; the samples they read are evenly spaced (a scrape every
+    15 s). A run rebuilds every reading's own time; a reading off the pattern starts a new run."""
+    archive = SignalArchive(factory, "default")
+    jitter = [2.6, 0.2, 1.4, 0.0, 2.9, 0.7]
+    polls = [T0 + i * POLL + timedelta(seconds=j) for i, j in enumerate(jitter)]
+    samples = [T0 + i * POLL for i in range(len(jitter))]
+    samples[5] += timedelta(milliseconds=3)  # a late scrape: off the pattern
+    for poll, sample in zip(polls, samples, strict=True):
+        archive.record([temp(85.0, sample)], NODES, poll)
+    found = runs(factory)
+    assert [(r.first_at, r.readings) for r in found] == [(polls[0], 5), (polls[5], 1)]
+    rebuilt = [found[0].observed(at, i) for i, at in enumerate(polls[:5])]
+    assert rebuilt == samples[:5]
+    assert found[1].observed(polls[5], 0) == samples[5]
+
+    # Polls with a constant lag (a source stamping readings with the poll's own time) keep
+    # the lag, whatever the spacing of the polls.
+    other = SignalArchive(factory, "other")
+    for poll in polls:
+        other.record([temp(85.0, poll)], NODES, poll)
+    (run,) = read_runs(factory, "other", T0 - timedelta(days=1), T0 + timedelta(days=1))
+    assert run.readings == len(polls)
+    assert [run.observed(at, i) for i, at in enumerate(polls)] == polls
