@@ -164,7 +164,7 @@ def make_api_router() -> APIRouter:
 
     @router.get("/controller", dependencies=[Depends(require_reader)])
     def get_controller(deps: Deps) -> ControllerOut:
-        return ControllerOut.model_validate(deps.repository.controller_status())
+        return ControllerOut.of(deps.repository.controller_status())
 
     @router.get("/audit", dependencies=[Depends(require_reader)])
     def get_audit(
@@ -222,7 +222,7 @@ def _remediation_command(name: str) -> Callable[..., RemediationOut]:
 def _controller_command(name: str) -> Callable[..., ControllerOut]:
     def run(ask: Asker, body: ControllerCommandIn) -> ControllerOut:
         status = run_controller_command(ask, name, body.reason, body.drop_queued)
-        return ControllerOut.model_validate(status)
+        return ControllerOut.of(status)
 
     run.__doc__ = commands.CONTROLLER_COMMANDS[name].__doc__
     return run

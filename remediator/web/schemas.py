@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from remediator.model.states import State
 from remediator.policy.durations import Duration
 from remediator.signals.model import Signal
+from remediator.store.records import ControllerStatus
 from remediator.web.agent_views import AgentOut
 
 # No control characters: PostgreSQL refuses NUL in text, and nothing legitimate needs them.
@@ -219,12 +220,18 @@ class PoliciesOut(BaseModel):
 
 
 class ControllerOut(BaseModel):
+    """The store keeps the last pause *or* resume in one set of fields; here they are told
+    apart, so a running controller does not report a pause's reason."""
+
     model_config = ConfigDict(from_attributes=True)
 
     paused: bool
-    paused_by: str | None
+    paused_by: str | None = Field(description="set while paused")
     paused_at: datetime | None
     pause_reason: str | None
+    resumed_by: str | None = Field(default=None, description="set after a resume")
+    resumed_at: datetime | None = None
+    resume_reason: str | None = None
     breaker_tripped: bool
     breaker_reason: str | None
     breaker_tripped_at: datetime | None
@@ -233,6 +240,22 @@ class ControllerOut(BaseModel):
     breaker_reset_reason: str | None
     leader_identity: str | None
     leader_seen_at: datetime | None
+
+    @classmethod
+    def of(cls, status: ControllerStatus) -> ControllerOut:
+        out = cls.model_validate(status)
+        if out.paused:
+            return out
+        return out.model_copy(
+            update={
+                "paused_by": None,
+                "paused_at": None,
+                "pause_reason": None,
+                "resumed_by": out.paused_by,
+                "resumed_at": out.paused_at,
+                "resume_reason": out.pause_reason,
+            }
+        )
 
 
 class SourceOut(BaseModel):
