@@ -4,9 +4,9 @@ check them)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from remediator.model.states import State
 from remediator.policy.durations import Duration
@@ -297,25 +297,47 @@ class OverviewOut(BaseModel):
     )
 
 
+DURATION_DIGITS = r"\d{1,6}"
+_D = DURATION_DIGITS
+# What parse_duration reads (units in descending order, at least one), bounded so that no value
+# the schema allows overflows a timedelta.
+DURATION_PATTERN = (
+    rf"^(?:{_D}d(?:{_D}h)?(?:{_D}m)?(?:{_D}s)?|{_D}h(?:{_D}m)?(?:{_D}s)?|{_D}m(?:{_D}s)?|{_D}s)$"
+)
+ApiDuration = Annotated[
+    Duration,
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "examples": ["90s", "1h30m"]}),
+]
+
+
 class CommandIn(BaseModel):
+    """approve, release, retry: a reason and nothing else."""
+
     model_config = ConfigDict(extra="forbid")
 
     reason: str | None = Field(default=None, max_length=500, pattern=PRINTABLE)
-    cooldown: Duration | None = Field(
+
+
+class CancelIn(CommandIn):
+    cooldown: ApiDuration | None = Field(
         default=None,
-        description="cancel only: how long no policy may remediate the node for the same fault "
+        description="how long no policy may remediate the node for the same fault "
         "(default 1h; 0s lets them at once)",
     )
 
 
 class ControllerCommandIn(BaseModel):
+    """pause, resume: the reason, required."""
+
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
-    drop_queued: bool = Field(
+
+
+class ResetBreakerIn(ControllerCommandIn):
+    drop_queued: StrictBool = Field(
         default=False,
-        description="reset-breaker only: cancel the remediations the breaker queued instead of "
-        "admitting them",
+        description="cancel the remediations the breaker queued instead of admitting them",
     )
 
 
