@@ -44,8 +44,13 @@ class CapacityExhausted(ReplacementHeld):
     """The pool has no spare node to give: replacing would only remove capacity."""
 
     def __init__(self, pool: str, message: str = "") -> None:
-        detail = f": {message}" if message else ""
-        super().__init__(f"node pool {pool!r} has no spare capacity for a replacement{detail}")
+        ours = f"node pool {pool!r} has no spare capacity for a replacement"
+        # A platform that says so itself (naming the pool) is quoted alone, not after ours.
+        if "spare capacity" in message.lower() and pool in message:
+            text = message
+        else:
+            text = f"{ours}: {message}" if message else ours
+        super().__init__(text)
         self.pool = pool
 
 

@@ -41,7 +41,12 @@ class Signal(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    node: str = Field(min_length=1, max_length=bounds.MAX_NODE_NAME)
+    node: str = Field(
+        min_length=1,
+        max_length=bounds.MAX_NODE_NAME,
+        # Checked by the validator below (stored rows are not re-checked); stated for clients.
+        json_schema_extra={"pattern": f"^{bounds.NODE_NAME.pattern}$"},
+    )
     kind: SignalKind
     source: str = Field(min_length=1, max_length=64)
     observed_at: AwareDatetime

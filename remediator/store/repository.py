@@ -23,6 +23,8 @@ from sqlalchemy import (
     cast,
     func,
     insert,
+    not_,
+    or_,
     select,
     tuple_,
     type_coerce,
@@ -300,9 +302,16 @@ class Repository:
         position = (
             cursors.decode(cursor)
             if cursor
-            else cursors.Cursor("open" if filters.in_flight_first else "all", None, None)
+            else cursors.Cursor(
+                "open" if filters.in_flight_first else "all",
+                None,
+                None,
+                self._clock.now() if filters.in_flight_first else None,
+            )
         )
-        if (position.phase == "all") == filters.in_flight_first:
+        if (position.phase == "all") == filters.in_flight_first or (
+            filters.in_flight_first and position.as_of is None
+        ):
             raise cursors.InvalidCursor("cursor does not belong to this ordering")
         rows: tuple[RemediationRecord, ...] = ()
         with session_scope(self.session_factory) as session:
@@ -313,10 +322,10 @@ class Repository:
                 rows += found[:wanted]
                 if len(found) > wanted:
                     last = rows[-1]
-                    return Page(rows, cursors.encode(_after(position.phase, last)))
+                    return Page(rows, cursors.encode(_after(position, last)))
                 if position.phase != "open":
                     return Page(rows, None)
-                position = cursors.Cursor("closed", None, None)
+                position = cursors.Cursor("closed", None, None, position.as_of)
                 if len(rows) == limit:
                     return Page(rows, self._next_if_any(session, filters, position))
 
@@ -943,10 +952,12 @@ class Repository:
         query = select(Remediation).where(
             Remediation.cluster == self.cluster, *_filter_clauses(filters)
         )
-        if position.phase == "open":
-            query = query.where(Remediation.state.in_(OPEN_VALUES))
-        elif position.phase == "closed":
-            query = query.where(Remediation.state.not_in(OPEN_VALUES))
+        if position.phase != "all" and position.as_of is not None:
+            open_then = _open_as_of(position.as_of)
+            query = query.where(
+                Remediation.created_at <= position.as_of,
+                open_then if position.phase == "open" else not_(open_then),
+            )
         if position.created_at is not None and position.id is not None:
             # Comparing with a plain tuple binds each value with its column's type (UTCDateTime).
             query = query.where(
@@ -962,8 +973,27 @@ class Repository:
         return cursors.encode(position) if more is not None else None
 
 
-def _after(phase: cursors.Phase, last: RemediationRecord) -> cursors.Cursor:
-    return cursors.Cursor(phase, last.created_at, last.id)
+def _after(position: cursors.Cursor, last: RemediationRecord) -> cursors.Cursor:
+    return cursors.Cursor(position.phase, last.created_at, last.id, position.as_of)
+
+
+def _open_as_of(at: datetime) -> ColumnElement[bool]:
+    """Whether a remediation was open at `at`: its last transition by then entered an open
+    state. Only rows open now or finished since can have been, so the timeline is read for
+    those alone."""
+    state_then = (
+        select(RemediationEvent.to_state)
+        .where(
+            RemediationEvent.remediation_id == Remediation.id,
+            RemediationEvent.to_state.is_not(None),
+            RemediationEvent.at <= at,
+        )
+        .order_by(RemediationEvent.at.desc(), RemediationEvent.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    maybe = or_(Remediation.state.in_(OPEN_VALUES), Remediation.finished_at > at)
+    return and_(maybe, func.coalesce(state_then, Remediation.state).in_(OPEN_VALUES))
 
 
 def _filter_clauses(filters: RemediationFilter) -> list[ColumnElement[bool]]:

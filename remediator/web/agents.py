@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
@@ -21,6 +21,15 @@ from remediator.web.problems import ERRORS
 NODE_PATTERN = r"^[^\x00-\x20\x7f]+$"
 # No control characters anywhere: PostgreSQL refuses NUL in text, and the console shows these.
 Printable = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# A dict's keys are validated by pydantic but left out of its JSON schema: say them here.
+StatsKeys = WithJsonSchema(
+    {
+        "type": "object",
+        "maxProperties": 64,
+        "propertyNames": {"minLength": 1, "maxLength": 64, "pattern": r"^[^\x00-\x1f\x7f]+$"},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 2**62},
+    }
+)
 Counter = Annotated[int, Field(ge=0, le=2**62)]
 
 
@@ -33,7 +42,9 @@ class HeartbeatIn(BaseModel):
     agent: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     version: Printable
     started_at: AwareDatetime
-    stats: dict[Printable, Counter] = Field(default_factory=dict, max_length=64)
+    stats: Annotated[dict[Printable, Counter], StatsKeys] = Field(
+        default_factory=dict, max_length=64
+    )
 
     @field_validator("started_at")
     @classmethod
@@ -58,7 +69,7 @@ def make_agents_router() -> APIRouter:
     # so, or clients and schema checks would expect FastAPI's default 422 shape.
     router = APIRouter(
         tags=["agents"],
-        responses={code: ERRORS[code] for code in (401, 403, 422)},
+        responses={code: ERRORS[code] for code in (400, 401, 403, 422)},
     )
 
     @router.post("/api/v1/agents/heartbeat")

@@ -29,6 +29,7 @@ from remediator.web.schemas import (
     PRINTABLE,
     AuditOut,
     AuditPageOut,
+    CancelIn,
     CommandIn,
     ControllerCommandIn,
     ControllerOut,
@@ -39,6 +40,7 @@ from remediator.web.schemas import (
     RemediationDetailOut,
     RemediationOut,
     RemediationPageOut,
+    ResetBreakerIn,
 )
 
 # A Kubernetes node name, checked where it enters (the same bound signals keep).
@@ -164,7 +166,7 @@ def make_api_router() -> APIRouter:
 
     @router.get("/controller", dependencies=[Depends(require_reader)])
     def get_controller(deps: Deps) -> ControllerOut:
-        return ControllerOut.model_validate(deps.repository.controller_status())
+        return ControllerOut.of(deps.repository.controller_status())
 
     @router.get("/audit", dependencies=[Depends(require_reader)])
     def get_audit(
@@ -205,24 +207,49 @@ def make_api_router() -> APIRouter:
 
 
 def _remediation_command(name: str) -> Callable[..., RemediationOut]:
-    def run(
-        ask: Asker,
-        remediation_id: RemediationId,
-        body: Annotated[CommandIn | None, Body()] = None,
-    ) -> RemediationOut:
-        reason = body.reason if body else None
-        cooldown = body.cooldown if body else None
-        record = run_command(ask, name, remediation_id, reason, cooldown)
-        return console.remediation_out(record, ask.deps.clock.now())
+    """Each command's body declares only what it takes: a cooldown is cancel's alone."""
+    if name == "cancel":
 
+        def cancel(
+            ask: Asker,
+            remediation_id: RemediationId,
+            body: Annotated[CancelIn | None, Body()] = None,
+        ) -> RemediationOut:
+            reason, cooldown = (body.reason, body.cooldown) if body else (None, None)
+            record = run_command(ask, name, remediation_id, reason, cooldown)
+            return console.remediation_out(record, ask.deps.clock.now())
+
+        run = cancel
+    else:
+
+        def other(
+            ask: Asker,
+            remediation_id: RemediationId,
+            body: Annotated[CommandIn | None, Body()] = None,
+        ) -> RemediationOut:
+            record = run_command(ask, name, remediation_id, body.reason if body else None)
+            return console.remediation_out(record, ask.deps.clock.now())
+
+        run = other
     run.__doc__ = commands.COMMANDS[name][0].__doc__
     return run
 
 
 def _controller_command(name: str) -> Callable[..., ControllerOut]:
-    def run(ask: Asker, body: ControllerCommandIn) -> ControllerOut:
-        status = run_controller_command(ask, name, body.reason, body.drop_queued)
-        return ControllerOut.model_validate(status)
+    """drop_queued is reset-breaker's alone."""
+    if name == "reset-breaker":
 
+        def reset(ask: Asker, body: ResetBreakerIn) -> ControllerOut:
+            return ControllerOut.of(
+                run_controller_command(ask, name, body.reason, body.drop_queued)
+            )
+
+        run = reset
+    else:
+
+        def other(ask: Asker, body: ControllerCommandIn) -> ControllerOut:
+            return ControllerOut.of(run_controller_command(ask, name, body.reason))
+
+        run = other
     run.__doc__ = commands.CONTROLLER_COMMANDS[name].__doc__
     return run

@@ -28,6 +28,7 @@ STEP_ORDER = (
     State.VERIFYING,
     State.HELD,
 )
+LEGEND_ROW = 16
 FONT = 'font-family="system-ui, sans-serif" font-size="11" fill="#333"'
 
 
@@ -74,6 +75,11 @@ def daily_stacked(
     width, height, left, right, top, bottom = 720, 230, 40, 10, 34, 24
     kinds = sorted({k for v in values.values() for k in v})
     colour = {kind: PALETTE[i % len(PALETTE)] for i, kind in enumerate(kinds)}
+    keys = _legend(kinds, left, width - right)
+    # Each extra row of keys pushes the plot down rather than squeezing it.
+    extra = (max((y for _, _, y in keys), default=0) // LEGEND_ROW) * LEGEND_ROW
+    top += extra
+    height += extra
     per_day = {d: dict(values.get(d, {})) for d in days}
     peak = _nice_max(math.ceil(max((sum(v.values()) for v in per_day.values()), default=0)) or 1)
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -82,15 +88,11 @@ def daily_stacked(
         f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
     ]
-    key_x = float(left)
-    for kind in kinds:
+    for kind, key_x, key_y in keys:
         parts.append(
-            f'<rect x="{key_x:.0f}" y="6" width="10" height="10" fill="{colour[kind]}"/>'
-            f'<text x="{key_x + 14:.0f}" y="15" {FONT}>{escape(kind)}</text>'
+            f'<rect x="{key_x}" y="{key_y + 6}" width="10" height="10" fill="{colour[kind]}"/>'
+            f'<text x="{key_x + 14}" y="{key_y + 15}" {FONT}>{escape(kind)}</text>'
         )
-        # Each key as wide as its label (about 7 px a character at this size), so long names
-        # such as node_condition do not run into the next key.
-        key_x += 14 + 7 * len(kind) + 18
     for fraction in (0, 0.5, 1):
         tick_y = top + plot_h * (1 - fraction)
         parts.append(
@@ -127,6 +129,21 @@ def daily_stacked(
         )
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def _legend(kinds: Sequence[str], left: int, right_edge: int) -> list[tuple[str, int, int]]:
+    """Where each series' key goes (name, x, y offset): left to right, wrapping to a new row
+    before a key would run past the chart's right edge, so every series is named in view."""
+    placed: list[tuple[str, int, int]] = []
+    x, y = left, 0
+    for kind in kinds:
+        # Each key as wide as its label (about 7 px a character at this size).
+        wide = 14 + 7 * len(kind)
+        if x > left and x + wide > right_edge:
+            x, y = left, y + LEGEND_ROW
+        placed.append((kind, x, y))
+        x += wide + 18
+    return placed
 
 
 def repair_times(overall: Percentiles | None, by_step: Mapping[str, Percentiles]) -> Markup:

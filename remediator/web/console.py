@@ -201,7 +201,7 @@ def overview_out(deps: WebDeps) -> OverviewOut:
         repaired=overview.by_outcome.get("repaired", 0),
         replaced=overview.by_outcome.get("replaced", 0),
         spares_saved=overview.by_outcome.get("repaired", 0),
-        controller=ControllerOut.model_validate(deps.repository.controller_status()),
+        controller=ControllerOut.of(deps.repository.controller_status()),
         sources=[SourceOut.model_validate(s) for s in deps.repository.source_health()],
         agents_reporting=sum(a.liveness is Liveness.REPORTING for a in agents),
         silent_agents=[a for a in agents if a.liveness is Liveness.SILENT],

@@ -81,7 +81,7 @@ def _utc(value: datetime) -> datetime:
 
 
 def _signals_after(cursor: str | None) -> tuple[datetime, int] | None:
-    if cursor is None:
+    if not cursor:
         return None
     try:
         position = cursors.decode(cursor)

@@ -4,6 +4,7 @@ now). Every command asked is audited, done or refused."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +17,7 @@ from remediator.model.states import TERMINAL
 from remediator.remediation import commands
 from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
-from remediator.web.access import Operator, web_deps
+from remediator.web.access import Reader, require_operator, web_deps
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
 from remediator.web.metrics import ConsoleMetrics
@@ -40,14 +41,54 @@ class Asked:
     source: str
 
 
-def asked(request: Request, principal: Operator) -> Asked:
-    return Asked(
+async def asked(request: Request, principal: Reader) -> Asked:
+    """The asker of a command, once they may run it; a reader refused here (a read-only token,
+    a missing CSRF token) is audited like any other refusal."""
+    ask = Asked(
         web_deps(request),
         request.app.state.metrics,
         request.app.state.audit,
         principal,
         client_address(request),
     )
+    try:
+        await require_operator(request, principal)
+    except WebError as exc:
+        command, remediation_id = _command_of(request)
+        if command is not None:
+            reason = await _reason_of(request)
+            _record(ask, command, "refused", reason, remediation_id, exc.reason)
+        raise
+    return ask
+
+
+def _command_of(request: Request) -> tuple[str | None, int | None]:
+    """The command a request asks for: the page routes name it in a path parameter, the API
+    routes end with it."""
+    params = request.path_params
+    name = params.get("command") or request.url.path.rstrip("/").rsplit("/", 1)[-1]
+    if name not in commands.COMMANDS and name not in commands.CONTROLLER_COMMANDS:
+        return None, None
+    raw = params.get("remediation_id")
+    try:
+        return name, int(raw) if raw is not None else None
+    except ValueError:
+        return name, None
+
+
+async def _reason_of(request: Request) -> str | None:
+    """The reason given with a refused command, from a JSON body or a form, if readable."""
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return None
+        reason = body.get("reason") if isinstance(body, dict) else None
+    else:
+        reason = (await request.form()).get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        return None
+    return reason.strip()[:500]
 
 
 Asker = Annotated[Asked, Depends(asked)]

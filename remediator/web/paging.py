@@ -16,6 +16,7 @@ MAX_ID = 2**63 - 1
 def fetch_page(deps: WebDeps, filters: RemediationFilter, cursor: str | None, limit: int) -> Page:
     """One page of the list; a cursor the store cannot use (tampered, from another ordering,
     ids beyond BIGINT) is the client's mistake: 400, never 500."""
+    cursor = cursor or None  # `cursor=` (empty) is the first page, as no cursor is
     try:
         if cursor is not None:
             position = cursors.decode(cursor)

@@ -20,7 +20,7 @@ class WebError(Exception):
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text}
     for code, text in (
-        (400, "bad cursor"),
+        (400, "bad cursor, or a body that cannot be read"),
         (401, "no or unknown token"),
         (403, "token lacks the role"),
         (404, "not found"),

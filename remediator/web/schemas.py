@@ -4,13 +4,14 @@ check them)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from remediator.model.states import State
 from remediator.policy.durations import Duration
 from remediator.signals.model import Signal
+from remediator.store.records import ControllerStatus
 from remediator.web.agent_views import AgentOut
 
 # No control characters: PostgreSQL refuses NUL in text, and nothing legitimate needs them.
@@ -229,12 +230,18 @@ class PoliciesOut(BaseModel):
 
 
 class ControllerOut(BaseModel):
+    """The store keeps the last pause *or* resume in one set of fields; here they are told
+    apart, so a running controller does not report a pause's reason."""
+
     model_config = ConfigDict(from_attributes=True)
 
     paused: bool
-    paused_by: str | None
+    paused_by: str | None = Field(description="set while paused")
     paused_at: datetime | None
     pause_reason: str | None
+    resumed_by: str | None = Field(default=None, description="set after a resume")
+    resumed_at: datetime | None = None
+    resume_reason: str | None = None
     breaker_tripped: bool
     breaker_reason: str | None
     breaker_tripped_at: datetime | None
@@ -243,6 +250,22 @@ class ControllerOut(BaseModel):
     breaker_reset_reason: str | None
     leader_identity: str | None
     leader_seen_at: datetime | None
+
+    @classmethod
+    def of(cls, status: ControllerStatus) -> ControllerOut:
+        out = cls.model_validate(status)
+        if out.paused:
+            return out
+        return out.model_copy(
+            update={
+                "paused_by": None,
+                "paused_at": None,
+                "pause_reason": None,
+                "resumed_by": out.paused_by,
+                "resumed_at": out.paused_at,
+                "resume_reason": out.pause_reason,
+            }
+        )
 
 
 class SourceOut(BaseModel):
@@ -284,25 +307,47 @@ class OverviewOut(BaseModel):
     )
 
 
+DURATION_DIGITS = r"\d{1,6}"
+_D = DURATION_DIGITS
+# What parse_duration reads (units in descending order, at least one), bounded so that no value
+# the schema allows overflows a timedelta.
+DURATION_PATTERN = (
+    rf"^(?:{_D}d(?:{_D}h)?(?:{_D}m)?(?:{_D}s)?|{_D}h(?:{_D}m)?(?:{_D}s)?|{_D}m(?:{_D}s)?|{_D}s)$"
+)
+ApiDuration = Annotated[
+    Duration,
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "examples": ["90s", "1h30m"]}),
+]
+
+
 class CommandIn(BaseModel):
+    """approve, release, retry: a reason and nothing else."""
+
     model_config = ConfigDict(extra="forbid")
 
     reason: str | None = Field(default=None, max_length=500, pattern=PRINTABLE)
-    cooldown: Duration | None = Field(
+
+
+class CancelIn(CommandIn):
+    cooldown: ApiDuration | None = Field(
         default=None,
-        description="cancel only: how long no policy may remediate the node for the same fault "
+        description="how long no policy may remediate the node for the same fault "
         "(default 1h; 0s lets them at once)",
     )
 
 
 class ControllerCommandIn(BaseModel):
+    """pause, resume: the reason, required."""
+
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
-    drop_queued: bool = Field(
+
+
+class ResetBreakerIn(ControllerCommandIn):
+    drop_queued: StrictBool = Field(
         default=False,
-        description="reset-breaker only: cancel the remediations the breaker queued instead of "
-        "admitting them",
+        description="cancel the remediations the breaker queued instead of admitting them",
     )
 
 

@@ -428,6 +428,12 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) and abs(value) >= 1000 else f"{value:g}"
 
 
+def _count(value: float) -> str:
+    """A count of events: an integer. Prometheus' increase() extrapolates over its window
+    (one error reads 1.00131 or 0.62), so round, and never show a positive count as 0."""
+    return _number(max(1, round(value)) if value > 0 else 0)
+
+
 def signal_value(signal: Signal) -> str:
     """A signal's value with its unit (what each source's query measures), "" when it has none.
     An XID's value is its code, shown as the code already."""
@@ -440,15 +446,15 @@ def signal_value(signal: Signal) -> str:
         case SignalKind.THERMAL:
             return f"{number} °C"
         case SignalKind.NVLINK:
-            return f"{number} NVLink errors in the window"
+            return f"{_count(value)} NVLink errors in the window"
         case SignalKind.ECC:
-            return f"{number} double-bit ECC errors"
+            return f"{_count(value)} double-bit ECC errors"
         case SignalKind.INFINIBAND if problem == "link_down":
             return f"port state {number}"
         case SignalKind.INFINIBAND if problem == "symbol_errors":
             return f"{number} symbol errors per hour"
         case SignalKind.INFINIBAND:
-            return f"{number} link errors"
+            return f"{_count(value)} link errors"
         case SignalKind.ROW_REMAP:
             return "row remap failed" if value else "no row remap failure"
         case _:

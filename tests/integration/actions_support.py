@@ -8,7 +8,7 @@ from collections.abc import Callable
 from remediator.actions.outcome import Outcome, Waiting
 
 
-def until_settled(step: Callable[[], Outcome], timeout: float = 30.0) -> Outcome:
+def until_settled(step: Callable[[], Outcome], timeout: float = 60.0) -> Outcome:
     """Call an action until it stops Waiting, sleeping as it asks (capped, to keep tests quick)."""
     deadline = time.monotonic() + timeout
     while True:

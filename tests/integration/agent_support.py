@@ -30,7 +30,7 @@ NODE = "gpu-node-01"
 GPUS = 8
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

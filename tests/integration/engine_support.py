@@ -192,7 +192,7 @@ def start_engine(
     return Engine(sim, controller)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "it") -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "it") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -332,7 +332,7 @@ class ControllerProcess:
         return self
 
     def metric(self, name: str) -> float | None:
-        response = httpx.get(f"{self.web_url}/metrics", timeout=5.0)
+        response = httpx.get(f"{self.web_url}/metrics", timeout=30.0)
         for line in response.text.splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])

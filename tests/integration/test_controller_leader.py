@@ -23,15 +23,18 @@ from tests.integration.engine_support import ControllerProcess, wait_for, write_
 pytestmark = pytest.mark.integration
 
 NODE, POOL, CONDITION = "h100-train-0001", "h100-train", "GpuFallenOffBus"
-LEASE_SECONDS = 3
+# Renewals must keep up on a loaded machine (load ~15 on 2 cores): a 2 s renew deadline did not.
+LEASE_SECONDS = 6
 LEASE = {
     "enabled": True,
     "namespace": "kube-system",
     "lease_name": "remediator-leader",
     "lease_duration_seconds": LEASE_SECONDS,
-    "renew_deadline_seconds": 2,
-    "retry_period_seconds": 0.5,
+    "renew_deadline_seconds": 4,
+    "retry_period_seconds": 1,
 }
+# Between the fault and a kill mid-remediation: past the drain, short of the end.
+MID_FLIGHT = {State.DRAINING, State.REPLACING, State.VERIFYING}
 
 
 @pytest.fixture
@@ -61,7 +64,9 @@ def test_one_replica_acts_and_the_other_takes_over(
     sim = sim_factory(nodes=8, provision_delay=0.5)
     config = write_process_config(tmp_path, sim, migrated_database_url, leader_election=LEASE)
     first = ControllerProcess(tmp_path, config, "a", identity="replica-a").wait_ready()
-    wait_for(lambda: first.metric("remediator_is_leader") == 1, what="replica-a to lead")
+    wait_for(
+        lambda: first.metric("remediator_is_leader") == 1, timeout=90, what="replica-a to lead"
+    )
     second = ControllerProcess(tmp_path, config, "b", identity="replica-b").wait_ready()
     try:
         # Both serve; only one leads, for as long as it renews.
@@ -79,14 +84,19 @@ def test_one_replica_acts_and_the_other_takes_over(
             "status": "True",
         }
         assert httpx.post(f"{sim.inject_url}/v1/faults", json=fault).status_code == 200
+        # The draining step can be brief: any open step from the drain on will do, under a
+        # bound a loaded machine meets (detection, checkpoint and cordon come first).
         wait_for(
-            lambda: (r := remediation(repository)) is not None and r.state is State.DRAINING,
+            lambda: (r := remediation(repository)) is not None and r.state in MID_FLIGHT,
+            timeout=120,
             what="the drain",
         )
         killed_at = lease(sim)["renewTime"]
         first.kill()
 
-        wait_for(lambda: second.metric("remediator_is_leader") == 1, what="replica-b to lead")
+        wait_for(
+            lambda: second.metric("remediator_is_leader") == 1, timeout=90, what="replica-b to lead"
+        )
         taken = lease(sim)
         assert taken["holderIdentity"] == "replica-b" and int(taken["leaseTransitions"]) >= 1
         waited = datetime.fromisoformat(taken["acquireTime"]) - datetime.fromisoformat(killed_at)
@@ -94,7 +104,7 @@ def test_one_replica_acts_and_the_other_takes_over(
 
         wait_for(
             lambda: (r := remediation(repository)) is not None and r.state is State.SUCCEEDED,
-            timeout=60,
+            timeout=180,
             what="the remediation to finish",
         )
     finally:

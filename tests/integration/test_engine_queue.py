@@ -56,7 +56,7 @@ def test_a_held_decision_is_queued_visible_and_admitted_without_a_new_signal(
     first, second = TRAIN[0], TRAIN[1]
     engine.push(xid(first), xid(second))
 
-    queued = engine.wait_state(second, State.QUEUED, timeout=10)
+    queued = engine.wait_state(second, State.QUEUED, timeout=60)
     assert queued.queue_cause == "budget"
     assert queued.hold_reason == "max unhealthy in pool h100-train (1)"
     assert queued.policy == "xid-79" and queued.xid_code == 79

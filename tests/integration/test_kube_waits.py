@@ -35,7 +35,7 @@ class Changes:
             self.nodes.add(node)
             self._arrived.notify_all()
 
-    def wait_for(self, node: str, timeout: float = 10.0) -> bool:
+    def wait_for(self, node: str, timeout: float = 60.0) -> bool:
         with self._arrived:
             return self._arrived.wait_for(lambda: node in self.nodes, timeout)
 

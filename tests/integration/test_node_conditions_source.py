@@ -22,7 +22,7 @@ XID_LINE = "NVRM: Xid (PCI:0000:5d:00): 79, pid=4242, name=python3, GPU has fall
 
 
 def poll_until(
-    source: NodeConditionSource, predicate: Callable[[SourceResult], bool], timeout: float = 30.0
+    source: NodeConditionSource, predicate: Callable[[SourceResult], bool], timeout: float = 60.0
 ) -> SourceResult:
     deadline = time.monotonic() + timeout
     while True:

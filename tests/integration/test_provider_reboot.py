@@ -66,7 +66,7 @@ def reboots_seen(sim: SimHandle, node: str) -> int:
     )
 
 
-def wait_rebooted(sim: SimHandle, node: str, before: str, timeout: float = 30.0) -> str:
+def wait_rebooted(sim: SimHandle, node: str, before: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
         boot_id, ready = boot_state(sim, node)

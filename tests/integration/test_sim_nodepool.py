@@ -71,7 +71,7 @@ def replace(api: httpx.Client, pool: str, node: str, key: str) -> httpx.Response
     )
 
 
-def wait_operation(api: httpx.Client, op_id: str, timeout: float = 45.0) -> dict[str, Any]:
+def wait_operation(api: httpx.Client, op_id: str, timeout: float = 90.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         op: dict[str, Any] = conforms(api.get(f"/v1/operations/{op_id}")).json()

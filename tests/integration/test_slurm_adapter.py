@@ -190,7 +190,7 @@ def test_usr1_then_the_policy_for_jobs_that_did_not_opt_into_requeue(
         slurm.run("scancel", str(job))
 
 
-def wait_for_file(path: Path, timeout: float = 30.0) -> None:
+def wait_for_file(path: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"

@@ -436,6 +436,40 @@ def test_keyset_pages_are_complete_and_stable(
     assert _all_pages(repo, RemediationFilter(in_flight_first=True), limit) == expected
 
 
+def test_in_flight_first_pages_are_stable_while_rows_move_between_phases(
+    repo: Repository, clock: FakeClock
+) -> None:
+    """A row that closes after its page was shown is not shown again; one that reopens after
+    the open rows were paged past is not skipped: the pages follow the list as it stood when
+    the first page was read."""
+    _seed(repo, clock)
+    # One closed row that can reopen (failed → retry); closed rows come after every open one.
+    reopenable = repo.create(_new("gpu-node-failed"), actor="c")
+    clock.advance(60)
+    failed = repo.transition(reopenable.id, State.DETECTED, State.FAILED, action="x", actor="c")
+    clock.advance(60)
+    filters = RemediationFilter(in_flight_first=True)
+    before = _all_pages(repo, filters, 4)
+
+    first = repo.list(filters, None, 4)
+    shown = [r.id for r in first.rows]
+    # Between pages: a row of the first page closes, the failed one is retried (reopens).
+    clock.advance(30)
+    repo.transition(shown[0], State.DETECTED, State.CANCELLED, action="cancel", actor="c")
+    repo.transition(failed.id, State.FAILED, State.QUARANTINED, action="retry", actor="c")
+    # And a new remediation arrives: it belongs to a fresh first page, not to these.
+    repo.create(_new("gpu-node-new"), actor="c")
+
+    seen = list(shown)
+    cursor = first.next_cursor
+    while cursor is not None:
+        page = repo.list(filters, cursor, 4)
+        seen.extend(r.id for r in page.rows)
+        cursor = page.next_cursor
+    assert len(seen) == len(set(seen)), f"a row was shown twice: {seen}"
+    assert seen == before
+
+
 def test_filters(repo: Repository, clock: FakeClock) -> None:
     made = _seed(repo, clock)
 

@@ -605,3 +605,20 @@ def test_every_page_renders(reader: TestClient, shared_console: Console) -> None
     bad = reader.get("/remediations?xid=abc&state=bogus", headers=READONLY)
     assert bad.status_code == 200
     assert "XID must be a number" in bad.text and "unknown state" in bad.text
+
+
+def test_after_a_resume_the_controller_reports_the_resume_not_the_pause(
+    client: TestClient,
+) -> None:
+    assert _post(client, "/api/v1/controller/pause", {"reason": "maintenance"}).status_code == 200
+    resumed = _post(client, "/api/v1/controller/resume", {"reason": "maintenance done"})
+    assert resumed.status_code == 200
+    for body in (resumed.json(), client.get("/api/v1/controller", headers=READONLY).json()):
+        assert body["paused"] is False
+        assert body["pause_reason"] is None and body["paused_by"] is None, body
+        assert body["paused_at"] is None
+        assert body["resume_reason"] == "maintenance done"
+        assert body["resumed_by"] == f"operator token {fingerprint(OPERATOR_TOKEN)}"
+        assert body["resumed_at"] is not None
+    overview = client.get("/api/v1/overview", headers=READONLY).json()["controller"]
+    assert overview["pause_reason"] is None and overview["resume_reason"] == "maintenance done"

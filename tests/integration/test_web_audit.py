@@ -174,3 +174,39 @@ def test_refused_logins_and_requests_are_counted_and_logged_without_the_token(
     assert "login refused from testclient" in logged
     assert "/api/v1/overview refused (401)" in logged
     assert guess not in logged and READONLY_TOKEN not in logged
+
+
+def test_a_read_only_tokens_refused_commands_are_audited(
+    client: TestClient, console: Console
+) -> None:
+    """The audit page promises every command a person asked for, done or refused: a read-only
+    token's 403s are refusals like the 409s."""
+    rid = console.ids["approval"]
+    bob = {**READONLY, "X-Remediator-Actor": "bob"}
+    response = client.post(
+        f"/api/v1/remediations/{rid}/approve", json={"reason": "looks fine"}, headers=bob
+    )
+    assert response.status_code == 403, response.text
+    response = client.post("/api/v1/controller/pause", json={"reason": "storm"}, headers=bob)
+    assert response.status_code == 403, response.text
+    client.cookies.clear()
+    _login(client, READONLY_TOKEN, "dave")
+    response = client.post(
+        f"/remediations/{rid}/release", data={"reason": "from the page"}, follow_redirects=False
+    )
+    assert response.status_code == 403, response.text
+
+    rows = _audit(client)
+    assert [(r["command"], r["outcome"], r["remediation_id"]) for r in rows[:3]] == [
+        ("release", "refused", rid),
+        ("pause", "refused", None),
+        ("approve", "refused", rid),
+    ]
+    page_row, pause, approve = rows[:3]
+    assert approve["actor"].startswith("bob (readonly token")
+    assert approve["reason"] == "looks fine"
+    assert "read-only" in approve["detail"]
+    assert pause["reason"] == "storm"
+    assert page_row["actor"].startswith("dave (readonly token")
+    assert page_row["reason"] == "from the page"
+    assert console.repository.get(rid).state.value == "awaiting_approval"  # type: ignore[union-attr]

@@ -185,7 +185,11 @@ def _body_doc(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Problems(BaseModel):
+    """The API's error shape ({"reason", "detail"}), with each refused item in `detail`."""
+
+    reason: str
     detail: list[dict[str, Any]]
+    accepted: int = 0
 
 
 REFUSED: dict[int | str, dict[str, Any]] = {
@@ -197,12 +201,18 @@ REFUSED: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _refused(problems: list[dict[str, Any]]) -> JSONResponse:
+    return JSONResponse(
+        {"reason": "refused: nothing taken", "detail": problems, "accepted": 0}, 422
+    )
+
+
 async def _json_body(request: Request) -> tuple[Any, JSONResponse | None]:
     try:
         return await request.json(), None
     except ValueError as exc:
         reason = f"body is not valid JSON: {exc}"
-        return None, JSONResponse({"detail": [{"field": "body", "reason": reason}]}, 422)
+        return None, _refused([{"field": "body", "reason": reason}])
 
 
 def make_signals_router(
@@ -224,7 +234,9 @@ def make_signals_router(
         try:
             inbox.put(signals)
         except InboxUnavailable as exc:
-            return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": "5"})
+            return JSONResponse(
+                {"reason": str(exc), "detail": None}, 503, headers={"Retry-After": "5"}
+            )
         return None
 
     @router.post(
@@ -242,7 +254,7 @@ def make_signals_router(
         if problems and on_refused is not None:
             on_refused(problems)
         if problems and not signals:
-            return JSONResponse({"detail": problems, "accepted": 0}, 422)
+            return _refused(problems)
         unavailable = _store(signals)
         if unavailable is not None:
             return unavailable
@@ -266,7 +278,7 @@ def make_signals_router(
             webhook = parse_webhook(payload)
         except PayloadError as exc:
             detail = [{"field": "body", "reason": reason} for reason in exc.reasons]
-            return JSONResponse({"detail": detail}, 422)
+            return _refused(detail)
         now = time_source.now()
         batch = map_webhook(webhook, alert_mapping, now)
         unavailable = _store(batch.signals)

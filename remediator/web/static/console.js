@@ -21,11 +21,13 @@
   // The phone layout shows each cell with its column's name (CSS reads data-label).
   function label(root) {
     root.querySelectorAll("table").forEach(function (table) {
-      var names = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
-        return th.textContent.trim();
-      });
+      // Only the table's own rows: a nested table (diagnostics in a timeline) has its own names.
+      var names = Array.prototype.map.call(
+        table.querySelectorAll(":scope > thead > tr > th"), function (th) {
+          return th.textContent.trim();
+        });
       if (!names.length) return;
-      table.querySelectorAll("tbody tr").forEach(function (tr) {
+      table.querySelectorAll(":scope > tbody > tr").forEach(function (tr) {
         Array.prototype.forEach.call(tr.children, function (td, i) {
           if (!td.hasAttribute("data-label") && names[i] && !td.hasAttribute("colspan")) {
             td.setAttribute("data-label", names[i]);
@@ -46,7 +48,7 @@
 
 // Live: a page showing open remediations asks every few seconds whether anything changed
 // (one tiny JSON answer) and only then fetches itself again and swaps the banners and main
-// content in place; never while someone is typing a reason or has ticked a box.
+// content in place; never while someone is typing a reason or has changed a filter.
 (function () {
   var main = document.querySelector("main[data-live]");
   if (!main || !window.fetch || !window.DOMParser) return;
@@ -56,9 +58,14 @@
     if (active && main.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
       return true;
     }
+    // Busy means changed and not yet applied: a box ticked by the page's own filter (the
+    // overview's tiles link to /remediations?state=held) is the filter, not a change.
     return Array.prototype.some.call(
       main.querySelectorAll("form input[type=text], form input[type=checkbox], textarea"),
-      function (el) { return el.type === "checkbox" ? el.checked : el.value !== ""; });
+      function (el) {
+        return el.type === "checkbox" ? el.checked !== el.defaultChecked
+          : el.value !== el.defaultValue;
+      });
   }
   function swap(html) {
     var fresh = new DOMParser().parseFromString(html, "text/html");

@@ -232,3 +232,21 @@ def test_a_60s_retry_after_is_handed_on_whole_without_sleeping(
         provider(fake_time, max_total_seconds=600.0).request_replacement("pool-a", "n1", "k", "r")
     assert caught.value.delay == 60.0 and fake_time.sleeps == []
     assert "retry after 60s" in str(caught.value)
+
+
+def test_a_capacity_hold_says_it_once(api: respx.MockRouter, fake_time: FakeTime) -> None:
+    """The platform's own message already says the pool has no spare capacity: the hold
+    reason is that message, not ours with it appended."""
+    message = (
+        'node pool "pool-a" has no spare capacity: cannot replace node gpu-1 now; '
+        "retry later or free capacity in the pool"
+    )
+    api.post("/v1/pools/pool-a/replacements").mock(
+        return_value=httpx.Response(
+            409, json={"error": {"code": "capacity_exhausted", "message": message}}
+        )
+    )
+    with pytest.raises(CapacityExhausted) as caught:
+        provider(fake_time).request_replacement("pool-a", "gpu-1", "k", "r")
+    assert str(caught.value).count("spare capacity") == 1, str(caught.value)
+    assert "gpu-1" in str(caught.value) and "pool-a" in str(caught.value)

@@ -13,6 +13,8 @@ from remediator.store.cursor import Cursor, InvalidCursor, decode, encode
     [
         Cursor("all", datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), 42),
         Cursor("open", None, None),
+        Cursor("open", None, None, datetime(2026, 1, 2, tzinfo=UTC)),
+        Cursor("closed", datetime(2026, 1, 1, tzinfo=UTC), 7, datetime(2026, 1, 2, tzinfo=UTC)),
         Cursor("closed", datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))), 2**40),
     ],
 )
@@ -36,6 +38,8 @@ def _token(raw: str) -> str:
         _token('["all", "2026-01-01T00:00:00+00:00", "7"]'),
         _token('["all", "2026-01-01T00:00:00", 7]'),
         _token('["all", "yesterday", 7]'),
+        _token('["open", null, null, "2026-01-01T00:00:00"]'),
+        _token('["open", null, null, "2026-01-01T00:00:00+00:00", 1]'),
     ],
 )
 def test_rejects_foreign_tokens(token: str) -> None:

@@ -78,3 +78,23 @@ def test_legend_keys_do_not_overlap_long_kind_names() -> None:
     for label, next_key in zip(labels, keys[1:], strict=False):
         label_end = float(label.get("x", 0)) + 6 * len(label.text or "")
         assert float(next_key.get("x", 0)) > label_end, label.text
+
+
+def test_legends_wrap_inside_the_chart_and_name_every_series() -> None:
+    """Policy names are long: seven of them laid out on one line ran past the 720 px viewBox,
+    so the biggest series had no legend entry a reader could see."""
+    names = [f"xid-{n}-a-rather-long-policy-name" for n in range(7)]
+    values = {DAYS[0]: {name: float(i + 1) for i, name in enumerate(names)}}
+    root = ET.fromstring(str(charts.daily_stacked(values, DAYS, "GPU-hours", "none")))
+    width = float(root.get("viewBox", "").split()[2])
+    height = float(root.get("viewBox", "").split()[3])
+    keys = {t.text: t for t in root.iter(f"{SVG}text") if t.text in names}
+    assert set(keys) == set(names)
+    for name, text in keys.items():
+        # About 7 px a character at the legend's size.
+        assert float(text.get("x", 0)) + 7 * len(name) <= width, name
+    rows = sorted({float(t.get("y", 0)) for t in keys.values()})
+    assert len(rows) > 1
+    bars = _bars(str(charts.daily_stacked(values, DAYS, "GPU-hours", "none")))
+    assert min(float(b.get("y", 0)) for b in bars) > rows[-1]  # the plot starts below the keys
+    assert all(float(b.get("y", 0)) + float(b.get("height", 0)) <= height for b in bars)

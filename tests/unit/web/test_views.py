@@ -269,3 +269,22 @@ def test_a_capacity_hold_links_its_own_runbook_and_says_release_waits() -> None:
     assert str(views.next_actions(record(State.HELD, pdb))[0]) == (
         "release: runs drain on gpu-node-1 again"
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "labels", "shown"),
+    [
+        # increase() extrapolates over the window: a count of one reads 1.00131.
+        (SignalKind.ECC, 1.00131, {}, "1 double-bit ECC errors"),
+        (SignalKind.ECC, 0.62, {}, "1 double-bit ECC errors"),
+        (SignalKind.NVLINK, 11.97, {}, "12 NVLink errors in the window"),
+        (SignalKind.INFINIBAND, 2.4, {"problem": "link_errors"}, "2 link errors"),
+        # A rate says it is one, and keeps its fraction.
+        (SignalKind.INFINIBAND, 2.5, {"problem": "symbol_errors"}, "2.5 symbol errors per hour"),
+    ],
+)
+def test_counts_show_as_integers(
+    kind: SignalKind, value: float, labels: dict[str, str], shown: str
+) -> None:
+    signal = Signal(node="n", kind=kind, source="dcgm", observed_at=T0, value=value, labels=labels)
+    assert views.signal_value(signal) == shown
