@@ -4,19 +4,32 @@ liveness goes out to the console, the API and `/metrics`.
 A heartbeat is one row per node, overwritten; an agent that stopped sending is *silent*, and
 its node's health is *unknown* — never "healthy", because nothing the agent would have seen (an
 XID, a vanished GPU) can be ruled out.
+
+A heartbeat costs no database write of its own: it updates the replica's `HeartbeatBook`, which
+writes the rows that changed in one batch every few seconds (a background task after the answer,
+never in the request). Before that it is admitted (`signals.admission`): a node sending too fast
+or a replica that is behind answers 429 with Retry-After; a node the cluster does not have is
+refused (422) like a signal for an unknown node. Every refusal is counted.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, BackgroundTasks
+from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from remediator.signals.admission import Lane, Refusal, retry_after
+from remediator.store.heartbeats import HeartbeatBook
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
 from remediator.web.problems import ERRORS
+from remediator.web.schemas import ErrorOut
+
+log = logging.getLogger(__name__)
 
 NODE_PATTERN = r"^[^\x00-\x20\x7f]+$"
 # No control characters anywhere: PostgreSQL refuses NUL in text, and the console shows these.
@@ -61,16 +74,49 @@ def make_agents_router() -> APIRouter:
         responses={code: ERRORS[code] for code in (401, 403, 422)},
     )
 
-    @router.post("/api/v1/agents/heartbeat")
-    def heartbeat(body: HeartbeatIn, deps: Deps, _principal: Pusher) -> HeartbeatOut:
-        """A node agent is alive; push-only tokens may call this."""
-        deps.repository.record_heartbeat(
+    @router.post(
+        "/api/v1/agents/heartbeat",
+        response_model=HeartbeatOut,
+        responses={
+            429: {"model": ErrorOut, "description": "too fast: retry after `Retry-After` s"}
+        },
+    )
+    async def heartbeat(
+        body: HeartbeatIn, deps: Deps, _principal: Pusher, background: BackgroundTasks
+    ) -> HeartbeatOut | Response:
+        """A node agent is alive; push-only tokens may call this. 429: slow down, as the
+        Retry-After header says."""
+        admission, book = deps.admission, deps.heartbeats
+        assert admission is not None and book is not None  # create_app fills them in
+        refused = admission.heartbeat(body.node)
+        if refused is not None:
+            reason, wait = refused
+            spread = 0.0 if reason is Refusal.NODE_RATE else 5.0
+            after = retry_after(wait, spread)
+            text = (
+                f"{body.node} sends heartbeats faster than "
+                f"{admission.limits.heartbeat_per_node.rate:g}/s"
+                if reason is Refusal.NODE_RATE
+                else "this replica is behind on heartbeats"
+            )
+            return JSONResponse(
+                {"reason": f"{text}: retry after {after} s", "detail": reason.value},
+                429,
+                headers={"Retry-After": str(after)},
+            )
+        if deps.node_known(body.node) is False:
+            admission.count(Lane.HEARTBEAT, body.node, Refusal.UNKNOWN_NODE)
+            reason_text = f"{body.node}: no such node in the cluster"
+            return JSONResponse({"reason": reason_text, "detail": Refusal.UNKNOWN_NODE.value}, 422)
+        book.record(
             body.node,
             agent=body.agent,
             version=body.version,
             started_at=body.started_at,
             stats=body.stats,
         )
+        if book.claim_flush():
+            background.add_task(flush_quietly, book)
         return HeartbeatOut(
             recorded=True, silent_after_seconds=deps.settings.agent_silent_after_seconds
         )
@@ -79,7 +125,17 @@ def make_agents_router() -> APIRouter:
     def agents(deps: Deps, _principal: Reader) -> list[AgentOut]:
         """Every node agent that ever reported, silent ones first."""
         now, after = deps.clock.now(), silent_after(deps)
-        found = [agent_out(s, now, after) for s in deps.repository.agent_statuses()]
+        assert deps.heartbeats is not None
+        found = [agent_out(s, now, after) for s in deps.heartbeats.statuses()]
         return sorted(found, key=lambda a: (a.liveness is Liveness.REPORTING, a.node))
 
     return router
+
+
+def flush_quietly(book: HeartbeatBook) -> None:
+    """The background flush: a database that cannot take it keeps the rows pending (the next
+    flush retries them); the heartbeat was already answered."""
+    try:
+        book.flush()
+    except Exception:
+        log.exception("heartbeats: batched write failed, rows stay pending")

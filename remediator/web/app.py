@@ -42,6 +42,7 @@ from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
+from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
@@ -136,6 +137,8 @@ def create_app(deps: WebDeps) -> FastAPI:
     repo = deps.repository
     app.state.audit = AuditLog(repo.session_factory, repo.cluster, deps.clock)
     app.state.sessions = SessionStore(repo.session_factory, repo.cluster, deps.clock)
+    fill_intake(deps)
+    register_intake(deps, deps.registry)
 
     @app.exception_handler(WebError)
     async def _web_error(request: Request, exc: WebError) -> Response:
@@ -184,8 +187,10 @@ def create_app(deps: WebDeps) -> FastAPI:
             dependencies=[Depends(require_pusher)],
             clock=deps.clock,
             max_age=timedelta(seconds=deps.settings.signals.push_max_age_seconds),
+            admission=deps.admission,
         )
     )
+    app.include_router(make_intake_router())
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
