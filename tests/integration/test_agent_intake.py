@@ -4,6 +4,7 @@ the cluster lacks refused and counted, and one flooding agent limited without st
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 from sqlalchemy import Engine, event
 
 from remediator.agent import report
+from remediator.agent.heartbeat import HeartbeatLoop, Pacing
 from remediator.agent.http import HttpClient
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH
+from remediator.agent.stats import Stats
 from tests.fixtures.web import PUSH_TOKEN, READONLY_TOKEN
 from tests.integration.agent_support import PushServer, wait_for
 
@@ -81,7 +84,10 @@ def test_heartbeats_are_written_in_batches_and_read_fresh(
 
     clock.advance(5)
     assert heartbeat(agent, nodes[0]).status == 200  # due: its background write takes all 20
-    wait_for("the second batch", lambda: writes.statements == 2)
+    book = server.console.deps.heartbeats
+    assert book is not None
+    wait_for("the second batch committed", lambda: book.stats().flushes == 2)
+    assert writes.statements == 2
     stored = {s.node: s.seen_at.timestamp() for s in server.console.repository.agent_statuses()}
     assert stored == {node: newest for node in nodes[1:]} | {nodes[0]: clock.now().timestamp()}
     admission = reader.get("/api/v1/agents/admission").json()
@@ -135,3 +141,27 @@ def test_one_flooding_agent_is_limited_and_shown_while_others_go_on(
     assert shown["most_refused_nodes"] == [{"node": "gpu-node-01", "refused": 14}]
     server.console.clock.advance(2)  # the buckets refill on the (test's) clock
     assert heartbeat(agent, "gpu-node-01").status == 200
+
+
+def test_the_agents_heartbeat_loop_spreads_backs_off_and_obeys_429(
+    server: PushServer, agent: HttpClient
+) -> None:
+    """The agent's own loop and client against the real server: the delays it would wait."""
+    loop = HeartbeatLoop(
+        agent,
+        lambda: report.heartbeat("gpu-node-01", "agent-1", "1.0", STARTED, {}),
+        Stats(),
+        Pacing(period=10.0, cap=30.0),
+        draw=random.Random(7).uniform,
+    )
+    steady = [loop.run_once() for _ in range(3)]  # the node's burst of 3
+    assert all(8.0 <= d <= 12.0 for d in steady) and loop.failures == 0
+    throttled = loop.run_once()  # the 4th at once: 429, Retry-After 2
+    assert loop.failures == 1 and 2.0 <= throttled <= 3.0
+
+    server.stop()  # the controller restarts: no answer at all
+    down = [loop.run_once() for _ in range(3)]
+    assert all(15.0 <= d <= 30.0 for d in down)  # failures 2, 3, 4: capped at 30 s
+    server.start()
+    server.console.clock.advance(2)
+    assert 8.0 <= loop.run_once() <= 12.0 and loop.failures == 0
