@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks
 from fastapi.responses import JSONResponse, Response
@@ -26,6 +26,7 @@ from remediator.signals.admission import Lane, Refusal, retry_after
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
+from remediator.web.deps import WebDeps
 from remediator.web.problems import ERRORS
 from remediator.web.schemas import ErrorOut
 
@@ -66,6 +67,44 @@ def silent_after(deps: Deps) -> timedelta:
     return timedelta(seconds=deps.settings.agent_silent_after_seconds)
 
 
+def take_heartbeat(
+    deps: WebDeps, body: HeartbeatIn
+) -> tuple[int, dict[str, Any], dict[str, str], bool]:
+    """The heartbeat's whole decision, shared by the route and the fast lane: (status, JSON
+    answer, headers, whether the caller should run a flush after answering). Memory only."""
+    admission, book = deps.admission, deps.heartbeats
+    assert admission is not None and book is not None  # create_app fills them in
+    refused = admission.heartbeat(body.node)
+    if refused is not None:
+        reason, wait = refused
+        spread = 0.0 if reason is Refusal.NODE_RATE else 5.0
+        after = retry_after(wait, spread)
+        text = (
+            f"{body.node} sends heartbeats faster than "
+            f"{admission.limits.heartbeat_per_node.rate:g}/s"
+            if reason is Refusal.NODE_RATE
+            else "this replica is behind on heartbeats"
+        )
+        answer = {"reason": f"{text}: retry after {after} s", "detail": reason.value}
+        return 429, answer, {"Retry-After": str(after)}, False
+    if deps.node_known(body.node) is False:
+        admission.count(Lane.HEARTBEAT, body.node, Refusal.UNKNOWN_NODE)
+        answer = {
+            "reason": f"{body.node}: no such node in the cluster",
+            "detail": Refusal.UNKNOWN_NODE.value,
+        }
+        return 422, answer, {}, False
+    book.record(
+        body.node,
+        agent=body.agent,
+        version=body.version,
+        started_at=body.started_at,
+        stats=body.stats,
+    )
+    out = {"recorded": True, "silent_after_seconds": deps.settings.agent_silent_after_seconds}
+    return 200, out, {}, book.claim_flush()
+
+
 def make_agents_router() -> APIRouter:
     # Errors answer {"reason", "detail"} like the rest of the API (app's handlers): documented
     # so, or clients and schema checks would expect FastAPI's default 422 shape.
@@ -86,40 +125,12 @@ def make_agents_router() -> APIRouter:
     ) -> HeartbeatOut | Response:
         """A node agent is alive; push-only tokens may call this. 429: slow down, as the
         Retry-After header says."""
-        admission, book = deps.admission, deps.heartbeats
-        assert admission is not None and book is not None  # create_app fills them in
-        refused = admission.heartbeat(body.node)
-        if refused is not None:
-            reason, wait = refused
-            spread = 0.0 if reason is Refusal.NODE_RATE else 5.0
-            after = retry_after(wait, spread)
-            text = (
-                f"{body.node} sends heartbeats faster than "
-                f"{admission.limits.heartbeat_per_node.rate:g}/s"
-                if reason is Refusal.NODE_RATE
-                else "this replica is behind on heartbeats"
-            )
-            return JSONResponse(
-                {"reason": f"{text}: retry after {after} s", "detail": reason.value},
-                429,
-                headers={"Retry-After": str(after)},
-            )
-        if deps.node_known(body.node) is False:
-            admission.count(Lane.HEARTBEAT, body.node, Refusal.UNKNOWN_NODE)
-            reason_text = f"{body.node}: no such node in the cluster"
-            return JSONResponse({"reason": reason_text, "detail": Refusal.UNKNOWN_NODE.value}, 422)
-        book.record(
-            body.node,
-            agent=body.agent,
-            version=body.version,
-            started_at=body.started_at,
-            stats=body.stats,
-        )
-        if book.claim_flush():
-            background.add_task(flush_quietly, book)
-        return HeartbeatOut(
-            recorded=True, silent_after_seconds=deps.settings.agent_silent_after_seconds
-        )
+        status, answer, headers, flush = take_heartbeat(deps, body)
+        if flush:
+            background.add_task(flush_quietly, deps.heartbeats)
+        if status == 200:
+            return HeartbeatOut.model_validate(answer)
+        return JSONResponse(answer, status, headers=headers)
 
     @router.get("/api/v1/agents")
     def agents(deps: Deps, _principal: Reader) -> list[AgentOut]:
@@ -132,9 +143,11 @@ def make_agents_router() -> APIRouter:
     return router
 
 
-def flush_quietly(book: HeartbeatBook) -> None:
+def flush_quietly(book: HeartbeatBook | None) -> None:
     """The background flush: a database that cannot take it keeps the rows pending (the next
     flush retries them); the heartbeat was already answered."""
+    if book is None:
+        return
     try:
         book.flush()
     except Exception:

@@ -42,6 +42,7 @@ from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
+from remediator.web.heartbeat_lane import HeartbeatLane
 from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
@@ -179,6 +180,10 @@ def create_app(deps: WebDeps) -> FastAPI:
             response.headers.setdefault("Cache-Control", "no-store")
         return response
 
+    # Outermost: heartbeats that need no error answer skip the stack below (heartbeat_lane.py).
+    app.add_middleware(
+        HeartbeatLane, deps=deps, metrics=app.state.metrics, headers=SECURITY_HEADERS
+    )
     app.include_router(make_api_router())
     app.include_router(make_agents_router())
     app.include_router(
