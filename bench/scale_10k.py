@@ -51,15 +51,18 @@ import yaml
 from sqlalchemy import create_engine, text
 
 from bench.idle_cost import (
+    CONTROLLER_TARGETS,
+    PROMETHEUS,
     cpu_seconds,
+    free_port,
     memory_mb,
     scrape_controller,
-    start_prometheus,
     stop,
 )
 from remediator.agent import report
 from remediator.agent.heartbeat import Pacing, judge
-from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH
+from remediator.agent.http import Response
+from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.launch import SimHandle, start_sim
 from remediator.sim.node.kernel_log import xid_line
@@ -98,6 +101,11 @@ storm_breaker:
 """
 
 
+def answer_of(answer: httpx.Response) -> Response:
+    """An httpx answer as the agent's client has it, for the agent's own header rules."""
+    return Response(answer.status_code, dict(answer.headers), answer.content)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -128,6 +136,7 @@ class Agents:
         self._stopping = False
         self.client: httpx.AsyncClient | None = None
         self.pushes = httpx.AsyncClient()  # replaced in _start, inside the loop
+        self.push_retries = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -182,8 +191,21 @@ class Agents:
         assert parsed is not None, line
         signal = report.xid_signal(node, parsed, None, None, datetime.now(UTC))
         began = time.perf_counter()
-        answer = await self.pushes.post(SIGNALS_PATH, json=[signal])
-        return answer.status_code, answer.text, time.perf_counter() - began
+        backoff, attempt = Backoff(), 0
+        while True:  # as the agent's pusher: its queue keeps the signal until a server answers
+            try:
+                answer = await self.pushes.post(SIGNALS_PATH, json=[signal])
+            except httpx.TransportError:
+                self.push_retries += 1
+                attempt += 1
+                await asyncio.sleep(backoff.delay(attempt))
+                continue
+            if answer.status_code in (429, 503):
+                self.push_retries += 1
+                attempt += 1
+                await asyncio.sleep(backoff.delay(attempt, retry_after(answer_of(answer))))
+                continue
+            return answer.status_code, answer.text, time.perf_counter() - began
 
     def stop(self) -> None:
         self._stopping = True
@@ -261,6 +283,10 @@ class ControllerProcess:
                 raise SystemExit(f"controller did not start:\n{self.log()[-3000:]}")
             time.sleep(0.2)
         self.url = json.loads(ready.read_text())["web_url"]
+        # A restart comes back on the same address, as behind a Service.
+        config = yaml.safe_load((self.workdir / "controller.yaml").read_text())
+        config["web"]["listen"] = self.url.removeprefix("http://")
+        (self.workdir / "controller.yaml").write_text(yaml.safe_dump(config))
         return time.monotonic() - began
 
     def log(self) -> str:
@@ -555,6 +581,50 @@ def kubectl_get_nodes(sim: SimHandle, nodes: int) -> float:
         if len(out.splitlines()) < nodes:
             raise SystemExit(f"kubectl listed {len(out.splitlines())} nodes of {nodes}")
     return statistics.median(times)
+
+
+def start_prometheus(workdir: Path, metrics_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    """As idle_cost's, with the telemetry scraped every 60 s and only the families the bench's
+    policy and breaker read kept: 10,000 nodes' full exposition is ~2.2 million samples, whose
+    every series kept would cost this shared machine gigabytes for figures nobody reads here."""
+    target = metrics_url.removeprefix("http://").rstrip("/")
+    config = {
+        "global": {"scrape_interval": "30s", "scrape_timeout": "25s"},
+        "scrape_configs": [
+            {
+                "job_name": "dcgm-exporter",
+                "scrape_interval": "60s",
+                "scrape_timeout": "55s",
+                "static_configs": [{"targets": [target]}],
+                "metric_relabel_configs": [
+                    {
+                        "source_labels": ["__name__"],
+                        "regex": "DCGM_FI_DEV_(XID_ERRORS|GPU_TEMP)",
+                        "action": "keep",
+                    }
+                ],
+            },
+            {
+                "job_name": "remediator",
+                "file_sd_configs": [{"files": [str(workdir / CONTROLLER_TARGETS)]}],
+            },
+        ],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=(workdir / "prometheus.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+    )
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def prometheus_scraped(url: str, expected: int, timeout: float) -> tuple[bool, str]:
