@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
 import os
 import random
@@ -125,7 +126,11 @@ class Fleet:
 
 
 class Agents:
-    """One asyncio loop in a thread; a task per node heartbeating with the agent's pacing."""
+    """One asyncio loop in a thread. Each node keeps its own agent state (next heartbeat due,
+    failures in a row, the agent's pacing); a fixed set of workers sends what is due, earliest
+    first — 10,000 coroutines each awaiting the client's connection pool stalled httpx's pool."""
+
+    WORKERS = 64
 
     def __init__(self, url: str, nodes: list[str], pacing: Pacing) -> None:
         self.url, self.nodes, self.pacing = url, nodes, pacing
@@ -137,6 +142,8 @@ class Agents:
         self.client: httpx.AsyncClient | None = None
         self.pushes = httpx.AsyncClient()  # replaced in _start, inside the loop
         self.push_retries = 0
+        self._due: list[tuple[float, str]] = []
+        self._failures: dict[str, int] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -147,7 +154,7 @@ class Agents:
             base_url=self.url,
             headers={"Authorization": f"Bearer {PUSH_TOKEN}"},
             timeout=30.0,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            limits=httpx.Limits(max_connections=self.WORKERS, max_keepalive_connections=64),
         )
         # Each agent has its own connection; pooled here, the pushes get a pool of their own
         # so that the generator's heartbeat queue cannot delay them on the client side.
@@ -157,16 +164,25 @@ class Agents:
             timeout=60.0,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
         )
-        for node in self.nodes:
-            # Agents already running: their phases are spread over one period.
-            self.loop.create_task(self._agent(node, random.uniform(0, self.pacing.period)))
+        now = time.monotonic()
+        # Agents already running: their phases are spread over one period.
+        self._due = sorted((now + random.uniform(0, self.pacing.period), n) for n in self.nodes)
+        for _ in range(self.WORKERS):
+            self.loop.create_task(self._worker())
 
-    async def _agent(self, node: str, first: float) -> None:
-        await asyncio.sleep(first)
-        failures = 0
-        body = report.heartbeat(node, f"bench-{node}", "bench", self.started_at, {})
+    async def _worker(self) -> None:
         assert self.client is not None
         while not self._stopping:
+            if not self._due:
+                await asyncio.sleep(0.05)
+                continue
+            due, node = heapq.heappop(self._due)
+            wait_for = due - time.monotonic()
+            if wait_for > 0:
+                heapq.heappush(self._due, (due, node))
+                await asyncio.sleep(min(wait_for, 0.05))
+                continue
+            body = report.heartbeat(node, f"bench-{node}", "bench", self.started_at, {})
             self.fleet.sent[int(time.monotonic())] += 1
             try:
                 answer = await self.client.post(HEARTBEAT_PATH, json=body)
@@ -177,8 +193,10 @@ class Agents:
                 beat = judge(0, {})
             if beat.ok:
                 self.fleet.ok_at[node] = time.monotonic()
-            failures = 0 if beat.ok else failures + 1
-            await asyncio.sleep(self.pacing.delay(failures, beat.retry_after))
+            failures = 0 if beat.ok else self._failures.get(node, 0) + 1
+            self._failures[node] = failures
+            delay = self.pacing.delay(failures, beat.retry_after)
+            heapq.heappush(self._due, (time.monotonic() + delay, node))
 
     def call(self, coroutine: Any, timeout: float = 120.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
@@ -363,7 +381,7 @@ def run_database(
     )
     try:
         agents.start()
-        wait("every agent's first heartbeat", lambda: len(agents.fleet.ok_at) == len(nodes), 300)
+        wait("every agent's first heartbeat", lambda: len(agents.fleet.ok_at) == len(nodes), 600)
         time.sleep(15)  # past the first flushes
 
         # -- idle, heartbeats flowing ---------------------------------------------------------
