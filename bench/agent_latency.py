@@ -208,7 +208,7 @@ def read_all(controller: Controller, node: str, written: int, timeout: float = 3
     `written` or `timeout` passed: whether it kept up with the flood."""
     deadline = time.monotonic() + timeout
     while True:
-        status = controller.repository.agent_status(node)
+        status = controller.heartbeats.status(node)
         read = int(status.stats.get("records_read", 0)) if status else 0
         if read >= written or time.monotonic() > deadline:
             return read
@@ -272,7 +272,7 @@ def run(
     flood_proc: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.monotonic() + 180
-        while len(controller.repository.agent_statuses()) < len(agent_nodes):
+        while len(controller.heartbeats.statuses()) < len(agent_nodes):
             if time.monotonic() > deadline:
                 raise SystemExit("not every agent sent a heartbeat within 180 s")
             time.sleep(0.2)

@@ -167,6 +167,20 @@ class SignalSettings(BaseModel):
     alertmanager_receiver: str = "remediator"
 
 
+class AgentIntakeSettings(BaseModel):
+    """How heartbeats are written and what the push path admits (docs/scale.md)."""
+
+    # Heartbeats are kept in memory and written in one batch this often (and within a second
+    # when an agent comes back); the database then takes ~0.2 heartbeat writes a second.
+    heartbeat_flush_seconds: float = Field(default=5.0, gt=0, le=60)
+    heartbeat_per_node_rate: float = Field(default=0.5, gt=0)
+    heartbeat_per_node_burst: float = Field(default=3.0, ge=1)
+    signals_per_node_rate: float = Field(default=20.0, gt=0)
+    signals_per_node_burst: float = Field(default=200.0, ge=1)
+    # Past this many heartbeats a second the replica is behind: 429 with a Retry-After.
+    heartbeats_per_second: float = Field(default=2_000.0, gt=0)
+
+
 class ArchiveSettings(BaseModel):
     """The signal archive a policy backtest replays (docs/backtest.md)."""
 
@@ -211,6 +225,7 @@ class Settings(BaseSettings):
     notify: NotifySettings = Field(default_factory=NotifySettings)
     signals: SignalSettings = Field(default_factory=SignalSettings)
     signal_archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    agents: AgentIntakeSettings = Field(default_factory=AgentIntakeSettings)
     # Policy directories the console may backtest against this cluster's archive, by name.
     backtest_dirs: dict[str, Path] = Field(default_factory=dict)
     kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)

@@ -34,11 +34,13 @@ HEARTBEAT_PATH = "/api/v1/agents/heartbeat"
 class Backoff:
     base: float = 0.1
     cap: float = 5.0
+    retry_after_cap: float = 300.0  # a Retry-After beyond this is a broken server, not advice
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Full jitter under a doubling ceiling; the server's Retry-After wins, within the cap."""
+        """Jitter under a doubling ceiling. The server's Retry-After is obeyed whole (a 429 from
+        a controller that is behind must slow the agent down), plus up to a fifth at random."""
         if retry_after is not None:
-            return min(self.cap, max(0.0, retry_after))
+            return min(self.retry_after_cap, max(0.0, retry_after)) * random.uniform(1.0, 1.2)
         ceiling = min(self.cap, self.base * (2 ** min(attempt, 16)))
         return random.uniform(ceiling / 2, ceiling)
 

@@ -24,8 +24,9 @@ from remediator.agent import report
 from remediator.agent.expected import ExpectedUnknown, KubeAccess, fetch_expected
 from remediator.agent.follow import Entry, Follower, Journal, KmsgDevice, KmsgFile
 from remediator.agent.gpus import GpuInfo, count_pci_gpus, missing_gpus, scan_driver
-from remediator.agent.http import HttpClient, TransportError
-from remediator.agent.push import HEARTBEAT_PATH, Backoff, Pusher
+from remediator.agent.heartbeat import HeartbeatLoop, Pacing
+from remediator.agent.http import HttpClient
+from remediator.agent.push import Backoff, Pusher
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
 from remediator.signals.xid import is_sxid_line, parse_kernel_line, parse_pci_uuid_line
@@ -55,6 +56,7 @@ class AgentConfig:
     kube: KubeAccess | None = None
     agent_name: str = field(default_factory=socket.gethostname)
     heartbeat_seconds: float = 10.0
+    heartbeat_backoff_cap_seconds: float = 30.0
     presence_seconds: float = 10.0
     queue_capacity: int = 10_000
     poll_seconds: float = 0.05
@@ -109,6 +111,12 @@ class Agent:
         )
         self._lock = threading.Lock()
         self._missing_refused: set[str] = set()
+        self.heartbeats = HeartbeatLoop(
+            self.client,
+            self.heartbeat_body,
+            self.stats,
+            Pacing(period=config.heartbeat_seconds, cap=config.heartbeat_backoff_cap_seconds),
+        )
         self._stop = threading.Event()
         self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat")
         self._heartbeats.daemon = True
@@ -255,32 +263,22 @@ class Agent:
 
     # -- heartbeats -----------------------------------------------------------------------
 
-    def heartbeat(self) -> bool:
+    def heartbeat_body(self) -> dict[str, Any]:
         self.stats.set("queue_depth", len(self.queue))
         self.stats.set("signals_dropped", self.queue.dropped)
-        body = report.heartbeat(
+        return report.heartbeat(
             self.config.node,
             self.config.agent_name,
             __version__,
             self.started_at,
             self.stats.snapshot(),
         )
-        try:
-            response = self.client.post(HEARTBEAT_PATH, body)
-        except TransportError as exc:
-            self.stats.add("heartbeat_errors")
-            log.warning("heartbeat failed: %s", exc)
-            return False
-        if response.status != 200:
-            self.stats.add("heartbeat_errors")
-            log.warning("heartbeat answered %d: %s", response.status, response.text[:300])
-            return False
-        return True
+
+    def heartbeat(self) -> bool:
+        return self.heartbeats.send().ok
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.is_set():
-            self.heartbeat()
-            self._stop.wait(self.config.heartbeat_seconds)
+        self.heartbeats.run(self._stop)
 
     # -- lifecycle ------------------------------------------------------------------------
 

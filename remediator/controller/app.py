@@ -56,6 +56,7 @@ from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.node_gone import end_all_gone
 from remediator.remediation.service import RemediationService
 from remediator.settings import Settings, SignalSettings
+from remediator.signals.admission import Admission
 from remediator.signals.model import Signal
 from remediator.signals.screen import RecentDrops, summary
 from remediator.signals.sources.alert_state import FiringAlerts
@@ -69,10 +70,12 @@ from remediator.slurm.engine import SlurmSteps
 from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
 from remediator.store.db import make_engine, make_session_factory
+from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
 from remediator.web.app import create_app
 from remediator.web.deps import WebDeps
+from remediator.web.intake import limits_from
 from remediator.web.server import QuietServer
 
 log = logging.getLogger(__name__)
@@ -186,6 +189,14 @@ class Controller:
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
         self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
+        # Agents' heartbeats: memory first, the database in batches (store/heartbeats.py).
+        self.heartbeats = HeartbeatBook(
+            self.repository,
+            self.clock,
+            silent_after=timedelta(seconds=settings.agent_silent_after_seconds),
+            flush_seconds=settings.agents.heartbeat_flush_seconds,
+        )
+        self.admission = Admission(limits_from(settings))
         self.sources: list[Source] = (
             list(sources) if sources is not None else self._default_sources()
         )
@@ -540,6 +551,10 @@ class Controller:
             self.reload_policies()
         except (RemediatorError, SQLAlchemyError) as exc:
             log.warning("housekeeping: %s: %s", type(exc).__name__, exc)
+        try:
+            self.heartbeats.tick()
+        except SQLAlchemyError as exc:
+            log.warning("heartbeats: batched write failed, rows stay pending: %s", exc)
 
     def scrape_refresh(self) -> None:
         """Set the gauges from the store just before /metrics answers, one scrape at a time; a
@@ -603,7 +618,7 @@ class Controller:
         fencing = [r for r in (self.repository.get(row.id) for row in rows) if r is not None]
         now = self.clock.now()
         silent_after = timedelta(seconds=self.settings.agent_silent_after_seconds)
-        self.metrics.agents(self.repository.agent_statuses(), now, silent_after)
+        self.metrics.agents(self.heartbeats.statuses(), now, silent_after)
         self.metrics.refresh(fencing, self.repository.controller_status(), now)
 
     # -- the web console ---------------------------------------------------------------------
@@ -637,6 +652,9 @@ class Controller:
             # Cancels are counted where they happen, by the replica that served the command.
             finished=self.metrics.cancelled,
             before_scrape=self.scrape_refresh,
+            heartbeats=self.heartbeats,
+            admission=self.admission,
+            node_known=self.nodes.knows,
         )
 
     def start_web(self) -> str:
@@ -674,6 +692,10 @@ class Controller:
     def stop(self) -> None:
         # Our jobs end before the lease is handed over, so two replicas never act at once.
         self._stop_leading(wait=True)
+        try:
+            self.heartbeats.flush()
+        except SQLAlchemyError as exc:
+            log.warning("heartbeats: pending rows not written at shutdown: %s", exc)
         if self.archive is not None:
             try:
                 self.archive.flush()

@@ -99,6 +99,14 @@ class NodeInformer:
                 )
             return list(self._nodes.values())
 
+    def knows(self, name: str) -> bool | None:
+        """Whether the cluster has this node, from the cache without waiting; None before the
+        first LIST ended (nobody can say yet)."""
+        if not self._synced.is_set():
+            return None
+        with self._lock:
+            return name in self._nodes
+
     def subscribe(self, on_change: Callable[[str], None], on_resync: Callable[[], None]) -> None:
         """`on_change(name)` after each node event is applied; `on_resync()` after each LIST."""
         self._listeners.append((on_change, on_resync))

@@ -239,7 +239,8 @@ def serve(options: ServeOptions) -> int:
         probes = [
             urls["kube_url"] + "/version",
             urls["nodepool_url"] + "/",
-            urls["metrics_url"] + "/metrics",
+            # The root, not /metrics: rendering 10,000 nodes of telemetry is no liveness probe.
+            urls["metrics_url"] + "/",
             urls["inject_url"] + "/",
         ]
         wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive)

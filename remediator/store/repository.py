@@ -706,6 +706,37 @@ class Repository:
                 statement.on_conflict_do_update(index_elements=["cluster", "node"], set_=values)
             )
 
+    def record_heartbeats(self, statuses: Sequence[AgentStatus]) -> None:
+        """Upsert many agents' newest heartbeats in one transaction (the coalesced writer's
+        batch, `store.heartbeats`): one statement executed for all rows."""
+        if not statuses:
+            return
+        rows = [
+            {
+                "cluster": self.cluster,
+                "node": s.node,
+                "agent": s.agent,
+                "version": s.version,
+                "started_at": s.started_at,
+                "seen_at": s.seen_at,
+                "stats": dict(s.stats),
+            }
+            for s in statuses
+        ]
+        with session_scope(self.session_factory, write=True) as session:
+            statement = _insert_for(session)(AgentHeartbeat)
+            excluded = statement.excluded
+            session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["cluster", "node"],
+                    set_={
+                        name: getattr(excluded, name)
+                        for name in ("agent", "version", "started_at", "seen_at", "stats")
+                    },
+                ),
+                rows,
+            )
+
     def agent_statuses(self) -> tuple[AgentStatus, ...]:
         query = (
             select(AgentHeartbeat)

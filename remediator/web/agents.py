@@ -4,19 +4,33 @@ liveness goes out to the console, the API and `/metrics`.
 A heartbeat is one row per node, overwritten; an agent that stopped sending is *silent*, and
 its node's health is *unknown* — never "healthy", because nothing the agent would have seen (an
 XID, a vanished GPU) can be ruled out.
+
+A heartbeat costs no database write of its own: it updates the replica's `HeartbeatBook`, which
+writes the rows that changed in one batch every few seconds (a background task after the answer,
+never in the request). Before that it is admitted (`signals.admission`): a node sending too fast
+or a replica that is behind answers 429 with Retry-After; a node the cluster does not have is
+refused (422) like a signal for an unknown node. Every refusal is counted.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, BackgroundTasks
+from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from remediator.signals.admission import Lane, Refusal, retry_after
+from remediator.store.heartbeats import HeartbeatBook
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
+from remediator.web.deps import WebDeps
 from remediator.web.problems import ERRORS
+from remediator.web.schemas import ErrorOut
+
+log = logging.getLogger(__name__)
 
 NODE_PATTERN = r"^[^\x00-\x20\x7f]+$"
 # No control characters anywhere: PostgreSQL refuses NUL in text, and the console shows these.
@@ -64,6 +78,44 @@ def silent_after(deps: Deps) -> timedelta:
     return timedelta(seconds=deps.settings.agent_silent_after_seconds)
 
 
+def take_heartbeat(
+    deps: WebDeps, body: HeartbeatIn
+) -> tuple[int, dict[str, Any], dict[str, str], bool]:
+    """The heartbeat's whole decision, shared by the route and the fast lane: (status, JSON
+    answer, headers, whether the caller should run a flush after answering). Memory only."""
+    admission, book = deps.admission, deps.heartbeats
+    assert admission is not None and book is not None  # create_app fills them in
+    refused = admission.heartbeat(body.node)
+    if refused is not None:
+        reason, wait = refused
+        spread = 0.0 if reason is Refusal.NODE_RATE else 5.0
+        after = retry_after(wait, spread)
+        text = (
+            f"{body.node} sends heartbeats faster than "
+            f"{admission.limits.heartbeat_per_node.rate:g}/s"
+            if reason is Refusal.NODE_RATE
+            else "this replica is behind on heartbeats"
+        )
+        answer = {"reason": f"{text}: retry after {after} s", "detail": reason.value}
+        return 429, answer, {"Retry-After": str(after)}, False
+    if deps.node_known(body.node) is False:
+        admission.count(Lane.HEARTBEAT, body.node, Refusal.UNKNOWN_NODE)
+        answer = {
+            "reason": f"{body.node}: no such node in the cluster",
+            "detail": Refusal.UNKNOWN_NODE.value,
+        }
+        return 422, answer, {}, False
+    book.record(
+        body.node,
+        agent=body.agent,
+        version=body.version,
+        started_at=body.started_at,
+        stats=body.stats,
+    )
+    out = {"recorded": True, "silent_after_seconds": deps.settings.agent_silent_after_seconds}
+    return 200, out, {}, book.claim_flush()
+
+
 def make_agents_router() -> APIRouter:
     # Errors answer {"reason", "detail"} like the rest of the API (app's handlers): documented
     # so, or clients and schema checks would expect FastAPI's default 422 shape.
@@ -72,25 +124,42 @@ def make_agents_router() -> APIRouter:
         responses={code: ERRORS[code] for code in (400, 401, 403, 422)},
     )
 
-    @router.post("/api/v1/agents/heartbeat")
-    def heartbeat(body: HeartbeatIn, deps: Deps, _principal: Pusher) -> HeartbeatOut:
-        """A node agent is alive; push-only tokens may call this."""
-        deps.repository.record_heartbeat(
-            body.node,
-            agent=body.agent,
-            version=body.version,
-            started_at=body.started_at,
-            stats=body.stats,
-        )
-        return HeartbeatOut(
-            recorded=True, silent_after_seconds=deps.settings.agent_silent_after_seconds
-        )
+    @router.post(
+        "/api/v1/agents/heartbeat",
+        response_model=HeartbeatOut,
+        responses={
+            429: {"model": ErrorOut, "description": "too fast: retry after `Retry-After` s"}
+        },
+    )
+    async def heartbeat(
+        body: HeartbeatIn, deps: Deps, _principal: Pusher, background: BackgroundTasks
+    ) -> HeartbeatOut | Response:
+        """A node agent is alive; push-only tokens may call this. 429: slow down, as the
+        Retry-After header says."""
+        status, answer, headers, flush = take_heartbeat(deps, body)
+        if flush:
+            background.add_task(flush_quietly, deps.heartbeats)
+        if status == 200:
+            return HeartbeatOut.model_validate(answer)
+        return JSONResponse(answer, status, headers=headers)
 
     @router.get("/api/v1/agents")
     def agents(deps: Deps, _principal: Reader) -> list[AgentOut]:
         """Every node agent that ever reported, silent ones first."""
         now, after = deps.clock.now(), silent_after(deps)
-        found = [agent_out(s, now, after) for s in deps.repository.agent_statuses()]
+        assert deps.heartbeats is not None
+        found = [agent_out(s, now, after) for s in deps.heartbeats.statuses()]
         return sorted(found, key=lambda a: (a.liveness is Liveness.REPORTING, a.node))
 
     return router
+
+
+def flush_quietly(book: HeartbeatBook | None) -> None:
+    """The background flush: a database that cannot take it keeps the rows pending (the next
+    flush retries them); the heartbeat was already answered."""
+    if book is None:
+        return
+    try:
+        book.flush()
+    except Exception:
+        log.exception("heartbeats: batched write failed, rows stay pending")

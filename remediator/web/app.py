@@ -42,6 +42,8 @@ from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
+from remediator.web.heartbeat_lane import HeartbeatLane
+from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
@@ -137,6 +139,8 @@ def create_app(deps: WebDeps) -> FastAPI:
     repo = deps.repository
     app.state.audit = AuditLog(repo.session_factory, repo.cluster, deps.clock)
     app.state.sessions = SessionStore(repo.session_factory, repo.cluster, deps.clock)
+    fill_intake(deps)
+    register_intake(deps, deps.registry)
 
     @app.exception_handler(WebError)
     async def _web_error(request: Request, exc: WebError) -> Response:
@@ -177,6 +181,10 @@ def create_app(deps: WebDeps) -> FastAPI:
             response.headers.setdefault("Cache-Control", "no-store")
         return response
 
+    # Outermost: heartbeats that need no error answer skip the stack below (heartbeat_lane.py).
+    app.add_middleware(
+        HeartbeatLane, deps=deps, metrics=app.state.metrics, headers=SECURITY_HEADERS
+    )
     app.include_router(make_api_router())
     app.include_router(make_dispositions_router())
     app.include_router(make_agents_router())
@@ -188,8 +196,10 @@ def create_app(deps: WebDeps) -> FastAPI:
             max_age=timedelta(seconds=deps.settings.signals.push_max_age_seconds),
             event_max_age=timedelta(seconds=deps.settings.signals.push_event_max_age_seconds),
             on_refused=app.state.metrics.count_refused,
+            admission=deps.admission,
         )
     )
+    app.include_router(make_intake_router())
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

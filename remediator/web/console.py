@@ -187,7 +187,8 @@ def silent_after(deps: WebDeps) -> timedelta:
 def overview_out(deps: WebDeps) -> OverviewOut:
     now = deps.clock.now()
     overview = deps.repository.overview()
-    agents = [agent_out(a, now, silent_after(deps)) for a in deps.repository.agent_statuses()]
+    assert deps.heartbeats is not None  # create_app fills it in
+    agents = [agent_out(a, now, silent_after(deps)) for a in deps.heartbeats.statuses()]
     counts = overview.by_state
     lost = views.gpu_hours_lost(deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW), now)
     return OverviewOut(

@@ -15,7 +15,9 @@ from remediator.errors import PolicyError
 from remediator.kube.objects import Node
 from remediator.policy.loader import PolicySet
 from remediator.settings import Settings
+from remediator.signals.admission import Admission
 from remediator.signals.sources.push import SignalInbox
+from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
 
@@ -43,6 +45,10 @@ def _nothing_to_refresh() -> None:
     return None
 
 
+def _cannot_say(_node: str) -> bool | None:
+    return None
+
+
 @dataclass
 class WebDeps:
     """`check_cluster` is asked only while `is_leader()`: it returns why the cluster API cannot
@@ -64,3 +70,9 @@ class WebDeps:
     finished: Callable[[RemediationRecord], None] = _nothing
     # Called before /metrics answers: gauges read from the store are set when someone looks.
     before_scrape: Callable[[], None] = _nothing_to_refresh
+    # Agents' heartbeats in memory, written coalesced; None: create_app keeps its own.
+    heartbeats: HeartbeatBook | None = None
+    # The push path's per-node and per-replica limits; None: create_app builds them from settings.
+    admission: Admission | None = None
+    # Whether the cluster has this node (the node cache); None when it cannot say yet.
+    node_known: Callable[[str], bool | None] = _cannot_say

@@ -124,7 +124,8 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
     recent = repo.count(RemediationFilter(node=name, created_from=now - within))
     replaced = repo.replacement_of(name)
     successors = repo.list(RemediationFilter(node=name), limit=NODE_PAGE).rows
-    agent = repo.agent_status(name)
+    assert deps.heartbeats is not None  # create_app fills it in
+    agent = deps.heartbeats.status(name)
     return NodeOut(
         node=name,
         agent=agent_out(agent, now, silent_after(deps)) if agent else None,

@@ -24,6 +24,7 @@ from remediator.sim.node import driver
 from remediator.sim.node.hosts import BOOT_ID, KMSG
 from remediator.sim.node.kernel_log import KernelLog, xid_line
 from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
+from remediator.store.records import AgentStatus
 from tests.fixtures.web import PUSH_TOKEN, Console, build_console, free_port
 
 NODE = "gpu-node-01"
@@ -91,6 +92,12 @@ class PushServer:
             self._server.should_exit = True
             self._thread.join(timeout=10)
         self._server = self._thread = None
+
+    def agent_status(self, node: str) -> AgentStatus | None:
+        """As the console and API read it: the heartbeat book, not the (coalesced) rows."""
+        book = self.console.deps.heartbeats
+        assert book is not None
+        return book.status(node)
 
     def signals(self) -> list[Signal]:
         self.received.extend(self.console.deps.inbox.drain())

@@ -134,7 +134,7 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(
         wait_for(
             "the heartbeat to carry them",
             lambda: (
-                (status := server.console.repository.agent_status(host.node)) is not None
+                (status := server.agent_status(host.node)) is not None
                 and status.stats.get("records_skipped") == 3
                 and status.stats.get("sxid_lines_unparsed") == 2
             ),
@@ -151,9 +151,7 @@ def test_a_vanished_gpu_is_reported_once_across_restarts(
     missing = lambda: [s for s in server.signals() if s.kind.value == "gpu_missing"]  # noqa: E731
     running = AgentThread(agent_config(host, state, server.url))
     try:
-        wait_for(
-            "a heartbeat", lambda: server.console.repository.agent_status(host.node) is not None
-        )
+        wait_for("a heartbeat", lambda: server.agent_status(host.node) is not None)
         assert missing() == []
         driver.detach(host.root, pci_bus_id(5))
         wait_for("gpu_missing", lambda: len(missing()) == 1)

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remediator.clock import Clock, SystemClock
+from remediator.signals.admission import Admission, retry_after
 from remediator.signals.kinds import EVENT_KINDS
 from remediator.signals.model import Signal
 from remediator.signals.sources.alert_state import FiringAlerts
@@ -194,6 +195,11 @@ class _Problems(BaseModel):
 
 REFUSED: dict[int | str, dict[str, Any]] = {
     422: {"model": _Problems, "description": "refused: every problem named, nothing taken"},
+    429: {
+        "model": _Problems,
+        "description": "a node sends faster than its limit: nothing taken, retry after "
+        "`Retry-After` seconds",
+    },
     503: {
         "description": "inbox full, or this replica does not lead: nothing stored, retry "
         "after `Retry-After` seconds"
@@ -205,6 +211,36 @@ def _refused(problems: list[dict[str, Any]]) -> JSONResponse:
     return JSONResponse(
         {"reason": "refused: nothing taken", "detail": problems, "accepted": 0}, 422
     )
+
+
+def _admit(
+    admission: Admission, signals: Sequence[Signal]
+) -> tuple[list[Signal], list[dict[str, Any]], float]:
+    """Charge each node its signals (all of a node's, or none): (those taken, one problem per
+    node refused, the longest wait). An agent's batch names its own node only, so a flooding
+    agent gets 429 and keeps its queue; a mixed batch loses only the flooding node's items."""
+    by_node: dict[str, int] = {}
+    for signal in signals:
+        by_node[signal.node] = by_node.get(signal.node, 0) + 1
+    refused: dict[str, float] = {}
+    for node, count in by_node.items():
+        verdict = admission.signals(node, count)
+        if verdict is not None:
+            refused[node] = verdict[1]
+    if not refused:
+        return list(signals), [], 0.0
+    rate = admission.limits.signals_per_node.rate
+    problems = [
+        {
+            "index": None,
+            "field": "node",
+            "reason": f"{node} sends signals faster than {rate:g}/s: {by_node[node]} refused, "
+            f"retry after {retry_after(wait)} s",
+        }
+        for node, wait in refused.items()
+    ]
+    kept = [s for s in signals if s.node not in refused]
+    return kept, problems, max(refused.values())
 
 
 async def _json_body(request: Request) -> tuple[Any, JSONResponse | None]:
@@ -224,8 +260,10 @@ def make_signals_router(
     max_age: timedelta = DEFAULT_MAX_AGE,
     event_max_age: timedelta = DEFAULT_EVENT_MAX_AGE,
     on_refused: Callable[[Sequence[dict[str, Any]]], None] | None = None,
+    admission: Admission | None = None,
 ) -> APIRouter:
-    """The push endpoints; the web app mounts them under its auth `dependencies`."""
+    """The push endpoints; the web app mounts them under its auth `dependencies`. With an
+    `admission`, each node's signals in a request are charged to that node's bucket."""
     router = APIRouter(dependencies=list(dependencies), tags=["signals"])
     alert_mapping = mapping or AlertMapping()
     time_source = clock or SystemClock()
@@ -255,6 +293,20 @@ def make_signals_router(
             on_refused(problems)
         if problems and not signals:
             return _refused(problems)
+        if admission is not None:
+            signals, limited, wait = _admit(admission, signals)
+            if limited and not signals:
+                after = retry_after(wait)
+                return JSONResponse(
+                    {
+                        "reason": "rate limited: nothing taken",
+                        "detail": [*problems, *limited],
+                        "accepted": 0,
+                    },
+                    429,
+                    headers={"Retry-After": str(after)},
+                )
+            problems.extend(limited)
         unavailable = _store(signals)
         if unavailable is not None:
             return unavailable

@@ -164,3 +164,19 @@ def test_a_watch_failing_too_long_is_an_error_not_a_frozen_cluster(api: Scripted
     finally:
         api.closed = True
         informer.stop()
+
+
+def test_knows_a_node_from_the_cache_and_cannot_say_before_the_first_list(
+    api: ScriptedApi,
+) -> None:
+    """The heartbeat intake asks this per request: never a request to the API server."""
+    informer = NodeInformer(api, backoff=(0.01, 0.01))
+    try:
+        assert informer.knows("a") is None  # not started: nobody can say yet
+        informer.start()
+        assert informer.wait_synced(10)
+        assert (informer.knows("a"), informer.knows("zz")) == (True, False)
+        assert api.lists == 1
+    finally:
+        api.closed = True
+        informer.stop()

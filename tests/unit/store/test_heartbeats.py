@@ -1,0 +1,151 @@
+"""Heartbeats coalesced: memory first, one batched write per period, at once on a liveness
+change; counted at the database itself (every INSERT into agent_heartbeats), on a fake clock."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from remediator.clock import FakeClock
+from remediator.store import db
+from remediator.store.heartbeats import HeartbeatBook
+from remediator.store.repository import Repository
+
+START = datetime(2026, 3, 1, tzinfo=UTC)
+SILENT = timedelta(seconds=60)
+
+
+class Writes:
+    """Statements that wrote heartbeat rows, as the database driver saw them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.statements = 0
+        event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO AGENT_HEARTBEATS"):
+            self.statements += 1
+
+
+@pytest.fixture
+def engine(sqlite_head_template: Path, tmp_path: Path) -> Iterator[Engine]:
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    built = db.make_engine(f"sqlite:///{tmp_path / 'remediator.db'}")
+    yield built
+    built.dispose()
+
+
+def book_on(engine: Engine, clock: FakeClock, flush_seconds: float = 5.0) -> HeartbeatBook:
+    repo = Repository(db.make_session_factory(engine), "c1", clock)
+    return HeartbeatBook(repo, clock, silent_after=SILENT, flush_seconds=flush_seconds)
+
+
+def beat(book: HeartbeatBook, node: str) -> bool:
+    return book.record(node, agent="a", version="1", started_at=START, stats={"n": 1})
+
+
+def test_a_thousand_agents_cost_one_write_per_period(engine: Engine) -> None:
+    clock = FakeClock(START)
+    writes = Writes(engine)
+    book = book_on(engine, clock)
+    nodes = [f"n{i:04d}" for i in range(1000)]
+    for node in nodes:  # first sight: each is news, yet one flush takes them all
+        beat(book, node)
+    clock.advance(1)
+    assert book.flush_due()
+    book.tick()
+    assert writes.statements == 1
+
+    # Then 60 s of heartbeats every 10 s, spread over each second, with a tick every second.
+    for second in range(60):
+        clock.advance(1)
+        for node in nodes[(second % 10) * 100 : (second % 10 + 1) * 100]:
+            assert not beat(book, node)  # known and reporting: no liveness change
+        book.tick()
+    assert writes.statements <= 1 + 60 // 5
+    assert book.stats().pending == 0
+    stored = {s.node: s.seen_at for s in book_on(engine, clock).statuses()}
+    assert len(stored) == 1000
+    assert min(stored.values()) >= clock.now() - timedelta(seconds=10)
+
+
+def test_between_flushes_readers_see_memory_and_the_database_catches_up(engine: Engine) -> None:
+    clock = FakeClock(START)
+    book = book_on(engine, clock)
+    beat(book, "n1")
+    book.flush()
+    clock.advance(2)
+    beat(book, "n1")
+    assert not book.flush_due()  # 2 s after the last flush, nothing urgent
+    other_replica = book_on(engine, clock)
+    assert other_replica.status("n1").seen_at == START  # type: ignore[union-attr]
+    assert book.status("n1").seen_at == START + timedelta(seconds=2)  # type: ignore[union-attr]
+    assert [s.seen_at for s in book.statuses()] == [START + timedelta(seconds=2)]
+    clock.advance(3)
+    book.tick()
+    assert other_replica.status("n1").seen_at == START + timedelta(seconds=2)  # type: ignore[union-attr]
+
+
+def test_a_new_or_returning_agent_is_written_at_once_but_at_most_once_a_second(
+    engine: Engine,
+) -> None:
+    clock = FakeClock(START)
+    writes = Writes(engine)
+    book = book_on(engine, clock)
+    beat(book, "n1")
+    clock.advance(1)
+    book.tick()
+    clock.advance(0.5)
+    assert beat(book, "n2")  # new: urgent
+    assert not book.claim_flush()  # but the last flush was 0.5 s ago
+    clock.advance(0.5)
+    assert book.claim_flush()
+    assert not book.claim_flush()  # claimed once until it ran
+    book.flush()
+    assert writes.statements == 2
+
+    clock.advance(61)
+    assert book.tick() == ("n1", "n2")  # both went silent: noticed once
+    assert book.tick() == ()
+    assert book.stats().went_silent == 2
+    assert beat(book, "n1")  # back from silence: news
+    assert book.claim_flush()
+    book.flush()
+    assert book.stats().came_back == 1
+    assert writes.statements == 3
+
+
+def test_after_a_restart_known_agents_are_not_news(engine: Engine) -> None:
+    clock = FakeClock(START)
+    first = book_on(engine, clock)
+    for node in ("n1", "n2"):
+        beat(first, node)
+    first.flush()
+    clock.advance(3)
+    restarted = book_on(engine, clock)
+    assert not beat(restarted, "n1")
+    assert not restarted.claim_flush()  # 3 s since nothing was flushed here: not due, no news
+    assert beat(restarted, "n3")
+
+
+def test_a_failed_write_keeps_the_rows_pending(engine: Engine) -> None:
+    clock = FakeClock(START)
+    book = book_on(engine, clock)
+    beat(book, "n1")
+
+    def refuse(*_args: Any) -> None:
+        raise RuntimeError("database gone")
+
+    event.listen(engine, "before_cursor_execute", refuse)
+    with pytest.raises(RuntimeError):
+        book.flush()
+    assert book.stats().pending == 1
+    event.remove(engine, "before_cursor_execute", refuse)
+    assert book.flush() == 1
+    assert book_on(engine, clock).status("n1") is not None
