@@ -16,10 +16,12 @@ from pydantic import (
     SecretStr,
     Tag,
     ValidationError,
+    field_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from remediator.errors import RemediatorError
+from remediator.model.cluster import name_problem
 from remediator.slurm.settings import SlurmSettings
 
 
@@ -217,6 +219,14 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     # A node agent silent this long is shown as silent and its node's health as unknown.
     agent_silent_after_seconds: float = Field(default=60.0, gt=0)
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        problem = name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @classmethod
     def settings_customise_sources(

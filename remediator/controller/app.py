@@ -67,6 +67,7 @@ from remediator.slurm.client import SlurmCli
 from remediator.slurm.engine import SlurmSteps
 from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
+from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
@@ -654,7 +655,16 @@ class Controller:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def claim_identity(self) -> None:
+        """Record (or confirm) that this cluster owns its name in the database, before anything
+        is written under it: raises IdentityConflict for a name another cluster owns."""
+        uid = self.lease_kube.namespace_uid("kube-system")
+        ClusterRegistry(self.repository.session_factory, self.clock).claim(
+            self.settings.cluster_name, uid, by=self.actor
+        )
+
     def start(self, *, serve_web: bool = True) -> None:
+        self.claim_identity()
         self.policies.reload_if_changed()
         self.nodes.start()
         if serve_web:
