@@ -130,10 +130,24 @@ class KubeApiSettings(BaseModel):
     timeout_seconds: float = Field(default=10.0, gt=0)
 
 
+class ScopedToken(BaseModel):
+    """A console token limited to some clusters of a shared database (the fleet console): it
+    can neither read nor act on any other."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: SecretStr
+    clusters: list[str] = Field(min_length=1)
+
+    def get_secret_value(self) -> str:
+        return self.token.get_secret_value()
+
+
 class WebSettings(BaseModel):
     listen: str = "0.0.0.0:8080"
-    operator_tokens: list[SecretStr] = Field(default_factory=list)
-    readonly_tokens: list[SecretStr] = Field(default_factory=list)
+    # A plain token sees every cluster the console serves; `{token, clusters: [...]}` only those.
+    operator_tokens: list[SecretStr | ScopedToken] = Field(default_factory=list)
+    readonly_tokens: list[SecretStr | ScopedToken] = Field(default_factory=list)
     # Machine senders (node agents, Alertmanager): post signals and heartbeats, nothing else.
     push_tokens: list[SecretStr] = Field(default_factory=list)
     # Where people reach the console; an https URL makes the session cookie Secure even when

@@ -88,6 +88,10 @@ class ClusterRegistry:
             row = session.get(ClusterIdentity, name)
             return _record(row) if row else None
 
+    def registered(self) -> tuple[str, ...]:
+        with session_scope(self._factory) as session:
+            return tuple(sorted(session.scalars(select(ClusterIdentity.name))))
+
     def names(self) -> tuple[str, ...]:
         """Every cluster the database knows: registered, or with a controller or history."""
         with session_scope(self._factory) as session:

@@ -1135,3 +1135,7 @@ def _controller(row: ControllerState) -> ControllerStatus:
         leader_seen_at=row.leader_seen_at,
         updated_at=row.updated_at,
     )
+
+
+# The row-to-record mapping, for readers beside the repository (the fleet's queries).
+remediation_record = _remediation

@@ -16,7 +16,7 @@ from remediator.model.states import TERMINAL
 from remediator.remediation import commands
 from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
-from remediator.web.access import Operator, web_deps
+from remediator.web.access import Operator, audit_log, web_deps
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
 from remediator.web.metrics import ConsoleMetrics
@@ -44,7 +44,7 @@ def asked(request: Request, principal: Operator) -> Asked:
     return Asked(
         web_deps(request),
         request.app.state.metrics,
-        request.app.state.audit,
+        audit_log(request),
         principal,
         client_address(request),
     )
