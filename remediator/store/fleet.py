@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,6 +19,7 @@ from remediator.model.states import OPEN, WAITING_FOR_HUMAN, State
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import session_scope
 from remediator.store.models import (
+    AuditEntry,
     ControllerState,
     Remediation,
     RemediationEvent,
@@ -164,3 +165,96 @@ class FleetQueries:
                 select(Remediation.cluster).where(Remediation.id == remediation_id)
             )
             return found
+
+
+UNKNOWN_MODEL = "unknown"
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    """One remediation of the window, as the fleet figures group it."""
+
+    id: int
+    cluster: str
+    pool: str
+    gpu_model: str
+    day: date
+    outcome: str | None
+    repair_seconds: float | None  # detection to back in service, for the succeeded
+
+
+def fault_rows(
+    session_factory: sessionmaker[Session],
+    names: Collection[str],
+    since: datetime,
+    until: datetime,
+) -> tuple[FaultRow, ...]:
+    """Every live (not dry-run) remediation detected in [since, until) in these clusters, with
+    the GPU model its first signal named (DCGM's modelName label), else "unknown"."""
+    if not names:
+        return ()
+    model = Remediation.signals[(0, "labels", "modelName")].as_string()
+    query = select(
+        Remediation.id,
+        Remediation.cluster,
+        Remediation.pool,
+        model,
+        Remediation.created_at,
+        Remediation.finished_at,
+        Remediation.state,
+        Remediation.outcome,
+    ).where(
+        Remediation.cluster.in_(list(names)),
+        Remediation.created_at >= since,
+        Remediation.created_at < until,
+        Remediation.dry_run.is_(False),
+    )
+    with session_scope(session_factory) as session:
+        found = []
+        for rid, cluster, pool, gpu_model, created, finished, state, outcome in session.execute(
+            query
+        ):
+            succeeded = state == State.SUCCEEDED.value and finished is not None
+            found.append(
+                FaultRow(
+                    id=rid,
+                    cluster=cluster,
+                    pool=pool or "",
+                    gpu_model=gpu_model or UNKNOWN_MODEL,
+                    day=created.date(),
+                    outcome=outcome,
+                    repair_seconds=(finished - created).total_seconds() if succeeded else None,
+                )
+            )
+        return tuple(found)
+
+
+def breaker_trips(
+    session_factory: sessionmaker[Session], names: Collection[str], since: datetime
+) -> dict[str, int]:
+    """Storm breaker trips per cluster since `since`: each human reset ended one trip, and a
+    breaker tripped now is one more (the controller keeps no other record of trips)."""
+    if not names:
+        return {}
+    with session_scope(session_factory) as session:
+        trips = {
+            cluster: int(n)
+            for cluster, n in session.execute(
+                select(AuditEntry.cluster, func.count())
+                .where(
+                    AuditEntry.cluster.in_(list(names)),
+                    AuditEntry.command == "reset-breaker",
+                    AuditEntry.outcome == "done",
+                    AuditEntry.at >= since,
+                )
+                .group_by(AuditEntry.cluster)
+            )
+        }
+        for row in session.scalars(
+            select(ControllerState).where(
+                ControllerState.cluster.in_(list(names)), ControllerState.breaker_tripped
+            )
+        ):
+            if row.breaker_tripped_at is not None and row.breaker_tripped_at >= since:
+                trips[row.cluster] = trips.get(row.cluster, 0) + 1
+        return trips

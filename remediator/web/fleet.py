@@ -45,6 +45,7 @@ from remediator.web.access import Reader
 from remediator.web.app import SECURITY_HEADERS, create_app
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
+from remediator.web.fleet_figures import make_figures_router
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,7 @@ def make_fleet_router(fleet: Fleet) -> APIRouter:
             request,
             "fleet.html",
             principal,
+            figures_url="/fleet/figures",
             cluster="fleet",
             controller=None,
             sources_down=[],
@@ -336,6 +338,7 @@ def create_fleet_app(fleet: Fleet) -> FastAPI:
     app.state.fleet_console = True
     app.state.fleet = fleet
     app.include_router(make_fleet_router(fleet))
+    app.include_router(make_figures_router(fleet))
     install_cluster_choice(app, fleet)
     return app
 

@@ -33,8 +33,17 @@ A_OPERATOR = "a-operator-token-0123456"
 A_READER = "a-readonly-token-0123456"
 
 
-def _new(node: str, *, approval: bool = False) -> NewRemediation:
-    signal = Signal(node=node, kind=SignalKind.XID, source="dcgm", observed_at=T0, gpu=0, code=79)
+def _new(node: str, *, approval: bool = False, model: str | None = None) -> NewRemediation:
+    labels = {"modelName": model} if model else {}
+    signal = Signal(
+        node=node,
+        kind=SignalKind.XID,
+        source="dcgm",
+        observed_at=T0,
+        gpu=0,
+        code=79,
+        labels=labels,
+    )
     return NewRemediation(
         node=node,
         policy="xid-fatal",
@@ -250,3 +259,49 @@ def test_a_database_that_is_down_is_said_so_not_shown_empty(
         with server.admin() as admin:
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
     assert client.get("/api/v1/clusters", headers=_auth(FLEET_OPERATOR)).status_code == 200
+
+
+def test_fleet_figures_per_cluster_pool_and_model_as_json_csv_and_page(shared: Shared) -> None:
+    alpha = shared.repos["alpha"]
+    h100 = "NVIDIA H100 80GB HBM3"
+    done = alpha.create(_new("a-gpu-3", model=h100), actor="controller alpha-0")
+    alpha.transition(done.id, State.DETECTED, State.QUARANTINED, action="cordon", actor="c")
+    shared.clock.advance(1800)
+    alpha.transition(
+        done.id,
+        State.QUARANTINED,
+        State.SUCCEEDED,
+        action="replaced",
+        actor="c",
+        detail={"gpus": 8},
+        outcome="replaced",
+    )
+    auth = _auth(FLEET_OPERATOR)
+    answer = shared.client.get("/api/v1/fleet/figures?days=7", headers=auth)
+    assert answer.status_code == 200, answer.text
+    rows = {(r["cluster"], r["pool"], r["gpu_model"]): r for r in answer.json()["rows"]}
+    assert set(rows) == {
+        ("alpha", "train", "unknown"),
+        ("alpha", "train", h100),
+        ("bravo", "train", "unknown"),
+    }
+    replaced = rows[("alpha", "train", h100)]
+    assert (replaced["faults"], replaced["replaced"], replaced["spares_used"]) == (1, 1, 1)
+    assert replaced["repair_median_seconds"] == replaced["repair_p90_seconds"] == 1800.0
+    assert replaced["gpu_hours_out_of_service"] == 4.0  # 8 GPUs for half an hour
+    assert rows[("alpha", "train", "unknown")]["faults"] == 2
+    assert rows[("bravo", "train", "unknown")]["breaker_trips"] == 1
+    assert sum(d["faults"] for d in answer.json()["daily"]) == 4
+    csv_text = shared.client.get("/api/v1/fleet/figures.csv?days=7", headers=auth)
+    assert csv_text.status_code == 200 and csv_text.headers["content-type"].startswith("text/csv")
+    lines = csv_text.text.splitlines()
+    assert lines[0].startswith("cluster,pool,gpu_model,faults,repaired,replaced")
+    assert f"alpha,train,{h100},1,0,1,1,1800.0,1800.0,4.0,0.0,0" in lines
+    only = shared.client.get("/api/v1/fleet/figures?cluster=bravo", headers=auth).json()
+    assert {r["cluster"] for r in only["rows"]} == {"bravo"}
+    page = shared.client.get("/fleet/figures", headers=auth)
+    assert page.status_code == 200 and "<svg" in page.text and h100 in page.text
+    scoped = shared.client.get("/api/v1/fleet/figures?cluster=bravo", headers=_auth(A_READER))
+    assert scoped.status_code == 403
+    mine = shared.client.get("/api/v1/fleet/figures.csv", headers=_auth(A_READER)).text
+    assert "bravo" not in mine and "alpha" in mine
