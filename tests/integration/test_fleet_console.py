@@ -24,6 +24,7 @@ from remediator.store.records import NewRemediation
 from remediator.store.repository import Repository
 from remediator.web.fleet import Fleet, create_fleet_app
 from tests.fixtures.postgres import PostgresServer
+from tests.fixtures.web import build_console
 
 pytestmark = pytest.mark.integration
 
@@ -305,3 +306,17 @@ def test_fleet_figures_per_cluster_pool_and_model_as_json_csv_and_page(shared: S
     assert scoped.status_code == 403
     mine = shared.client.get("/api/v1/fleet/figures.csv", headers=_auth(A_READER)).text
     assert "bravo" not in mine and "alpha" in mine
+
+
+def test_a_clusters_own_console_refuses_a_token_scoped_to_another(
+    migrated_database_url: str,
+) -> None:
+    console = build_console(migrated_database_url)
+    web = console.deps.settings.web
+    web.operator_tokens.append(ScopedToken(token=SecretStr(A_OPERATOR), clusters=["alpha"]))
+    web.readonly_tokens.append(ScopedToken(token=SecretStr(A_READER), clusters=["test"]))
+    with TestClient(console.app) as client:
+        refused = client.get("/api/v1/remediations", headers=_auth(A_OPERATOR))
+        assert refused.status_code == 403 and "not for cluster test" in refused.json()["reason"]
+        assert client.get("/", headers=_auth(A_OPERATOR)).status_code == 403
+        assert client.get("/api/v1/remediations", headers=_auth(A_READER)).status_code == 200
