@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from remediator.store.fleet import FaultRow, breaker_trips, fault_rows
 from remediator.store.records import QuarantineSpan
+from remediator.store.repository import quarantine_spans
 from remediator.web import charts, pages, views
 from remediator.web.access import Reader
 from remediator.web.auth import Principal
@@ -170,10 +171,9 @@ def make_figures_router(fleet: Fleet) -> APIRouter:
         now = fleet.clock.now()
         start = datetime.combine(now.date() - timedelta(days=days - 1), time.min, UTC)
         rows = fault_rows(queries.session_factory, names, start, now + timedelta(seconds=1))
-        spans: dict[int, QuarantineSpan] = {}
-        for name in names:
-            repository = fleet.for_cluster(name)[0].repository
-            spans.update((s.remediation_id, s) for s in repository.quarantine_spans(since=start))
+        spans = {
+            s.remediation_id: s for s in quarantine_spans(queries.session_factory, names, start)
+        }
         trips = breaker_trips(queries.session_factory, names, start)
         return FleetFiguresOut(
             since=start, until=now, rows=group_figures(rows, spans, trips, now), daily=daily(rows)
