@@ -16,10 +16,12 @@ from pydantic import (
     SecretStr,
     Tag,
     ValidationError,
+    field_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from remediator.errors import RemediatorError
+from remediator.model.cluster import name_problem
 from remediator.slurm.settings import SlurmSettings
 
 
@@ -131,10 +133,24 @@ class KubeApiSettings(BaseModel):
     timeout_seconds: float = Field(default=10.0, gt=0)
 
 
+class ScopedToken(BaseModel):
+    """A console token limited to some clusters of a shared database (the fleet console): it
+    can neither read nor act on any other."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: SecretStr
+    clusters: list[str] = Field(min_length=1)
+
+    def get_secret_value(self) -> str:
+        return self.token.get_secret_value()
+
+
 class WebSettings(BaseModel):
     listen: str = "0.0.0.0:8080"
-    operator_tokens: list[SecretStr] = Field(default_factory=list)
-    readonly_tokens: list[SecretStr] = Field(default_factory=list)
+    # A plain token sees every cluster the console serves; `{token, clusters: [...]}` only those.
+    operator_tokens: list[SecretStr | ScopedToken] = Field(default_factory=list)
+    readonly_tokens: list[SecretStr | ScopedToken] = Field(default_factory=list)
     # Machine senders (node agents, Alertmanager): post signals and heartbeats, nothing else.
     push_tokens: list[SecretStr] = Field(default_factory=list)
     # Where people reach the console; an https URL makes the session cookie Secure even when
@@ -238,6 +254,14 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     # A node agent silent this long is shown as silent and its node's health as unknown.
     agent_silent_after_seconds: float = Field(default=60.0, gt=0)
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        problem = name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @classmethod
     def settings_customise_sources(

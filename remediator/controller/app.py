@@ -22,7 +22,7 @@ import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry, disable_created_metrics
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from remediator import __version__
 from remediator.actions.jobs import JobSettings
@@ -69,6 +69,7 @@ from remediator.slurm.client import SlurmCli
 from remediator.slurm.engine import SlurmSteps
 from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
+from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.records import RemediationFilter, RemediationRecord
@@ -128,17 +129,62 @@ def _always() -> bool:
     return True
 
 
-def guarded(name: str, job: Callable[[], None]) -> Callable[[], None]:
+class DatabaseWatch:
+    """Whether the database answers the jobs. While it does not, every remediation holds where
+    it stands: no step can be read as due or recorded as done, so none starts, and a step cut
+    short runs again (idempotently) when it answers. Said once with the reason, and once when
+    the database is back, instead of a traceback per job per tick."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.down: str | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        reason = f"{exc.__class__.__name__}: {first_line}"[:300]
+        with self._lock:
+            first, self.down = self.down is None, reason
+        if first:
+            log.error(
+                "database unreachable (%s): every remediation holds where it stands until it "
+                "answers again",
+                reason,
+            )
+
+    def answered(self) -> None:
+        with self._lock:
+            was, self.down = self.down, None
+        if was is not None:
+            log.warning("database answers again: resuming the remediations (it was: %s)", was)
+
+
+def guarded(
+    name: str,
+    job: Callable[[], None],
+    database: DatabaseWatch | None = None,
+    *,
+    reads_database: bool = False,
+) -> Callable[[], None]:
     """A job that logs its failure and tries again at its next run: a down API server or
-    database is an expected condition, not a crash."""
+    database is an expected condition, not a crash. Only a job that always reads the database
+    (`reads_database`) tells by succeeding that it is back; others may have had nothing to
+    write."""
 
     def run() -> None:
         try:
             job()
+        except (OperationalError, InterfaceError) as exc:
+            if database is None:
+                log.warning("job %s: database: %s", name, exc)
+            else:
+                database.failed(exc)
+            return
         except RemediatorError as exc:
             log.warning("job %s: %s", name, exc)
         except Exception:
             log.exception("job %s failed", name)
+        if database is not None and reads_database:
+            database.answered()
 
     return run
 
@@ -168,6 +214,7 @@ class Controller:
         disable_created_metrics()  # a _created sample per series: twice the scrape, unqueried
         self.identity = settings.leader_election.identity or default_identity()
         self.actor = f"controller {self.identity}"
+        self.database = DatabaseWatch()
         self.engine = engine or make_engine(settings.database_url)
         self.repository = Repository(
             make_session_factory(self.engine), settings.cluster_name, self.clock
@@ -322,14 +369,22 @@ class Controller:
             interval = self.settings.poll_interval_seconds
             scheduler = build_scheduler(
                 [
-                    JobSpec("poll", guarded("poll", self.poll), interval),
+                    JobSpec("poll", guarded("poll", self.poll, self.database), interval),
                     JobSpec(
                         ADVANCE_JOB,
-                        guarded(ADVANCE_JOB, self.advance),
+                        guarded(ADVANCE_JOB, self.advance, self.database, reads_database=True),
                         self.settings.advance_interval_seconds,
                     ),
-                    JobSpec("reconcile", guarded("reconcile", self.reconcile), RECONCILE_SECONDS),
-                    JobSpec("heartbeat", guarded("heartbeat", self.heartbeat), HEARTBEAT_SECONDS),
+                    JobSpec(
+                        "reconcile",
+                        guarded("reconcile", self.reconcile, self.database),
+                        RECONCILE_SECONDS,
+                    ),
+                    JobSpec(
+                        "heartbeat",
+                        guarded("heartbeat", self.heartbeat, self.database, reads_database=True),
+                        HEARTBEAT_SECONDS,
+                    ),
                     JobSpec(
                         "archive-retention",
                         guarded("archive-retention", self.prune_archive),
@@ -340,7 +395,9 @@ class Controller:
             scheduler.start()
             self._scheduler = scheduler
             self._push_loop = WakeLoop(
-                PUSH_LOOP, guarded(PUSH_LOOP, self.take_pushed), PUSH_FALLBACK_SECONDS
+                PUSH_LOOP,
+                guarded(PUSH_LOOP, self.take_pushed, self.database),
+                PUSH_FALLBACK_SECONDS,
             )
             self._push_loop.start()
             self.activity.start()
@@ -678,7 +735,16 @@ class Controller:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def claim_identity(self) -> None:
+        """Record (or confirm) that this cluster owns its name in the database, before anything
+        is written under it: raises IdentityConflict for a name another cluster owns."""
+        uid = self.lease_kube.namespace_uid("kube-system")
+        ClusterRegistry(self.repository.session_factory, self.clock).claim(
+            self.settings.cluster_name, uid, by=self.actor
+        )
+
     def start(self, *, serve_web: bool = True) -> None:
+        self.claim_identity()
         self.policies.reload_if_changed()
         self.nodes.start()
         if serve_web:

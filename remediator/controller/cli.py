@@ -54,5 +54,10 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    controller.run(stop, args.ready_file)
+    try:
+        controller.run(stop, args.ready_file)
+    except RemediatorError as exc:
+        log.error("cannot start: %s", exc)
+        print(f"remediator run: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from remediator.demo.supervisor import Demo, DemoOptions
+from remediator.demo.supervisor import Demo, DemoError, DemoOptions
 from remediator.sim.cli import CLOUDS
 
 
@@ -101,6 +102,20 @@ def register(subparsers: Any) -> None:
         help="also run a real Slurm (Debian's slurmctld/slurmd/munge) named after the nodes, with "
         "checkpointing jobs that remediator drains, signals, requeues and resumes",
     )
+    parser.add_argument(
+        "--clusters",
+        type=int,
+        default=1,
+        help="simulated clusters, each with its own controller, and one fleet console on one "
+        "database (PostgreSQL when installed, else SQLite in WAL mode); default 1",
+    )
+    parser.add_argument(
+        "--database",
+        choices=("auto", "postgresql", "sqlite"),
+        default="auto",
+        help="with --clusters: the shared database (auto: PostgreSQL when its server binaries "
+        "are installed, else one SQLite file in WAL mode)",
+    )
     parser.set_defaults(func=_demo)
 
 
@@ -119,4 +134,19 @@ def _demo(args: argparse.Namespace) -> int:
         cloud=args.cloud,
         slurm=args.slurm,
     )
+    if args.clusters != 1:
+        from remediator.demo.fleet import FleetDemo
+
+        if args.slurm or args.cloud != "http" or args.signals == "prometheus":
+            print(
+                "remediator demo: --clusters runs the node-pool contract with relayed signals; "
+                "--slurm, --cloud and --signals prometheus are for one cluster",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            return FleetDemo(options, args.clusters, args.database).run()
+        except DemoError as exc:
+            print(f"remediator demo: {exc}", file=sys.stderr)
+            return 2
     return Demo(options).run()

@@ -337,6 +337,14 @@ class KubeClient:
 
     # -- nodes -------------------------------------------------------------------------------
 
+    def namespace_uid(self, name: str) -> str:
+        """The namespace's UID: kube-system's names this cluster for as long as it exists."""
+        data = self._call("GET", f"/api/v1/namespaces/{name}", f"get namespace {name}")
+        uid = (data.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            raise PermanentError(f"namespace {name} has no metadata.uid")
+        return uid
+
     def get_node(self, name: str) -> Node:
         return Node.from_json(self._call("GET", f"/api/v1/nodes/{name}", f"get node {name}"))
 

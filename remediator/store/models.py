@@ -416,3 +416,18 @@ class WebSession(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_web_sessions_expires", "expires_at"),)
+
+
+class ClusterIdentity(Base):
+    """Who owns a cluster name in a shared database: the UID of that cluster's `kube-system`
+    namespace, recorded by the first controller that started under the name. Two clusters both
+    called "prod" would otherwise mix their histories under one `cluster` value."""
+
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kube_system_uid: Mapped[str] = mapped_column(String(64))
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    registered_by: Mapped[str] = mapped_column(String(256))
+
+    __table_args__ = (Index("uq_clusters_kube_system_uid", "kube_system_uid", unique=True),)

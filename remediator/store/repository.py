@@ -530,62 +530,7 @@ class Repository:
     def quarantine_spans(self, since: datetime) -> tuple[QuarantineSpan, ...]:
         """The out-of-service span of every live remediation whose node was quarantined at or
         after `since` (dry runs fence nothing and are left out)."""
-        entered = (
-            select(
-                RemediationEvent.remediation_id,
-                # Typed, so SQLite's text comes back as an aware datetime like the column.
-                type_coerce(func.min(RemediationEvent.at), UTCDateTime()).label("at"),
-            )
-            .where(
-                RemediationEvent.cluster == self.cluster,
-                RemediationEvent.to_state == State.QUARANTINED.value,
-                RemediationEvent.at >= since,
-            )
-            .group_by(RemediationEvent.remediation_id)
-            .subquery()
-        )
-        query = (
-            select(Remediation, entered.c.at)
-            .join(entered, entered.c.remediation_id == Remediation.id)
-            .where(Remediation.cluster == self.cluster, Remediation.dry_run.is_(False))
-        )
-        with session_scope(self.session_factory) as session:
-            rows = session.execute(query).all()
-            ids = [row.id for row, _ in rows]
-            counted: dict[int, int | None] = {}
-            details: dict[int, list[dict[str, Any]]] = {}
-            for rid, from_state, detail in session.execute(
-                select(
-                    RemediationEvent.remediation_id,
-                    RemediationEvent.from_state,
-                    RemediationEvent.detail,
-                )
-                .where(RemediationEvent.remediation_id.in_(ids))
-                .order_by(RemediationEvent.id)
-            ):
-                details.setdefault(rid, []).append(detail or {})
-                if from_state == State.QUARANTINED.value:
-                    gpus = (detail or {}).get("gpus")
-                    counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
-            return tuple(
-                QuarantineSpan(
-                    remediation_id=row.id,
-                    policy=row.policy,
-                    node=row.node,
-                    quarantined_at=UTCDateTime().process_result_value(
-                        at, session.get_bind().dialect
-                    )
-                    or at,
-                    gpus=counted.get(row.id),
-                    ended_at=(
-                        row.finished_at
-                        if row.state in (State.SUCCEEDED.value, State.CANCELLED.value)
-                        else None
-                    ),
-                    evictions=evictions(details.get(row.id, ())),
-                )
-                for row, at in rows
-            )
+        return quarantine_spans(self.session_factory, (self.cluster,), since)
 
     # -- controller state --------------------------------------------------------------------
 
@@ -1004,6 +949,67 @@ class Repository:
         return cursors.encode(position) if more is not None else None
 
 
+def quarantine_spans(
+    session_factory: sessionmaker[Session], clusters: Sequence[str], since: datetime
+) -> tuple[QuarantineSpan, ...]:
+    """The spans of Repository.quarantine_spans, for several clusters in one read (the fleet's
+    figures)."""
+    entered = (
+        select(
+            RemediationEvent.remediation_id,
+            # Typed, so SQLite's text comes back as an aware datetime like the column.
+            type_coerce(func.min(RemediationEvent.at), UTCDateTime()).label("at"),
+        )
+        .where(
+            RemediationEvent.cluster.in_(clusters),
+            RemediationEvent.to_state == State.QUARANTINED.value,
+            RemediationEvent.at >= since,
+        )
+        .group_by(RemediationEvent.remediation_id)
+        .subquery()
+    )
+    query = (
+        select(Remediation, entered.c.at)
+        .join(entered, entered.c.remediation_id == Remediation.id)
+        .where(Remediation.cluster.in_(clusters), Remediation.dry_run.is_(False))
+    )
+    with session_scope(session_factory) as session:
+        rows = session.execute(query).all()
+        ids = [row.id for row, _ in rows]
+        counted: dict[int, int | None] = {}
+        details: dict[int, list[dict[str, Any]]] = {}
+        for rid, from_state, detail in session.execute(
+            select(
+                RemediationEvent.remediation_id,
+                RemediationEvent.from_state,
+                RemediationEvent.detail,
+            )
+            .where(RemediationEvent.remediation_id.in_(ids))
+            .order_by(RemediationEvent.id)
+        ):
+            details.setdefault(rid, []).append(detail or {})
+            if from_state == State.QUARANTINED.value:
+                gpus = (detail or {}).get("gpus")
+                counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
+        return tuple(
+            QuarantineSpan(
+                remediation_id=row.id,
+                policy=row.policy,
+                node=row.node,
+                quarantined_at=UTCDateTime().process_result_value(at, session.get_bind().dialect)
+                or at,
+                gpus=counted.get(row.id),
+                ended_at=(
+                    row.finished_at
+                    if row.state in (State.SUCCEEDED.value, State.CANCELLED.value)
+                    else None
+                ),
+                evictions=evictions(details.get(row.id, ())),
+            )
+            for row, at in rows
+        )
+
+
 def _after(position: cursors.Cursor, last: RemediationRecord) -> cursors.Cursor:
     return cursors.Cursor(position.phase, last.created_at, last.id, position.as_of)
 
@@ -1204,3 +1210,7 @@ def _controller(row: ControllerState) -> ControllerStatus:
         leader_seen_at=row.leader_seen_at,
         updated_at=row.updated_at,
     )
+
+
+# The row-to-record mapping, for readers beside the repository (the fleet's queries).
+remediation_record = _remediation

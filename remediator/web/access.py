@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from remediator.store.audit import AuditLog
 from remediator.web import csrf, sessions
 from remediator.web.auth import (
     ACTOR_HEADER,
@@ -24,8 +25,25 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def web_deps(request: Request) -> WebDeps:
-    deps: WebDeps = request.app.state.deps
+    """The app's deps; in the fleet console, those of the cluster this request is about."""
+    deps: WebDeps = getattr(request.state, "deps", None) or request.app.state.deps
     return deps
+
+
+def request_cluster(request: Request) -> str | None:
+    """The cluster this request reads or acts on; None on the fleet console's own pages, which
+    show only the clusters the caller may see."""
+    if hasattr(request.state, "cluster"):
+        cluster: str | None = request.state.cluster
+        return cluster
+    return web_deps(request).settings.cluster_name
+
+
+def audit_log(request: Request) -> AuditLog:
+    """The audit log of the request's cluster: commands are audited under the cluster they
+    were for, from whichever console they came."""
+    audit: AuditLog = getattr(request.state, "audit", None) or request.app.state.audit
+    return audit
 
 
 def console_metrics(request: Request) -> ConsoleMetrics:
@@ -59,10 +77,13 @@ async def require_principal(request: Request) -> Principal:
 
 
 async def require_reader(
-    principal: Annotated[Principal, Depends(require_principal)],
+    request: Request, principal: Annotated[Principal, Depends(require_principal)]
 ) -> Principal:
     if not principal.can_read:
         raise WebError(403, "a push-only token may post signals and heartbeats, nothing else")
+    cluster = request_cluster(request)
+    if cluster is not None and not principal.may_see(cluster):
+        raise WebError(403, f"your token is not for cluster {cluster}")
     return principal
 
 
@@ -92,7 +113,7 @@ async def require_pusher(
         return principal
     if not principal.can_read:
         raise WebError(403, "a push-only token must be sent as `Authorization: Bearer`")
-    return await require_operator(request, principal)
+    return await require_operator(request, await require_reader(request, principal))
 
 
 async def _deps(request: Request) -> WebDeps:

@@ -16,10 +16,10 @@ from remediator.model.states import State
 from remediator.remediation import commands
 from remediator.signals import bounds
 from remediator.signals.model import SignalKind
-from remediator.store.audit import MAX_AUDIT_PAGE, AuditLog, AuditQuery, AuditRecord
+from remediator.store.audit import MAX_AUDIT_PAGE, AuditQuery, AuditRecord
 from remediator.store.records import RemediationFilter
 from remediator.web import console
-from remediator.web.access import Deps, Texts, require_reader
+from remediator.web.access import Deps, Texts, audit_log, require_reader
 from remediator.web.filters import MAX_INT
 from remediator.web.nodes import NODE_PAGE, NodeQuery, node_out
 from remediator.web.oncall import Asker, run_command, run_controller_command
@@ -63,8 +63,7 @@ def _utc(value: datetime | None, name: str) -> datetime | None:
 
 
 def audit_rows(request: Request, query: AuditQuery) -> tuple[AuditRecord, ...]:
-    audit: AuditLog = request.app.state.audit
-    return audit.list(query)
+    return audit_log(request).list(query)
 
 
 def node_query(

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
 from pydantic import SecretStr
 
-from remediator.settings import WebSettings
+from remediator.settings import ScopedToken, WebSettings
 
 SESSION_COOKIE = "remediator_session"
 ACTOR_HEADER = "X-Remediator-Actor"
@@ -38,6 +39,11 @@ class Principal:
     fingerprint: str
     name: str | None = None
     via_cookie: bool = False
+    # The clusters a scoped token may see; None: every cluster.
+    clusters: frozenset[str] | None = None
+
+    def may_see(self, cluster: str) -> bool:
+        return self.clusters is None or cluster in self.clusters
 
     @property
     def actor(self) -> str:
@@ -70,7 +76,15 @@ def clean_name(raw: str | None) -> str | None:
     return name or None
 
 
-def _matches(token: str, configured: list[SecretStr]) -> bool:
+def scope_of(configured: Sequence[SecretStr | ScopedToken], token_id: str) -> frozenset[str] | None:
+    """The clusters of the configured token with this fingerprint (None: unscoped)."""
+    for entry in configured:
+        if isinstance(entry, ScopedToken) and fingerprint(entry.get_secret_value()) == token_id:
+            return frozenset(entry.clusters)
+    return None
+
+
+def _matches(token: str, configured: Sequence[SecretStr | ScopedToken]) -> bool:
     given = token.encode()
     found = False
     for secret in configured:
@@ -86,15 +100,18 @@ def authenticate(
     token is listed under several roles (then read-only, then push-only)."""
     if not token:
         return None
+    clusters = None
     if _matches(token, settings.operator_tokens):
         role = Role.OPERATOR
+        clusters = scope_of(settings.operator_tokens, fingerprint(token))
     elif _matches(token, settings.readonly_tokens):
         role = Role.READONLY
+        clusters = scope_of(settings.readonly_tokens, fingerprint(token))
     elif _matches(token, settings.push_tokens):
         role = Role.PUSH
     else:
         return None
-    return Principal(role, fingerprint(token), clean_name(name), via_cookie)
+    return Principal(role, fingerprint(token), clean_name(name), via_cookie, clusters)
 
 
 def bearer_token(authorization: str | None) -> str | None:

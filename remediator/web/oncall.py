@@ -17,7 +17,7 @@ from remediator.model.states import TERMINAL
 from remediator.remediation import commands
 from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
-from remediator.web.access import Reader, require_operator, web_deps
+from remediator.web.access import Reader, audit_log, require_operator, web_deps
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
 from remediator.web.metrics import ConsoleMetrics
@@ -47,7 +47,7 @@ async def asked(request: Request, principal: Reader) -> Asked:
     ask = Asked(
         web_deps(request),
         request.app.state.metrics,
-        request.app.state.audit,
+        audit_log(request),
         principal,
         client_address(request),
     )

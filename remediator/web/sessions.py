@@ -12,7 +12,7 @@ from fastapi import Request, Response
 
 from remediator.settings import WebSettings
 from remediator.store.sessions import SessionStore
-from remediator.web.auth import SESSION_COOKIE, Principal, Role, fingerprint
+from remediator.web.auth import SESSION_COOKIE, Principal, Role, fingerprint, scope_of
 
 
 def configured_role(settings: WebSettings, token_id: str) -> Role | None:
@@ -41,7 +41,9 @@ def principal(request: Request, settings: WebSettings) -> Principal | None:
     role = configured_role(settings, found.token_id)
     if role is None or role.name.lower() != found.role:
         return None
-    return Principal(role, found.token_id, found.name, via_cookie=True)
+    tokens = settings.operator_tokens if role is Role.OPERATOR else settings.readonly_tokens
+    clusters = scope_of(tokens, found.token_id)
+    return Principal(role, found.token_id, found.name, via_cookie=True, clusters=clusters)
 
 
 def open_session(

@@ -235,3 +235,13 @@ def test_bad_kubeconfig_is_permanent(tmp_path: Path) -> None:
     (tmp_path / "kc").write_text("clusters: []\n")
     with pytest.raises(PermanentError, match="kubeconfig"):
         KubeClient.from_kubeconfig(tmp_path / "kc")
+
+
+def test_the_kube_system_uid_names_the_cluster(sim: SimHandle, kube: KubeClient) -> None:
+    uid = kube.namespace_uid("kube-system")
+    shown = json.loads(sim.kubectl("get", "namespace", "kube-system", "-o", "json"))
+    assert uid == shown["metadata"]["uid"] and len(uid) == 36
+    assert kube.namespace_uid("kube-system") == uid  # stable for the cluster's life
+    assert kube.namespace_uid("default") != uid
+    with pytest.raises(NotFoundError):
+        kube.namespace_uid("no-such-namespace")

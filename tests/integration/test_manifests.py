@@ -104,6 +104,8 @@ CLUSTER_GRANTS = {
     ("batch", "jobs", "watch"),
     ("batch", "jobs", "delete"),
     ("", "pods/log", "get"),
+    # The cluster's identity in a shared database: the kube-system namespace's UID.
+    ("", "namespaces", "get"),
 }
 LEASE_VERBS = {"get", "create", "update"}
 
@@ -260,6 +262,9 @@ def test_cluster_role_is_exactly_the_least_privilege_list(
     (cluster_role,) = by_kind(objects, "ClusterRole")
     assert grants(cluster_role) == CLUSTER_GRANTS
     for rule in cluster_role["rules"]:
+        if rule["resources"] == ["namespaces"]:
+            assert rule["resourceNames"] == ["kube-system"], "one namespace is read, no other"
+            rule = {k: v for k, v in rule.items() if k != "resourceNames"}
         assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames, no URLs"
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
     (binding,) = by_kind(objects, "ClusterRoleBinding")

@@ -1,0 +1,260 @@
+"""Reads across every cluster of a shared database, for the fleet console: one row of figures
+per cluster, and what waits for a human anywhere, most urgent first.
+
+Each read is a handful of grouped queries over the partial open-remediation index and the
+per-cluster event index, never a scan of the closed history, so 50 clusters with millions of
+finished remediations cost what their open rows cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediator.model.states import OPEN, WAITING_FOR_HUMAN, State
+from remediator.store.clusters import ClusterRegistry
+from remediator.store.db import session_scope
+from remediator.store.models import (
+    AuditEntry,
+    ControllerState,
+    Remediation,
+    RemediationEvent,
+    SourceHealth,
+)
+from remediator.store.records import RemediationRecord
+from remediator.store.repository import remediation_record
+
+OPEN_VALUES = tuple(sorted(s.value for s in OPEN))
+# Most urgent first: a stuck step (the node is out and nothing moves), a decision only a human
+# can make, a failure, then an opt-out a workload asked for; the oldest first within each.
+URGENCY: tuple[State, ...] = (
+    State.HELD,
+    State.AWAITING_APPROVAL,
+    State.FAILED,
+    State.HELD_BY_OPT_OUT,
+)
+FAILED_WINDOW = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class ClusterFigures:
+    cluster: str
+    in_flight: int = 0  # open and moving without a human
+    waiting_for_human: int = 0  # awaiting approval, or held by a workload's opt-out
+    held: int = 0  # a step stuck, for a human to release
+    failed: int = 0  # failures in the last day
+    paused: bool = False
+    breaker_tripped: bool = False
+    breaker_reason: str | None = None
+    leader_identity: str | None = None
+    leader_seen_at: datetime | None = None
+    sources_down: tuple[str, ...] = field(default_factory=tuple)
+    registered: bool = False
+
+
+class FleetQueries:
+    def __init__(self, session_factory: sessionmaker[Session]) -> None:
+        self.session_factory = session_factory
+        self.registry = ClusterRegistry(session_factory)
+
+    def clusters(self, visible: Collection[str] | None = None) -> tuple[str, ...]:
+        names = self.registry.names()
+        return tuple(n for n in names if visible is None or n in visible)
+
+    def figures(
+        self, now: datetime, visible: Collection[str] | None = None
+    ) -> tuple[ClusterFigures, ...]:
+        names = self.clusters(visible)
+        if not names:
+            return ()
+        registered = set(self.registry.registered())
+        with session_scope(self.session_factory) as session:
+            waiting = [s.value for s in WAITING_FOR_HUMAN - {State.HELD}]
+            human = [s.value for s in WAITING_FOR_HUMAN]
+            open_rows = session.execute(
+                select(
+                    Remediation.cluster,
+                    func.count().filter(Remediation.state.not_in(human)),
+                    func.count().filter(Remediation.state.in_(waiting)),
+                    func.count().filter(Remediation.state == State.HELD.value),
+                )
+                .where(Remediation.cluster.in_(names), Remediation.state.in_(OPEN_VALUES))
+                .group_by(Remediation.cluster)
+            ).all()
+            failed_rows = session.execute(
+                select(RemediationEvent.cluster, func.count())
+                .where(
+                    RemediationEvent.cluster.in_(names),
+                    RemediationEvent.to_state == State.FAILED.value,
+                    RemediationEvent.at >= now - FAILED_WINDOW,
+                )
+                .group_by(RemediationEvent.cluster)
+            ).all()
+            controllers = {
+                row.cluster: row
+                for row in session.scalars(
+                    select(ControllerState).where(ControllerState.cluster.in_(names))
+                )
+            }
+            down: dict[str, list[str]] = {}
+            for health in session.scalars(
+                select(SourceHealth).where(
+                    SourceHealth.cluster.in_(names), SourceHealth.up.is_(False)
+                )
+            ):
+                down.setdefault(health.cluster, []).append(health.source)
+        counts = {c: (int(a), int(b), int(h)) for c, a, b, h in open_rows}
+        failed = {c: int(n) for c, n in failed_rows}
+        result = []
+        for name in names:
+            in_flight, waiting_n, held = counts.get(name, (0, 0, 0))
+            state = controllers.get(name)
+            result.append(
+                ClusterFigures(
+                    cluster=name,
+                    in_flight=in_flight,
+                    waiting_for_human=waiting_n,
+                    held=held,
+                    failed=failed.get(name, 0),
+                    paused=bool(state and state.paused),
+                    breaker_tripped=bool(state and state.breaker_tripped),
+                    breaker_reason=state.breaker_reason if state else None,
+                    leader_identity=state.leader_identity if state else None,
+                    leader_seen_at=state.leader_seen_at if state else None,
+                    sources_down=tuple(sorted(down.get(name, ()))),
+                    registered=name in registered,
+                )
+            )
+        return tuple(result)
+
+    def waiting(
+        self,
+        now: datetime,
+        visible: Collection[str] | None = None,
+        limit: int = 100,
+    ) -> tuple[RemediationRecord, ...]:
+        """What waits for a human across the fleet, most urgent first (see URGENCY); failures
+        count for a day after they happened."""
+        names = self.clusters(visible)
+        if not names:
+            return ()
+        rank = case(
+            {state.value: i for i, state in enumerate(URGENCY)},
+            value=Remediation.state,
+        )
+        open_waiting = Remediation.state.in_([s.value for s in WAITING_FOR_HUMAN])
+        recent_failure = (Remediation.state == State.FAILED.value) & (
+            Remediation.updated_at >= now - FAILED_WINDOW
+        )
+        with session_scope(self.session_factory) as session:
+            rows = session.scalars(
+                select(Remediation)
+                .where(Remediation.cluster.in_(names), open_waiting | recent_failure)
+                .order_by(rank, Remediation.updated_at, Remediation.id)
+                .limit(limit)
+            ).all()
+            return tuple(remediation_record(row) for row in rows)
+
+    def cluster_of(self, remediation_id: int) -> str | None:
+        with session_scope(self.session_factory) as session:
+            found: str | None = session.scalar(
+                select(Remediation.cluster).where(Remediation.id == remediation_id)
+            )
+            return found
+
+
+UNKNOWN_MODEL = "unknown"
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    """One remediation of the window, as the fleet figures group it."""
+
+    id: int
+    cluster: str
+    pool: str
+    gpu_model: str
+    day: date
+    outcome: str | None
+    repair_seconds: float | None  # detection to back in service, for the succeeded
+
+
+def fault_rows(
+    session_factory: sessionmaker[Session],
+    names: Collection[str],
+    since: datetime,
+    until: datetime,
+) -> tuple[FaultRow, ...]:
+    """Every live (not dry-run) remediation detected in [since, until) in these clusters, with
+    the GPU model its first signal named (DCGM's modelName label), else "unknown"."""
+    if not names:
+        return ()
+    model = Remediation.signals[(0, "labels", "modelName")].as_string()
+    query = select(
+        Remediation.id,
+        Remediation.cluster,
+        Remediation.pool,
+        model,
+        Remediation.created_at,
+        Remediation.finished_at,
+        Remediation.state,
+        Remediation.outcome,
+    ).where(
+        Remediation.cluster.in_(list(names)),
+        Remediation.created_at >= since,
+        Remediation.created_at < until,
+        Remediation.dry_run.is_(False),
+    )
+    with session_scope(session_factory) as session:
+        found = []
+        for rid, cluster, pool, gpu_model, created, finished, state, outcome in session.execute(
+            query
+        ):
+            succeeded = state == State.SUCCEEDED.value and finished is not None
+            found.append(
+                FaultRow(
+                    id=rid,
+                    cluster=cluster,
+                    pool=pool or "",
+                    gpu_model=gpu_model or UNKNOWN_MODEL,
+                    day=created.date(),
+                    outcome=outcome,
+                    repair_seconds=(finished - created).total_seconds() if succeeded else None,
+                )
+            )
+        return tuple(found)
+
+
+def breaker_trips(
+    session_factory: sessionmaker[Session], names: Collection[str], since: datetime
+) -> dict[str, int]:
+    """Storm breaker trips per cluster since `since`: each human reset ended one trip, and a
+    breaker tripped now is one more (the controller keeps no other record of trips)."""
+    if not names:
+        return {}
+    with session_scope(session_factory) as session:
+        trips = {
+            cluster: int(n)
+            for cluster, n in session.execute(
+                select(AuditEntry.cluster, func.count())
+                .where(
+                    AuditEntry.cluster.in_(list(names)),
+                    AuditEntry.command == "reset-breaker",
+                    AuditEntry.outcome == "done",
+                    AuditEntry.at >= since,
+                )
+                .group_by(AuditEntry.cluster)
+            )
+        }
+        for row in session.scalars(
+            select(ControllerState).where(
+                ControllerState.cluster.in_(list(names)), ControllerState.breaker_tripped
+            )
+        ):
+            if row.breaker_tripped_at is not None and row.breaker_tripped_at >= since:
+                trips[row.cluster] = trips.get(row.cluster, 0) + 1
+        return trips

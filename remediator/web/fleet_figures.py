@@ -1,0 +1,224 @@
+"""Fleet figures for capacity planning: per cluster, pool and GPU model, the faults, how they
+ended (repaired or replaced, each replacement a spare used), time to repair (median, p90),
+GPU-hours out of service, workload GPU-hours disrupted and storm-breaker trips; a fleet-wide
+daily chart; the same table as JSON and CSV.
+
+Grouping is pure (`group_figures`); the rows come from store/fleet and the out-of-service
+spans from each cluster's repository, the same spans its own overview counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel
+
+from remediator.store.fleet import FaultRow, breaker_trips, fault_rows
+from remediator.store.records import QuarantineSpan
+from remediator.store.repository import quarantine_spans
+from remediator.web import charts, pages, views
+from remediator.web.access import Reader
+from remediator.web.auth import Principal
+from remediator.web.problems import WebError
+
+if TYPE_CHECKING:
+    from remediator.web.fleet import Fleet
+
+MAX_DAYS = 366
+Clusters = Annotated[list[str] | None, Query(alias="cluster")]
+Days = Annotated[int, Query(ge=1, le=MAX_DAYS)]
+CSV_FIELDS = (
+    "cluster",
+    "pool",
+    "gpu_model",
+    "faults",
+    "repaired",
+    "replaced",
+    "spares_used",
+    "repair_median_seconds",
+    "repair_p90_seconds",
+    "gpu_hours_out_of_service",
+    "disrupted_workload_gpu_hours",
+    "breaker_trips",
+)
+
+
+class FigureOut(BaseModel):
+    cluster: str
+    pool: str
+    gpu_model: str
+    faults: int
+    repaired: int
+    replaced: int
+    spares_used: int
+    repair_median_seconds: float | None
+    repair_p90_seconds: float | None
+    gpu_hours_out_of_service: float
+    disrupted_workload_gpu_hours: float
+    # The cluster's, repeated on each of its rows: a trip stops a whole cluster, not a pool.
+    breaker_trips: int
+
+
+class DayOut(BaseModel):
+    day: date
+    cluster: str
+    faults: int
+
+
+class FleetFiguresOut(BaseModel):
+    since: datetime
+    until: datetime
+    rows: list[FigureOut]
+    daily: list[DayOut]
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile (no interpolation: every answer is a repair that happened)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class _Group:
+    faults: int = 0
+    repaired: int = 0
+    replaced: int = 0
+    lost: float = 0.0
+    disrupted: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.repairs: list[float] = []
+
+
+def group_figures(
+    rows: Iterable[FaultRow],
+    spans: Mapping[int, QuarantineSpan],
+    trips: Mapping[str, int],
+    now: datetime,
+) -> list[FigureOut]:
+    groups: dict[tuple[str, str, str], _Group] = {}
+    for row in rows:
+        group = groups.setdefault((row.cluster, row.pool, row.gpu_model), _Group())
+        group.faults += 1
+        group.repaired += row.outcome == "repaired"
+        group.replaced += row.outcome == "replaced"
+        if row.repair_seconds is not None:
+            group.repairs.append(row.repair_seconds)
+        span = spans.get(row.id)
+        if span is not None:
+            group.lost += views.gpu_hours(span, now) or 0.0
+            group.disrupted += views.disrupted_gpu_hours(span, now)
+    return [
+        FigureOut(
+            cluster=cluster,
+            pool=pool,
+            gpu_model=model,
+            faults=g.faults,
+            repaired=g.repaired,
+            replaced=g.replaced,
+            spares_used=g.replaced,
+            repair_median_seconds=percentile(g.repairs, 0.5),
+            repair_p90_seconds=percentile(g.repairs, 0.9),
+            gpu_hours_out_of_service=round(g.lost, 3),
+            disrupted_workload_gpu_hours=round(g.disrupted, 3),
+            breaker_trips=trips.get(cluster, 0),
+        )
+        for (cluster, pool, model), g in sorted(groups.items())
+    ]
+
+
+def daily(rows: Iterable[FaultRow]) -> list[DayOut]:
+    counts: dict[tuple[date, str], int] = {}
+    for row in rows:
+        counts[(row.day, row.cluster)] = counts.get((row.day, row.cluster), 0) + 1
+    return [DayOut(day=d, cluster=c, faults=n) for (d, c), n in sorted(counts.items())]
+
+
+def to_csv(rows: Sequence[FigureOut]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.model_dump().items()})
+    return out.getvalue()
+
+
+def make_figures_router(fleet: Fleet) -> APIRouter:
+    router = APIRouter()
+
+    def compute(principal: Principal, clusters: list[str] | None, days: int) -> FleetFiguresOut:
+        queries = fleet.queries
+        visible = principal.clusters
+        known = queries.clusters(visible)
+        if clusters:
+            refused = [c for c in clusters if not principal.may_see(c)]
+            if refused:
+                raise WebError(403, f"your token is not for cluster {refused[0]}")
+            names = [c for c in known if c in clusters]
+        else:
+            names = list(known)
+        now = fleet.clock.now()
+        start = datetime.combine(now.date() - timedelta(days=days - 1), time.min, UTC)
+        rows = fault_rows(queries.session_factory, names, start, now + timedelta(seconds=1))
+        spans = {
+            s.remediation_id: s for s in quarantine_spans(queries.session_factory, names, start)
+        }
+        trips = breaker_trips(queries.session_factory, names, start)
+        return FleetFiguresOut(
+            since=start, until=now, rows=group_figures(rows, spans, trips, now), daily=daily(rows)
+        )
+
+    @router.get("/api/v1/fleet/figures", tags=["fleet"])
+    def figures_json(
+        principal: Reader, cluster: Clusters = None, days: Days = 30
+    ) -> FleetFiguresOut:
+        """Faults and repairs per cluster, pool and GPU model over the last `days` UTC days."""
+        return compute(principal, cluster, days)
+
+    @router.get("/api/v1/fleet/figures.csv", tags=["fleet"], response_class=Response)
+    def figures_csv(principal: Reader, cluster: Clusters = None, days: Days = 30) -> Response:
+        """The same rows as CSV, one per cluster, pool and GPU model."""
+        found = compute(principal, cluster, days)
+        return Response(
+            to_csv(found.rows),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": 'attachment; filename="fleet-figures.csv"'},
+        )
+
+    @router.get("/fleet/figures", response_class=HTMLResponse, include_in_schema=False)
+    def figures_page(
+        request: Request, principal: Reader, cluster: Clusters = None, days: Days = 30
+    ) -> HTMLResponse:
+        found = compute(principal, cluster, days)
+        day_list = [found.since.date() + timedelta(days=i) for i in range(days)]
+        per_day: dict[date, dict[str, float]] = {d: {} for d in day_list}
+        for entry in found.daily:
+            per_day.setdefault(entry.day, {})[entry.cluster] = entry.faults
+        chart = charts.daily_stacked(
+            per_day, day_list, "Faults per day by cluster", "no faults in this window"
+        )
+        return pages.render(
+            request,
+            "fleet_figures.html",
+            principal,
+            cluster="fleet",
+            controller=None,
+            sources_down=[],
+            figures=found,
+            chart=chart,
+            days=days,
+            chosen=cluster or [],
+        )
+
+    return router
