@@ -67,7 +67,7 @@ def controller(
     (policies / "settings.yaml").write_text(SETTINGS)
     shutil.copyfile(sqlite_head_template, tmp_path / "controller.db")
     config = {
-        "kubeconfig": str(sim.kubeconfig),
+        "kubeconfig": str(sim.controller_kubeconfig),
         "policies_dir": str(policies),
         "database_url": f"sqlite:///{tmp_path / 'controller.db'}",
         "provider": {"url": sim.nodepool_url},
