@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.demo.cli",
     "remediator.agent.cli",
     "remediator.backtest.cli",
+    "remediator.doctor.cli",
 )
 # Actions added under another module's command, wired here so that neither module imports the
 # other: (the parent's module, the child's module, its function taking the parent's subparsers).

@@ -1,0 +1,194 @@
+"""`remediator doctor` as a platform team runs it, against the simulator with the shipped RBAC
+enforced, a real Prometheus scraping its exporters and a real database: the shipped setup passes
+and reads only; each way a real install goes wrong (a verb missing from the ClusterRole,
+Prometheus on a dead port, DCGM's Hostname label renamed, a pool label that matches nothing)
+turns its check into a failure that names the fix, and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from remediator.sim.launch import DEPLOY
+from tests.fixtures.postgres import PostgresServer
+from tests.fixtures.prometheus import (
+    PrometheusFactory,
+    PrometheusHandle,
+    free_port,
+    scrape_config,
+)
+from tests.fixtures.sim import SimHandle
+
+pytestmark = pytest.mark.integration
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+READS = {"get", "list", "watch"}
+
+
+def write_config(path: Path, sim: SimHandle, database_url: str, **overrides: Any) -> Path:
+    config: dict[str, Any] = {
+        "kubeconfig": str(sim.controller_kubeconfig),
+        "policies_dir": str(POLICIES),
+        "database_url": database_url,
+        "provider": sim.provider,
+        **overrides,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def doctor(config: Path, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remediator",
+            "doctor",
+            "--config",
+            str(config),
+            "--format",
+            "json",
+            "--timeout",
+            str(timeout),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def failures(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{f['area']}: {f['check']}": f for f in report["findings"] if f["status"] == "fail"}
+
+
+def wait_scraped(prometheus: PrometheusHandle) -> None:
+    for metric in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "node_infiniband_state_id"):
+        prometheus.wait_for(f"count({metric})", timeout=90)
+
+
+@pytest.fixture
+def database(postgres_server: PostgresServer) -> str:
+    return postgres_server.url(postgres_server.migrated_database())
+
+
+def test_the_shipped_setup_passes_reading_only_and_each_break_names_its_fix(
+    sim: SimHandle, prometheus_factory: PrometheusFactory, database: str, tmp_path: Path
+) -> None:
+    prometheus = prometheus_factory([f"{sim.metrics_url}/metrics"])
+    wait_scraped(prometheus)
+    log = httpx.get(f"{sim.inject_url}/v1/kube-requests", timeout=10).json()
+    since = log["total"]
+
+    config = write_config(tmp_path / "ok.yaml", sim, database, prometheus_url=prometheus.url)
+    code, report = doctor(config)
+    assert code == 0, json.dumps(report, indent=2)
+    states = {f["status"] for f in report["findings"]}
+    assert states <= {"pass", "skip"}, report
+    checked = {f["area"] for f in report["findings"] if f["status"] == "pass"}
+    assert {"kubernetes", "nodes", "policies", "prometheus", "provider", "database"} <= checked
+    permissions = next(f for f in report["findings"] if f["check"] == "permissions")
+    assert "SelfSubjectAccessReview" in permissions["found"]
+
+    # Doctor never writes: every request it made reads, or asks (an access review stores nothing).
+    made = httpx.get(
+        f"{sim.inject_url}/v1/kube-requests", params={"since": since}, timeout=10
+    ).json()["requests"]
+    assert made
+    writes = [
+        r
+        for r in made
+        if r["verb"] not in READS
+        and not (r["verb"] == "create" and r["resource"] == "selfsubjectaccessreviews")
+    ]
+    assert writes == []
+    assert any(r["resource"] == "selfsubjectaccessreviews" for r in made)
+
+    dead = write_config(
+        tmp_path / "dead.yaml", sim, database, prometheus_url=f"http://127.0.0.1:{free_port()}"
+    )
+    code, report = doctor(dead)
+    assert code == 2
+    found = failures(report)
+    assert list(found) == ["prometheus: reachable"], found
+    assert "prometheus_url" in found["prometheus: reachable"]["fix"]
+
+    nowhere = write_config(
+        tmp_path / "pool.yaml",
+        sim,
+        database,
+        prometheus_url=prometheus.url,
+        pool_label="example.com/no-such-pool",
+    )
+    code, report = doctor(nowhere)
+    assert code == 2
+    found = failures(report)
+    assert "nodes: pools" in found, found
+    assert "example.com/no-such-pool" in found["nodes: pools"]["found"]
+    assert "pool_label" in found["nodes: pools"]["fix"]
+
+
+def test_a_verb_missing_from_the_cluster_role_fails_naming_it(
+    sim_factory: Any, sqlite_head_template: Path, tmp_path: Path
+) -> None:
+    manifests = tmp_path / "rbac"
+    manifests.mkdir()
+    for name in ("clusterrolebinding.yaml", "role.yaml", "rolebinding.yaml"):
+        shutil.copy(DEPLOY / "base" / name, manifests / name)
+    role = yaml.safe_load((DEPLOY / "base" / "clusterrole.yaml").read_text())
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["pods/eviction"]]
+    (manifests / "clusterrole.yaml").write_text(yaml.safe_dump(role))
+    sim = sim_factory(nodes=2, rbac=manifests)
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    config = write_config(tmp_path / "c.yaml", sim, f"sqlite:///{tmp_path / 'remediator.db'}")
+
+    code, report = doctor(config)
+    assert code == 2
+    found = failures(report)
+    assert list(found) == ["kubernetes: permissions"], found
+    permissions = found["kubernetes: permissions"]
+    assert "create pods/eviction" in permissions["found"]
+    assert "deploy/base/clusterrole.yaml" in permissions["fix"]
+
+
+def test_a_renamed_dcgm_hostname_label_fails_naming_it(
+    sim: SimHandle, sqlite_head_template: Path, tmp_path: Path
+) -> None:
+    """A DCGM exporter whose node label is `host`: Prometheus relabels it, as a user's scrape
+    config might."""
+    scrape = scrape_config([f"{sim.metrics_url}/metrics"], "1s", "telemetry")
+    scrape["scrape_configs"][0]["metric_relabel_configs"] = [
+        {"source_labels": ["Hostname"], "target_label": "host"},
+        {"regex": "Hostname", "action": "labeldrop"},
+    ]
+    (tmp_path / "prometheus").mkdir()
+    prometheus = PrometheusHandle(tmp_path / "prometheus", scrape)
+    prometheus.start()
+    try:
+        wait_scraped(prometheus)
+        shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+        config = write_config(
+            tmp_path / "c.yaml",
+            sim,
+            f"sqlite:///{tmp_path / 'remediator.db'}",
+            prometheus_url=prometheus.url,
+        )
+        code, report = doctor(config)
+    finally:
+        prometheus.stop()
+    assert code == 2
+    found = failures(report)
+    assert found and all(key.startswith("prometheus: ") for key in found), found
+    xid = found["prometheus: xid series (DCGM_FI_DEV_XID_ERRORS)"]
+    assert "Hostname" in xid["found"] and "Hostname" in xid["fix"]
+    assert "prometheus: infiniband series (node_infiniband_state_id)" not in found
