@@ -54,5 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    from remediator.doctor.run import warn_at_start
+
+    warn_at_start(settings)
     controller.run(stop, args.ready_file)
     return 0

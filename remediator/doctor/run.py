@@ -3,11 +3,16 @@ what it acts through."""
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from remediator.doctor import cluster, systems, telemetry
 from remediator.doctor.context import DoctorContext
 from remediator.doctor.report import Report
 from remediator.doctor.runner import DEFAULT_TIMEOUT, Check, run_checks
 from remediator.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def doctor(settings: Settings, timeout: float = DEFAULT_TIMEOUT) -> Report:
@@ -52,3 +57,20 @@ def doctor(settings: Settings, timeout: float = DEFAULT_TIMEOUT) -> Report:
         return run_checks(checks, timeout)
     finally:
         ctx.close()
+
+
+def warn_at_start(settings: Settings, timeout: float = DEFAULT_TIMEOUT) -> threading.Thread:
+    """`remediator run`'s look at its surroundings: every problem a warning in the log, beside
+    the start-up rather than in its way (the controller starts whatever the doctor finds)."""
+
+    def check() -> None:
+        report = doctor(settings, timeout)
+        for f in report.problems():
+            log.warning(
+                "doctor: %s %s: %s: %s (fix: %s)", f.status, f.area, f.check, f.found, f.fix
+            )
+        log.info("doctor: %s (%d checks)", report.status, len(report.findings))
+
+    thread = threading.Thread(target=check, name="doctor", daemon=True)
+    thread.start()
+    return thread

@@ -41,6 +41,7 @@ from remediator.web.api import make_api_router
 from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
+from remediator.web.doctor_page import make_doctor_router
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
@@ -188,6 +189,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     )
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
+    app.include_router(make_doctor_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)

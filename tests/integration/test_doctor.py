@@ -26,6 +26,7 @@ from tests.fixtures.prometheus import (
     scrape_config,
 )
 from tests.fixtures.sim import SimHandle
+from tests.integration.engine_support import ControllerProcess, wait_for, write_process_config
 
 pytestmark = pytest.mark.integration
 
@@ -192,3 +193,29 @@ def test_a_renamed_dcgm_hostname_label_fails_naming_it(
     xid = found["prometheus: xid series (DCGM_FI_DEV_XID_ERRORS)"]
     assert "Hostname" in xid["found"] and "Hostname" in xid["fix"]
     assert "prometheus: infiniband series (node_infiniband_state_id)" not in found
+
+
+def test_run_warns_at_start_and_the_console_page_shows_the_checks(
+    sim: SimHandle, migrated_database_url: str, tmp_path: Path
+) -> None:
+    config = write_process_config(tmp_path, sim, migrated_database_url)
+    settings = json.loads(config.read_text())
+    settings["prometheus_url"] = f"http://127.0.0.1:{free_port()}"
+    config.write_text(json.dumps(settings))
+    controller = ControllerProcess(tmp_path, config, "doctor").wait_ready()
+    try:
+        wait_for(
+            lambda: "doctor: fail prometheus: reachable" in controller.log_tail(200),
+            timeout=60,
+            what="the start-up doctor's warning",
+        )
+        page = httpx.get(
+            f"{controller.web_url}/doctor",
+            headers={"Authorization": "Bearer operator-token"},
+            timeout=60,
+        )
+        assert page.status_code == 200, page.text
+        assert "prometheus_url" in page.text and "SelfSubjectAccessReview" in page.text
+        assert controller.proc.poll() is None  # a failing check warns; the controller runs on
+    finally:
+        controller.stop()
