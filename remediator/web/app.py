@@ -47,6 +47,7 @@ from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
 from remediator.web.schemas import HealthOut
+from remediator.web.shadow_page import make_shadow_router
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -190,6 +191,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.include_router(make_doctor_router())
+    app.include_router(make_shadow_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)
