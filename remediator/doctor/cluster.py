@@ -202,6 +202,11 @@ def policies(ctx: DoctorContext) -> list[Finding]:
             Finding("policies", "selectors", Status.PASS, "every policy selects GPU nodes")
         )
     budget = policy_set.settings
+    if not pools:
+        findings.append(
+            Finding("policies", "budgets", Status.SKIP, "no pools to size", "see the nodes check")
+        )
+        return findings
     starved = [
         f"{pool} ({len(members)} nodes)"
         for pool, members in sorted(pools.items())
