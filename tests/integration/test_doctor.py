@@ -219,3 +219,36 @@ def test_run_warns_at_start_and_the_console_page_shows_the_checks(
         assert controller.proc.poll() is None  # a failing check warns; the controller runs on
     finally:
         controller.stop()
+
+
+@pytest.mark.parametrize(
+    ("cloud", "call"),
+    [
+        ("aws", "DescribeAutoScalingGroups"),
+        ("gce", "instanceGroupManagers.get"),
+        ("clusterapi", "MachineSets readable"),
+    ],
+)
+def test_each_cloud_is_asked_one_read_per_pool_and_alertmanager_routes_are_found(
+    sim_factory: Any,
+    alertmanager: Any,
+    sqlite_head_template: Path,
+    tmp_path: Path,
+    cloud: str,
+    call: str,
+) -> None:
+    sim = sim_factory(nodes=2, cloud=cloud)
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    config = write_config(
+        tmp_path / "c.yaml",
+        sim,
+        f"sqlite:///{tmp_path / 'remediator.db'}",
+        signals={"alertmanager_url": alertmanager.url},
+    )
+    code, report = doctor(config, timeout=30)
+    assert code == 0, json.dumps(report, indent=2)
+    providers = [f for f in report["findings"] if f["area"] == "provider"]
+    assert providers and all(f["status"] == "pass" for f in providers)
+    assert all(call in f["found"] and "not tried" in f["found"] for f in providers), providers
+    (route,) = [f for f in report["findings"] if f["check"] == "route to receiver 'remediator'"]
+    assert route["status"] == "pass"

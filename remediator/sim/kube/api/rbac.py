@@ -15,6 +15,7 @@ unrestricted.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -206,8 +207,9 @@ def _kustomize_with(base: Path, components: list[Path]) -> list[dict[str, Any]]:
         overlay = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
-            "resources": [str(base.resolve())],
-            "components": [str(c.resolve()) for c in components],
+            # Kustomize takes no absolute roots.
+            "resources": [os.path.relpath(base.resolve(), tmp)],
+            "components": [os.path.relpath(c.resolve(), tmp) for c in components],
         }
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
         return _kustomize(Path(tmp))
