@@ -252,3 +252,30 @@ def test_each_cloud_is_asked_one_read_per_pool_and_alertmanager_routes_are_found
     assert all(call in f["found"] and "not tried" in f["found"] for f in providers), providers
     (route,) = [f for f in report["findings"] if f["check"] == "route to receiver 'remediator'"]
     assert route["status"] == "pass"
+
+
+def test_slurm_answers_and_every_node_maps_both_ways(
+    sim_factory: Any, sqlite_head_template: Path, tmp_path: Path
+) -> None:
+    sim = sim_factory(nodes=2, slurm=True)
+    assert sim.slurm is not None
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    database = f"sqlite:///{tmp_path / 'remediator.db'}"
+    config = write_config(tmp_path / "c.yaml", sim, database, slurm=sim.slurm)
+    code, report = doctor(config, timeout=30)
+    assert code == 0, json.dumps(report, indent=2)
+    slurm = {f["check"]: f for f in report["findings"] if f["area"] == "slurm"}
+    assert set(slurm) == {"slurmctld answers", "Kubernetes → Slurm", "Slurm → Kubernetes"}
+    assert all(f["status"] == "pass" for f in slurm.values()), slurm
+
+    wrong = write_config(
+        tmp_path / "wrong.yaml",
+        sim,
+        database,
+        slurm={**sim.slurm, "node_label": None, "node_template": "gpu-{name}"},
+    )
+    code, report = doctor(wrong, timeout=30)
+    assert code == 2
+    found = failures(report)
+    assert list(found) == ["slurm: Kubernetes → Slurm"], found
+    assert "node_template" in found["slurm: Kubernetes → Slurm"]["fix"]
