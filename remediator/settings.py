@@ -294,8 +294,39 @@ def load_settings(path: Path | None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        where = str(path) if path else "environment"
-        problems = [
-            f"{where}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        ]
+        root = _yaml_root(path) if path is not None else None
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            line = _line_of(root, err["loc"]) if root is not None else None
+            where = f"{path}:{line}" if line else str(path) if path else "environment"
+            problems.append(f"{where}: {field}: {err['msg']}")
         raise RemediatorError("\n".join(problems)) from exc
+
+
+def _yaml_root(path: Path) -> yaml.Node | None:
+    try:
+        return yaml.compose(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """The 1-based line of the deepest part of `loc` the file has (a missing field: its parent;
+    a value from the environment: None). Parts the file does not spell (a union's tag, as in
+    `provider.aws.timeout_seconds`) are passed over."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if k.value == str(part)), None)
+            key = next((k for k, _ in node.value if k.value == str(part)), None)
+            if key is not None:
+                line, node = key.start_mark.line + 1, found
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                break
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

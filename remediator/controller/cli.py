@@ -54,6 +54,9 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    from remediator.doctor.run import warn_at_start
+
+    warn_at_start(settings)
     try:
         controller.run(stop, args.ready_file)
     except RemediatorError as exc:

@@ -48,6 +48,7 @@ from remediator.demo.scenario import FIRST_ROUND, GUARDED_NAMESPACE, ScenarioRun
 from remediator.demo.slurm_jobs import running_jobs, slurm_banner, submit_demo_jobs
 from remediator.demo.status import StatusReporter
 from remediator.errors import RemediatorError
+from remediator.sim.launch import CONTROLLER_ACCOUNT, DEFAULT_RBAC
 from remediator.store import db
 
 log = logging.getLogger(__name__)
@@ -310,11 +311,15 @@ class Demo:
                 "--namespace", GUARDED_NAMESPACE,
                 "--cloud", opts.cloud,
                 *(["--slurm"] if opts.slurm else []),
+                # The controller runs under the shipped RBAC, as in a cluster (from a checkout).
+                *(["--rbac"] if DEFAULT_RBAC.is_dir() else []),
             ),
         )  # fmt: skip
         urls = wait_for_json(sim_ready, sim, self.stop)
         if urls is None:
             return False
+        account = (urls.get("service_accounts") or {}).get(CONTROLLER_ACCOUNT)
+        controller_kubeconfig = Path(account["kubeconfig"]) if account else kubeconfig
 
         source = opts.policies or find_policies_dir()
         policies_dir = self.data_dir / "policies"
@@ -333,7 +338,7 @@ class Demo:
         write_private(token_file, token + "\n")
         settings = controller_settings(
             ControllerInputs(
-                kubeconfig=kubeconfig,
+                kubeconfig=controller_kubeconfig,
                 policies_dir=policies_dir,
                 database_path=self.data_dir / "remediator.db",
                 nodepool_url=urls["nodepool_url"],

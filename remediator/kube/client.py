@@ -656,6 +656,36 @@ class KubeClient:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
         return data.decode("utf-8", errors="replace")
 
+    # -- what this client may do (remediator doctor) -----------------------------------------
+
+    def server_version(self) -> JSON:
+        return self._call("GET", "/version", "server version")
+
+    def access_review(
+        self, verb: str, group: str, resource: str, namespace: str = "", name: str = ""
+    ) -> tuple[bool, str]:
+        """A SelfSubjectAccessReview (`resource` may be `pods/eviction`): whether this client's
+        own identity may, and the authorizer's reason. It asks; it creates nothing."""
+        base, _, sub = resource.partition("/")
+        attributes = {
+            "verb": verb,
+            "group": group,
+            "resource": base,
+            **({"subresource": sub} if sub else {}),
+            **({"namespace": namespace} if namespace else {}),
+            **({"name": name} if name else {}),
+        }
+        body: JSON = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        data = self._call("POST", path, f"access review {verb} {resource}", body=body)
+        status = data.get("status") or {}
+        reason = status.get("reason") or status.get("evaluationError") or ""
+        return bool(status.get("allowed")), str(reason)
+
     # -- leases ------------------------------------------------------------------------------
 
     def _lease_path(self, namespace: str, name: str = "") -> str:

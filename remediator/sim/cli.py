@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.sim.faults import inject as inject_module
+from remediator.sim.launch import DEFAULT_RBAC
 from remediator.sim.serve import ServeOptions, serve
 
 CLOUDS = ("http", "aws", "clusterapi", "gce")
@@ -70,6 +71,17 @@ def register(subparsers: Any) -> None:
         help="also run a real Slurm (Debian's slurmctld, one slurmd per node, munge) named after "
         "the nodes; the ready file's `slurm` object is valid as the controller's `slurm:`",
     )
+    run.add_argument(
+        "--rbac",
+        nargs="?",
+        const=DEFAULT_RBAC,
+        type=Path,
+        metavar="DIR",
+        help="enforce the ClusterRoles/Roles and bindings in DIR (a Kustomize directory, YAML "
+        "files, or one file; default the project's deploy/base, with deploy/components/clusterapi "
+        "for --cloud clusterapi) for requests carrying a ServiceAccount token this simulator "
+        "issues (the ready file's `service_accounts`); other requests stay unrestricted",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -96,5 +108,6 @@ def _serve(args: argparse.Namespace) -> int:
             node_root=args.node_root.resolve() if args.node_root else None,
             cloud=args.cloud,
             slurm=args.slurm,
+            rbac=args.rbac,
         )
     )

@@ -22,6 +22,10 @@ class KubectlError(RuntimeError):
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 READY_TIMEOUT = 90.0
+CONTROLLER_ACCOUNT = "remediator/remediator"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+# The shipped RBAC (`sim serve --rbac` with no directory): present in a checkout.
+DEFAULT_RBAC = DEPLOY / "base"
 
 
 class SimHandle:
@@ -43,6 +47,15 @@ class SimHandle:
         self.slurm: dict[str, Any] | None = ready.get("slurm")
         self.kubeconfig = workdir / "kubeconfig"
         self.log_path = workdir / "sim.log"
+        # With RBAC: "namespace/name" of each bound ServiceAccount → {"token", "kubeconfig"}.
+        self.service_accounts: dict[str, dict[str, str]] = dict(ready.get("service_accounts") or {})
+
+    @property
+    def controller_kubeconfig(self) -> Path:
+        """The kubeconfig the controller runs with: its own ServiceAccount's token, held to the
+        shipped RBAC, when the simulator enforces it; else the unrestricted admin's."""
+        account = self.service_accounts.get(CONTROLLER_ACCOUNT)
+        return Path(account["kubeconfig"]) if account else self.kubeconfig
 
     def kubectl(self, *args: str, timeout: float = 60.0, check: bool = True) -> str:
         """Run stock kubectl against this simulator; stdout, or raise with stderr on failure."""
@@ -90,7 +103,10 @@ def start_sim(
     cloud: str = "http",
     reboot_delay: float = 5.0,
     slurm: bool = False,
+    rbac: Path | bool = True,
 ) -> SimHandle:
+    """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
+    controller's is `controller_kubeconfig`), a path other manifests, False none."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
     log = (workdir / "sim.log").open("wb")
@@ -117,6 +133,7 @@ def start_sim(
             "--cloud",
             cloud,
             *(["--slurm"] if slurm else []),
+            *(["--rbac"] if rbac is True else ["--rbac", str(rbac)] if rbac else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

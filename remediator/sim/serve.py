@@ -27,9 +27,11 @@ from starlette.types import ASGIApp
 
 from remediator.sim import fleet
 from remediator.sim.kube.api.faults import KubeFaultMiddleware, KubeFaults
+from remediator.sim.kube.api.rbac import Rbac, RbacMiddleware, load_manifests
 from remediator.sim.kube.api.server import create_kube_app
 from remediator.sim.kube.api.store import ObjectStore
 from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.launch import DEFAULT_RBAC, DEPLOY
 from remediator.sim.services import build_cloud_apps
 from remediator.sim.slurm.machines import SimSlurm
 
@@ -56,6 +58,7 @@ class ServeOptions:
     node_root: Path | None = None  # per-node kernel log and driver files, for node agents
     cloud: str = "http"
     slurm: bool = False  # a real slurmctld + one slurmd per node, beside the cluster
+    rbac: Path | None = None  # RBAC manifests to enforce for the ServiceAccounts' tokens
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -74,7 +77,7 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-def kubeconfig(server: str, token: str) -> dict[str, object]:
+def kubeconfig(server: str, token: str, namespace: str = "default") -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -83,7 +86,7 @@ def kubeconfig(server: str, token: str) -> dict[str, object]:
         "contexts": [
             {
                 "name": CONTEXT,
-                "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"},
+                "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace},
             }
         ],
         "current-context": CONTEXT,
@@ -169,6 +172,17 @@ def add_namespaces(store: ObjectStore, names: tuple[str, ...]) -> None:
             )
 
 
+def load_rbac(options: ServeOptions) -> Rbac | None:
+    if options.rbac is None:
+        return None
+    components = (
+        [DEPLOY / "components" / "clusterapi"]
+        if options.cloud == "clusterapi" and options.rbac.resolve() == DEFAULT_RBAC
+        else []
+    )
+    return Rbac.from_objects(load_manifests(options.rbac, components), "remediator")
+
+
 def serve(options: ServeOptions) -> int:
     stop = threading.Event()
 
@@ -181,6 +195,7 @@ def serve(options: ServeOptions) -> int:
     cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
+    rbac = load_rbac(options)
     kube_faults = KubeFaults()
     cloud = build_cloud_apps(
         cluster,
@@ -197,7 +212,9 @@ def serve(options: ServeOptions) -> int:
     }
     apps: dict[str, ASGIApp] = {
         "kube_url": KubeFaultMiddleware(
-            create_kube_app(cluster), kube_faults, lambda: cluster.store.resource_version
+            RbacMiddleware(create_kube_app(cluster), rbac, kube_faults.refused),
+            kube_faults,
+            lambda: cluster.store.resource_version,
         ),
         "nodepool_url": cloud.nodepool,
         "metrics_url": cloud.metrics,
@@ -245,12 +262,21 @@ def serve(options: ServeOptions) -> int:
         ]
         wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive)
         node_root = {"node_root": str(options.node_root)} if options.node_root else {}
+        # Each bound ServiceAccount's token and a kubeconfig that uses it.
+        accounts: dict[str, object] = {}
+        for account, account_token in (rbac.accounts() if rbac else {}).items():
+            namespace, name = account.split("/", 1)
+            path = options.kubeconfig.with_name(f"kubeconfig-{namespace}-{name}")
+            config = kubeconfig(urls["kube_url"], account_token, namespace)
+            write_atomically(path, yaml.safe_dump(config))
+            accounts[account] = {"token": account_token, "kubeconfig": str(path)}
         ready = {
             **urls,
             **node_root,
             "provider": provider,
             "cloud": options.cloud,
             **extra,
+            **({"service_accounts": accounts} if rbac else {}),
             "pid": os.getpid(),
         }
         write_atomically(options.ready_file, json.dumps(ready))

@@ -41,6 +41,7 @@ from remediator.web.api import make_api_router
 from remediator.web.backtest_page import make_backtest_router
 from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
+from remediator.web.doctor_page import make_doctor_router
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
 from remediator.web.heartbeat_lane import HeartbeatLane
 from remediator.web.intake import fill_intake, make_intake_router, register_intake
@@ -48,6 +49,7 @@ from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
 from remediator.web.schemas import HealthOut
+from remediator.web.shadow_page import make_shadow_router
 from remediator.web.signal_dispositions import make_dispositions_router
 
 log = logging.getLogger(__name__)
@@ -202,6 +204,8 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_intake_router())
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
+    app.include_router(make_doctor_router())
+    app.include_router(make_shadow_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)

@@ -67,7 +67,7 @@ def controller_config(
     (policies / "settings.yaml").write_text(SETTINGS)
     shutil.copyfile(template, workdir / "controller.db")
     config = {
-        "kubeconfig": str(sim.kubeconfig),
+        "kubeconfig": str(sim.controller_kubeconfig),
         "policies_dir": str(policies),
         "database_url": f"sqlite:///{workdir / 'controller.db'}",
         "provider": {"url": sim.nodepool_url},

@@ -181,7 +181,7 @@ def test_write_outage_and_throttling_mid_drain_pause_and_resume(
 
 LEASE = {
     "enabled": True,
-    "namespace": "kube-system",
+    "namespace": "remediator",  # the shipped Role grants leases here only
     "lease_name": "remediator-leader",
     "lease_duration_seconds": 4,
     "renew_deadline_seconds": 2,

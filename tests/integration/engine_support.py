@@ -86,7 +86,7 @@ def settings_for(sim: SimHandle, database_url: str, policies: Path, **overrides:
     provider = {"url": sim.nodepool_url, "timeout_seconds": 2.0, "max_retries": 3}
     provider.update(overrides.pop("provider", {}))
     values: dict[str, Any] = {
-        "kubeconfig": sim.kubeconfig,
+        "kubeconfig": sim.controller_kubeconfig,
         "policies_dir": policies,
         "database_url": database_url,
         "provider": provider,
@@ -279,7 +279,7 @@ def write_process_config(
         )
     )
     config = {
-        "kubeconfig": str(sim.kubeconfig),
+        "kubeconfig": str(sim.controller_kubeconfig),
         "policies_dir": str(policies),
         "database_url": database_url,
         "provider": provider_setting(sim),

@@ -27,7 +27,7 @@ NODE, POOL, CONDITION = "h100-train-0001", "h100-train", "GpuFallenOffBus"
 LEASE_SECONDS = 6
 LEASE = {
     "enabled": True,
-    "namespace": "kube-system",
+    "namespace": "remediator",  # the shipped Role grants leases here only
     "lease_name": "remediator-leader",
     "lease_duration_seconds": LEASE_SECONDS,
     "renew_deadline_seconds": 4,
@@ -50,7 +50,7 @@ def remediation(repository: Repository) -> RemediationRecord | None:
 
 
 def lease(sim: SimHandle) -> dict[str, str]:
-    raw = sim.kubectl("get", "lease", "-n", "kube-system", "remediator-leader", "-o", "json")
+    raw = sim.kubectl("get", "lease", "-n", "remediator", "remediator-leader", "-o", "json")
     spec: dict[str, str] = json.loads(raw)["spec"]
     return spec
 

@@ -46,7 +46,8 @@ def controller(sim: SimHandle, sqlite_head_template: Path, tmp_path: Path) -> It
     shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
     url = f"sqlite:///{tmp_path / 'remediator.db'}"
     settings = settings_for(sim, url, write_policies(tmp_path / "policies"))
-    built = Controller(settings, kube=KubeClient.from_kubeconfig(sim.kubeconfig, timeout=5.0))
+    kube = KubeClient.from_kubeconfig(sim.controller_kubeconfig, timeout=5.0)
+    built = Controller(settings, kube=kube)
     yield built
     built.stop()
 

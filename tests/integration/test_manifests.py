@@ -23,6 +23,7 @@ from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from remediator.controller.metrics import ControllerMetrics
+from remediator.kube import rbac
 from remediator.policy.loader import load_policy_dir
 from remediator.settings import load_settings
 
@@ -84,30 +85,10 @@ CONTROLLER_METRICS = {
     "remediator_signals_dropped_total",
 }
 
-# (apiGroup, resource, verb): the whole cluster-wide grant, and nothing else.
-CLUSTER_GRANTS = {
-    ("", "nodes", "get"),
-    ("", "nodes", "list"),
-    ("", "nodes", "watch"),
-    ("", "nodes", "patch"),
-    ("", "pods", "get"),
-    ("", "pods", "list"),
-    ("", "pods", "patch"),
-    ("", "pods", "delete"),
-    ("", "pods/eviction", "create"),
-    ("", "events", "create"),
-    ("policy", "poddisruptionbudgets", "list"),
-    # The repair steps: their Jobs, and the DCGM JSON in their pods' logs.
-    ("batch", "jobs", "create"),
-    ("batch", "jobs", "get"),
-    ("batch", "jobs", "list"),
-    ("batch", "jobs", "watch"),
-    ("batch", "jobs", "delete"),
-    ("", "pods/log", "get"),
-    # The cluster's identity in a shared database: the kube-system namespace's UID.
-    ("", "namespaces", "get"),
-}
-LEASE_VERBS = {"get", "create", "update"}
+# (apiGroup, resource, verb): the whole cluster-wide grant, and nothing else: the controller's own
+# list of what its code uses (remediator/kube/rbac.py).
+CLUSTER_GRANTS = rbac.grants(rbac.CLUSTER)
+LEASE_VERBS = {p.verb for p in rbac.LEADER}
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -334,6 +315,7 @@ def test_leases_only_in_own_namespace(rendered: dict[str, list[Obj]], render: st
     assert named and all(
         rule["resourceNames"] == [config["leader_election"]["lease_name"]] for rule in named
     )
+    assert {v for rule in named for v in rule["verbs"]} == {p.verb for p in rbac.LEADER if p.name}
     (binding,) = by_kind(objects, "RoleBinding")
     assert binding["metadata"]["namespace"] == namespace
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -595,12 +577,7 @@ def test_helm_cloud_identity_annotates_the_service_account() -> None:
     assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
 
 
-CAPI_GRANTS = {
-    *(("cluster.x-k8s.io", "machines", v) for v in ("get", "list", "watch", "patch", "delete")),
-    *(("cluster.x-k8s.io", "machinesets", v) for v in ("get", "list", "watch", "patch")),
-    *(("cluster.x-k8s.io", "machinedeployments", v) for v in ("get", "list", "watch")),
-    *(("cluster.x-k8s.io", "clusters", v) for v in ("get", "list")),
-}
+CAPI_GRANTS = rbac.grants(rbac.CLUSTER_API)
 
 
 def test_cluster_api_rules_only_when_asked_and_the_same_both_ways(tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "providers": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
     "remediation": frozenset({"web", "controller", "demo"}),
 }
+# doctor/ sits beside web/ and controller/, which run it: nothing below imports it.
+for _lower in ("model", "store", "policy", "signals", "kube", "providers", "remediation"):
+    FORBIDDEN[_lower] = FORBIDDEN[_lower] | {"doctor"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -6,7 +6,8 @@ the node; `clear` repairs it. The telemetry shows it at the next scrape, and the
 changes where a real cluster's would (conditions; allocatable GPUs when one is lost).
 `POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave, `POST /v1/kube-faults` the
 Kubernetes API (sim/kube/api/faults.py), whose every request `GET /v1/kube-requests` lists and
-counts. All answer what was done, or 400/404 with the reason.
+counts (and `GET /v1/kube-forbidden` the ones its RBAC refused). All answer what was done, or
+400/404 with the reason.
 """
 
 from __future__ import annotations
@@ -423,6 +424,9 @@ def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starle
             return error_response(400, "invalid_since", f"since must be a number, not {raw!r}")
         return JSONResponse(kube_faults.requests(int(raw)))
 
+    async def kube_forbidden(_request: Request) -> Response:
+        return JSONResponse({"forbidden": kube_faults.forbidden()})
+
     async def root(_request: Request) -> Response:
         return JSONResponse(
             {
@@ -434,6 +438,7 @@ def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starle
                     "POST /v1/kube-faults",
                     "GET /v1/kube-faults",
                     "GET /v1/kube-requests?since=SEQ",
+                    "GET /v1/kube-forbidden",
                 ]
             }
         )
@@ -453,6 +458,7 @@ def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starle
             Route("/v1/kube-faults", post_kube_fault, methods=["POST"]),
             Route("/v1/kube-faults", list_kube_faults, methods=["GET"]),
             Route("/v1/kube-requests", kube_requests, methods=["GET"]),
+            Route("/v1/kube-forbidden", kube_forbidden, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error},
     )

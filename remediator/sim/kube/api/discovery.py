@@ -126,6 +126,16 @@ RESOURCES: tuple[Resource, ...] = (
         subresources=("status",),
     ),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    # Answered by the RBAC middleware (rbac.py), never stored.
+    Resource(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "",
+        "SelfSubjectAccessReview",
+        False,
+        verbs=("create",),
+    ),
     # Cluster API, as its CRDs serve it (`sim serve --cloud clusterapi` runs the controllers).
     *(
         Resource(

@@ -30,6 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 Verb = Literal["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 REQUEST_LOG = 50_000
+# Set in the ASGI scope by the RBAC middleware (rbac.py) for a ServiceAccount's request.
+USER_KEY = "sim.user"
 _REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
 
 
@@ -209,6 +211,9 @@ class KubeFaults:
         self._seq = 0
         self._counts: Counter[str] = Counter()
         self._started = time.monotonic()
+        # Every RBAC refusal of a ServiceAccount, kept apart from the bounded log: a test's last
+        # word on whether the shipped roles were enough.
+        self._forbidden: deque[dict[str, Any]] = deque(maxlen=1000)
 
     # -- rules -------------------------------------------------------------------------------
 
@@ -262,7 +267,14 @@ class KubeFaults:
 
     # -- the request log ---------------------------------------------------------------------
 
-    def record(self, info: RequestInfo, status: int, user_agent: str, injected: str | None) -> None:
+    def record(
+        self,
+        info: RequestInfo,
+        status: int,
+        user_agent: str,
+        injected: str | None,
+        user: str | None = None,
+    ) -> None:
         with self._lock:
             self._seq += 1
             key = f"{info.verb} {info.resource}"
@@ -278,6 +290,23 @@ class KubeFaults:
                     "status": status,
                     "user_agent": user_agent,
                     **({"injected": injected} if injected else {}),
+                    **({"user": user} if user else {}),
+                }
+            )
+
+    def refused(self, info: RequestInfo, group: str, user: str, message: str) -> None:
+        """An RBAC refusal (rbac.py calls this for each 403 it answers)."""
+        with self._lock:
+            self._forbidden.append(
+                {
+                    "seq": self._seq + 1,
+                    "user": user,
+                    "verb": info.verb,
+                    "group": group,
+                    "resource": info.resource,
+                    "namespace": info.namespace,
+                    "name": info.name,
+                    "message": message,
                 }
             )
 
@@ -288,6 +317,10 @@ class KubeFaults:
                 "counts": dict(sorted(self._counts.items())),
                 "requests": [r for r in self._log if r["seq"] > since],
             }
+
+    def forbidden(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._forbidden)
 
     # -- watches -----------------------------------------------------------------------------
 
@@ -371,7 +404,7 @@ class KubeFaultMiddleware:
             await send(message)
 
         await self.app(scope, receive, counting)
-        self.faults.record(info, status[0], agent, None)
+        self.faults.record(info, status[0], agent, None, scope.get(USER_KEY))
 
     async def _fail(
         self, rule: ErrorFault | ResetFault, info: RequestInfo, agent: str, send: Send
