@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007_fleet25"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007_backtest23"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -28,6 +28,7 @@ def banner(tmp_path: Path, cloud: str, faults: bool) -> list[str]:
         tmp_path / "policies",
         DemoTimings(),
         tmp_path / "remediator.yaml",
+        [],
     )
     return out.getvalue().splitlines()
 
