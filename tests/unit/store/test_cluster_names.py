@@ -42,7 +42,7 @@ def test_bad_names_say_why(name: str, why: str) -> None:
 def test_the_config_refuses_a_bad_name_naming_the_file_and_field(tmp_path: Path) -> None:
     config = tmp_path / "remediator.yaml"
     config.write_text("cluster_name: Prod_East\n")
-    with pytest.raises(RemediatorError, match=r"remediator.yaml: cluster_name: .*DNS-1123"):
+    with pytest.raises(RemediatorError, match=r"remediator.yaml:1: cluster_name: .*DNS-1123"):
         load_settings(config)
     config.write_text(f"cluster_name: {'a' * 200}\n")
     with pytest.raises(RemediatorError, match="200 characters"):
