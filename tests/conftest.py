@@ -40,6 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[FOUND] = []
 
 
+def _temporary(config: pytest.Config) -> tuple[str, ...]:
+    """This process's temporary directory (an xdist worker's own), if the session made one."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None)
+    return (f"{base}/",) if base is not None else ()
+
+
 def _is_xdist_controller(config: pytest.Config) -> bool:
     return config.pluginmanager.has_plugin("dsession")
 
@@ -55,7 +62,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     found = config.stash[FOUND]
     if not _is_xdist_controller(config):
-        found.extend(str(left) for left in processes.leftovers(config.stash[TOKEN]))
+        found.extend(
+            str(left) for left in processes.leftovers(config.stash[TOKEN], _temporary(config))
+        )
         found.extend(
             f"job output file {path}"
             for path in sorted(_job_outputs(config.rootpath) - config.stash[JOB_OUTPUTS])

@@ -11,8 +11,15 @@ from remediator.errors import NotFoundError, PermanentError, TransientError
 from remediator.slurm.client import SlurmJob, classify, parse_job
 from remediator.slurm.engine import both, together
 from remediator.slurm.hostlist import expand
-from remediator.slurm.settings import SlurmSettings
-from remediator.slurm.steps import drain_reason, opted_out
+from remediator.slurm.settings import NotRequeueable, SlurmSettings
+from remediator.slurm.steps import (
+    JobsSoFar,
+    decide,
+    drain_reason,
+    fate_of,
+    opt_out_match,
+    opted_out,
+)
 from remediator.store.records import EventRecord
 from remediator.web import views
 
@@ -121,3 +128,50 @@ def test_the_detail_page_lists_each_job_with_what_was_sent() -> None:
         ("8_3", "n1", ["job 8_3 is requeueable", "scontrol requeue 8_3 → None"], "requeued"),
         ("9", "n1", ["scancel 9 → ok"], None),
     ]
+
+
+def finished(state: str, exit_code: int, **extra: object) -> SlurmJob:
+    return parse_job({"job_id": 5, "job_state": state, "exit_code": exit_code, **extra})
+
+
+def test_each_jobs_fate_in_words() -> None:
+    assert fate_of(finished("PENDING", 0), "requeue") == "requeued (PENDING)"
+    running = finished("RUNNING", 0, nodes="gpu-c")
+    assert fate_of(running, "requeue") == "requeued (RUNNING, running on gpu-c)"
+    assert fate_of(finished("COMPLETED", 0), "requeue") == "ended COMPLETED (exit 0)"
+    assert fate_of(finished("FAILED", 3 << 8), "cancel") == "ended FAILED (exit 3)"
+    assert fate_of(finished("CANCELLED", 15), "cancel") == "cancelled"
+    assert fate_of(finished("CANCELLED", 15), "requeue") == "ended CANCELLED (signal 15)"
+    assert fate_of(None, "hold").startswith("left running")
+    assert fate_of(None, "requeue") == "gone from Slurm's list"
+
+
+def test_what_was_done_so_far_is_read_back_from_the_timeline() -> None:
+    so_far = JobsSoFar.read(
+        [
+            {"note": "…", "job": "8_3", "decision": "requeue"},
+            {"command": "scancel --full --signal=USR1 8_3", "job": "8_3", "signalled": True},
+            {"command": "scontrol requeue 8_3", "job": "8_3", "settled": True},
+            {"note": "job 8_3: requeued", "job": "8_3", "fate": "requeued"},
+            {"command": "scontrol update nodename=n1 state=drain"},
+            {"command": "scontrol requeue 7", "job": 7, "signal": "TERM"},  # an older line
+        ]
+    )
+    assert so_far.decided == {"8_3": "requeue"}
+    assert so_far.signalled == so_far.settled == so_far.reported == frozenset({"8_3"})
+
+
+def test_a_non_requeueable_jobs_fate_is_the_setting() -> None:
+    job = parse_job({"job_id": 5, "job_state": "RUNNING", "requeue": False})
+    assert decide(job, SlurmSettings()) == "requeue"
+    assert decide(job, SlurmSettings(not_requeueable=NotRequeueable.HOLD)) == "hold"
+    requeueable = parse_job({"job_id": 6, "job_state": "RUNNING", "requeue": True})
+    assert decide(requeueable, SlurmSettings(not_requeueable=NotRequeueable.CANCEL)) == "requeue"
+
+
+def test_an_opt_out_names_what_matched() -> None:
+    settings = SlurmSettings(opt_out_feature="keep")
+    assert opt_out_match(job(features="ib&keep"), settings) == "feature 'keep'"
+    assert opt_out_match(job(comment="x remediator:opt-out"), settings) == (
+        "comment 'remediator:opt-out'"
+    )
