@@ -5,9 +5,9 @@ A 202 removes the batch; the items it lists as refused are logged at error, each
 reason, and counted (`signals_refused`), never dropped without a word. A 422 took nothing: the
 items it names are logged and counted the same way and dropped (they would be refused again),
 the rest go again at once. 401/403, 5xx, a full or non-leading replica (503) and a transport
-error keep everything queued, drop the connection (so the retry may reach another replica: the one
-that leads) and back off; a controller that is down or failing over therefore loses nothing, it
-only delays.
+error keep everything queued, drop the connection (so the retry may reach another replica: the
+one that leads) and back off; a controller that is down or failing over therefore loses nothing,
+it only delays.
 """
 
 from __future__ import annotations
