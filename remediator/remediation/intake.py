@@ -140,7 +140,8 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
     for node in inventory.not_ready | (inventory.cordoned - queued):
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
     # A node that left the cluster takes nothing out of service: its remediation never counts
-    # toward a budget, except a replacement in flight, which is still work (max_concurrent).
+    # toward a budget. A replacement in flight is the exception: its old node goes on purpose
+    # and the pool stays one short until the new one is Ready, so it still counts.
     known = inventory.pools
     acting = [
         r
@@ -150,8 +151,6 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
         and (not known or r.node in known or r.state in REPLACEMENT_STATES)
     ]
     for record in acting:
-        if known and record.node not in known:
-            continue
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
     return ClusterState(

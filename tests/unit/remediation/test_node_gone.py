@@ -43,10 +43,11 @@ def test_a_remediation_whose_node_is_gone_never_counts_toward_a_budget() -> None
     assert state.open_remediations == 1
 
 
-def test_a_replacement_in_flight_still_counts_as_work_but_not_as_an_unhealthy_node() -> None:
+def test_a_replacement_in_flight_still_counts_while_its_old_node_is_gone() -> None:
+    """The pool is one short until the new node is Ready: the budget keeps counting it."""
     inventory = Inventory.from_nodes([node("a", "train")], POOL)
     state = cluster_state(inventory, [record("old", "train", State.REPLACING)])
-    assert state.unhealthy == {}
+    assert state.unhealthy == {"train": frozenset({"old"})}
     assert state.open_remediations == 1
 
 
