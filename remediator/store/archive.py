@@ -9,8 +9,11 @@ came. Below a kind's *floor* (settings: thermal 70 °C) the level counts as unch
 run keeps its highest reading: no policy looks that low, and idle GPUs wander a degree or two
 every few minutes. A backtest of a threshold (or clear level) under the floor is not exact.
 
-Runs are written when they end, in one bulk insert per cycle; a run is also cut after `max_run`,
-which bounds what a crash can lose and how stale the archive can be.
+A run's row is written when it starts (open) and completed when it ends, in the transaction of
+its cycle, so a backtest right after an incident sees the faults still going; each reading's own
+observed time is kept (a constant lag behind its cycle, or a constant step between samples), so a
+replay completes a `for:` on the same reading the controller did. A run is also cut after
+`max_run`; runs a dead writer left open are closed by the next one.
 """
 
 from __future__ import annotations
