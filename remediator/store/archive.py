@@ -97,11 +97,20 @@ class ArchivedRun:
 
     def observed(self, at: datetime, index: int) -> datetime:
         """The observed time of the reading at cycle `at`, the run's `index`-th."""
-        if self.observed_at is None:
-            return at - timedelta(milliseconds=self.lag_ms)
-        if self.step_us is None:
-            return at - (self.first_at - self.observed_at)
-        return self.observed_at + timedelta(microseconds=self.step_us * index)
+        return self.observed_times([at], index)[0]
+
+    def observed_times(self, cycles: Sequence[datetime], first: int = 0) -> list[datetime]:
+        """The observed times of the readings at `cycles`, the first of them the run's
+        `first`-th (one pass: a replay asks this for every reading it rebuilds)."""
+        if self.observed_at is None or self.step_us is None:
+            lag = (
+                timedelta(milliseconds=self.lag_ms)
+                if self.observed_at is None
+                else self.first_at - self.observed_at
+            )
+            return [at - lag for at in cycles]
+        step = timedelta(microseconds=self.step_us)
+        return [self.observed_at + step * (first + i) for i in range(len(cycles))]
 
 
 @dataclass(frozen=True, slots=True)
