@@ -197,19 +197,23 @@ class _Streams:
             if active:
                 self._lists.append((run, *self._times(run)))
             elif was_active:
-                times, observed = self._times(run)
-                self._lists.append((run, times[:1], observed[:1]))
+                first = self._cycles(run)[:1]
+                self._lists.append((run, first, run.observed_times(first)))
         for runs in events.values():
             window = kind_windows.get(runs[0].kind, fold_window)
             self._fold_walk(runs, window)
 
-    def _times(self, run: ArchivedRun) -> tuple[list[datetime], list[datetime]]:
-        """The cycles of the run's readings, and each reading's own observed time."""
+    def _cycles(self, run: ArchivedRun) -> list[datetime]:
+        """The cycles of the run's readings."""
         cycles = self.cycles.get(run.source, [])
         lo = bisect.bisect_left(cycles, run.first_at)
         hi = bisect.bisect_right(cycles, run.last_at or run.first_at)
-        times = cycles[lo:hi] or [run.first_at]
-        return times, [run.observed(at, index) for index, at in enumerate(times)]
+        return cycles[lo:hi] or [run.first_at]
+
+    def _times(self, run: ArchivedRun) -> tuple[list[datetime], list[datetime]]:
+        """The cycles of the run's readings, and each reading's own observed time."""
+        times = self._cycles(run)
+        return times, run.observed_times(times)
 
     def _fold_walk(self, runs: list[ArchivedRun], window: timedelta) -> None:
         """The cycles at which the fold can let a run's reading through: one a window after the

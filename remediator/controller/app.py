@@ -766,7 +766,7 @@ class Controller:
             try:
                 self.archive.flush()
             except SQLAlchemyError as exc:
-                log.warning("signal archive: open runs not written at shutdown: %s", exc)
+                log.warning("signal archive: open runs left for the next leader: %s", exc)
         if self.elector is not None:
             self.elector.stop(release=True)
         if self._web is not None:

@@ -9,8 +9,11 @@ came. Below a kind's *floor* (settings: thermal 70 °C) the level counts as unch
 run keeps its highest reading: no policy looks that low, and idle GPUs wander a degree or two
 every few minutes. A backtest of a threshold (or clear level) under the floor is not exact.
 
-Runs are written when they end, in one bulk insert per cycle; a run is also cut after `max_run`,
-which bounds what a crash can lose and how stale the archive can be.
+A run's row is written when it starts (open) and completed when it ends, in the transaction of
+its cycle, so a backtest right after an incident sees the faults still going; each reading's own
+observed time is kept (a constant lag behind its cycle, or a constant step between samples), so a
+replay completes a `for:` on the same reading the controller did. A run is also cut after
+`max_run`; runs a dead writer left open are closed by the next one.
 """
 
 from __future__ import annotations
@@ -94,11 +97,20 @@ class ArchivedRun:
 
     def observed(self, at: datetime, index: int) -> datetime:
         """The observed time of the reading at cycle `at`, the run's `index`-th."""
-        if self.observed_at is None:
-            return at - timedelta(milliseconds=self.lag_ms)
-        if self.step_us is None:
-            return at - (self.first_at - self.observed_at)
-        return self.observed_at + timedelta(microseconds=self.step_us * index)
+        return self.observed_times([at], index)[0]
+
+    def observed_times(self, cycles: Sequence[datetime], first: int = 0) -> list[datetime]:
+        """The observed times of the readings at `cycles`, the first of them the run's
+        `first`-th (one pass: a replay asks this for every reading it rebuilds)."""
+        if self.observed_at is None or self.step_us is None:
+            lag = (
+                timedelta(milliseconds=self.lag_ms)
+                if self.observed_at is None
+                else self.first_at - self.observed_at
+            )
+            return [at - lag for at in cycles]
+        step = timedelta(microseconds=self.step_us)
+        return [self.observed_at + step * (first + i) for i in range(len(cycles))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +176,19 @@ class _Run:
     id: int | None = None  # its row, once written
     ended: bool = False
 
+    @property
+    def identity(self) -> tuple[object, ...]:
+        """What tells its row from any other written in the same statement (_RUN_KEY's order)."""
+        return (
+            self.node,
+            self.gpu,
+            self.kind,
+            self.code,
+            self.source,
+            self.label_set,
+            self.first,
+        )
+
     def fits(self, observed: datetime, now: datetime) -> bool:
         """The next reading's time follows the run's pattern (any does, after the first)."""
         if self.readings == 1:
@@ -201,6 +226,31 @@ class _Run:
             "step_us": _micros(self.step),
             "open": not self.ended,
         }
+
+
+def _unique_batches(runs: Sequence[_Run]) -> list[dict[tuple[object, ...], _Run]]:
+    """Batches of at most BATCH runs, no two alike in identity (a series read twice in one
+    cycle starts two runs at the same time: they go in different statements)."""
+    batches: list[dict[tuple[object, ...], _Run]] = []
+    for run in runs:
+        for batch in batches:
+            if len(batch) < BATCH and run.identity not in batch:
+                batch[run.identity] = run
+                break
+        else:
+            batches.append({run.identity: run})
+    return batches
+
+
+_RUN_KEY = (
+    ArchivedSignal.node,
+    ArchivedSignal.gpu,
+    ArchivedSignal.kind,
+    ArchivedSignal.code,
+    ArchivedSignal.source,
+    ArchivedSignal.label_set,
+    ArchivedSignal.first_at,
+)
 
 
 def _micros(step: timedelta | None) -> int | None:
@@ -305,13 +355,16 @@ class SignalArchive:
         changed = [r for r in self._pending if r.id is not None]
         changed += [r for r in self._retimed if r.id is not None and not r.ended]
         ids: list[tuple[_Run, int]] = []
-        returning = insert(ArchivedSignal).returning(
-            ArchivedSignal.id, sort_by_parameter_order=True
-        )
-        for start in range(0, len(new), BATCH):
-            batch = new[start : start + BATCH]
-            found = session.scalars(returning, [run.row(self.cluster) for run in batch])
-            ids += zip(batch, found, strict=True)
+        # The ids come back in any order (asking for the rows' order makes SQLite insert them
+        # one statement each): each is matched to its run by the run's own key and start.
+        returning = insert(ArchivedSignal).returning(ArchivedSignal.id, *_RUN_KEY)
+        for batch in _unique_batches(new):
+            rows = [run.row(self.cluster) for run in batch.values()]
+            for found in session.execute(returning, rows):
+                run = batch.get(tuple(found)[1:])
+                if run is None:
+                    raise ArchiveUnavailable(f"signal archive: row {found.id} matches no run")
+                ids.append((run, found.id))
         for start in range(0, len(changed), BATCH):
             rows = [run.ending() for run in changed[start : start + BATCH]]
             session.execute(update(ArchivedSignal), rows)

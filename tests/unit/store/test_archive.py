@@ -222,3 +222,13 @@ def test_each_reading_keeps_its_own_time(factory: sessionmaker[Session]) -> None
     (run,) = read_runs(factory, "other", T0 - timedelta(days=1), T0 + timedelta(days=1))
     assert run.readings == len(polls)
     assert [run.observed(at, i) for i, at in enumerate(polls)] == polls
+
+
+def test_a_series_read_twice_in_one_cycle_keeps_both_readings(
+    factory: sessionmaker[Session],
+) -> None:
+    archive = SignalArchive(factory, "default")
+    archive.record([temp(81.0, T0), temp(82.0, T0)], NODES, T0)
+    archive.record([temp(82.0, T0 + POLL)], NODES, T0 + POLL)
+    found = sorted((r.value, r.first_at, r.readings) for r in runs(factory))
+    assert found == [(81.0, T0, 1), (82.0, T0, 2)]
