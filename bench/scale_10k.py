@@ -164,6 +164,9 @@ class Agents:
             timeout=60.0,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
         )
+        # Agents push on connections they already hold (their heartbeats keep them alive):
+        # open the push pool before the storm, not during it.
+        await asyncio.gather(*(self.pushes.get("/healthz") for _ in range(256)))
         now = time.monotonic()
         # Agents already running: their phases are spread over one period.
         self._due = sorted((now + random.uniform(0, self.pacing.period), n) for n in self.nodes)
