@@ -625,32 +625,6 @@ class Repository:
 
     # -- node agents -------------------------------------------------------------------------
 
-    def record_heartbeat(
-        self,
-        node: str,
-        *,
-        agent: str,
-        version: str,
-        started_at: datetime,
-        stats: Mapping[str, Any],
-    ) -> None:
-        """Keep the newest heartbeat per node; `seen_at` is our clock, never the agent's."""
-        now = self._clock.now()
-        values: dict[str, Any] = {
-            "agent": agent,
-            "version": version,
-            "started_at": started_at,
-            "seen_at": now,
-            "stats": dict(stats),
-        }
-        with session_scope(self.session_factory, write=True) as session:
-            statement = _insert_for(session)(AgentHeartbeat).values(
-                cluster=self.cluster, node=node, **values
-            )
-            session.execute(
-                statement.on_conflict_do_update(index_elements=["cluster", "node"], set_=values)
-            )
-
     def record_heartbeats(self, statuses: Sequence[AgentStatus]) -> None:
         """Upsert many agents' newest heartbeats in one transaction (the coalesced writer's
         batch, `store.heartbeats`): one statement executed for all rows."""

@@ -7,6 +7,11 @@ answers the common case itself — a push token by header, a body that validates
 decision the route makes (`agents.take_heartbeat`) and the same headers and request metric.
 Anything else (no or a wrong token, a cookie, a malformed or oversized body) goes on to the
 route with the body replayed, so every error is answered, counted and documented in one place.
+
+It also tells when the replica is behind: every tenth of a second a request schedules a probe
+callback and the time it waits to run is the event loop's lag — what every request, a pushed
+signal's included, waits now. Past `LAG_LIMIT` heartbeats get 429 with a spread Retry-After
+(the agents obey), which lowers the request rate until signals are answered promptly again.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from remediator.signals.admission import Lane, Refusal, retry_after
 from remediator.web.agents import HeartbeatIn, flush_quietly, take_heartbeat
 from remediator.web.auth import authenticate, bearer_token
 from remediator.web.deps import WebDeps
@@ -25,6 +32,12 @@ from remediator.web.metrics import ConsoleMetrics
 
 PATH = "/api/v1/agents/heartbeat"
 MAX_BODY = 64 * 1024  # a heartbeat is ~1 KB; anything bigger takes the ordinary path
+# The event loop is behind when a callback made ready waits this long: every request, a pushed
+# signal's included, waits as long in the same queue. Heartbeats are then turned away with a
+# Retry-After spread over SHED_SPREAD seconds, so the agents' next ones come later and spread.
+LAG_LIMIT = 0.25
+SHED_SPREAD = 10.0
+PROBE_EVERY = 0.1
 
 
 class HeartbeatLane:
@@ -34,18 +47,25 @@ class HeartbeatLane:
         deps: WebDeps,
         metrics: ConsoleMetrics,
         headers: dict[str, str],
+        lag_limit: float = LAG_LIMIT,
     ) -> None:
         self.app = app
+        self.lag_limit = lag_limit
         self.deps = deps
         self.metrics = metrics
         self.headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         self._flushes: set[asyncio.Future[None]] = set()
+        self.lag = 0.0  # seconds a ready callback last waited on this loop
+        self._probed_at = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         started = time.monotonic()
+        if started - self._probed_at >= PROBE_EVERY:
+            self._probed_at = started
+            asyncio.get_running_loop().call_soon(self._probed, started)
         headers = dict(scope["headers"])
         body, complete = await _read(receive)
         if complete and self._pusher(headers):
@@ -66,8 +86,14 @@ class HeartbeatLane:
         principal = authenticate(self.deps.settings.web, token) if token else None
         return principal is not None and principal.can_push
 
+    def _probed(self, scheduled: float) -> None:
+        self.lag = time.monotonic() - scheduled
+
     async def _answer(self, body: HeartbeatIn, send: Send, started: float) -> None:
-        status, answer, extra, flush = take_heartbeat(self.deps, body)
+        if self.lag > self.lag_limit:
+            status, answer, extra, flush = shed(self.deps, body.node, self.lag)
+        else:
+            status, answer, extra, flush = take_heartbeat(self.deps, body)
         payload = json.dumps(answer, separators=(",", ":")).encode()
         await send(
             {
@@ -90,6 +116,20 @@ class HeartbeatLane:
             )
             self._flushes.add(future)
             future.add_done_callback(self._flushes.discard)
+
+
+def shed(deps: WebDeps, node: str, lag: float) -> tuple[int, dict[str, Any], dict[str, str], bool]:
+    """A heartbeat turned away because the replica is behind: 429, counted as overloaded."""
+    assert deps.admission is not None
+    deps.admission.count(Lane.HEARTBEAT, node, Refusal.OVERLOADED)
+    after = retry_after(lag, SHED_SPREAD)
+    reason = f"this replica is behind ({lag:.2f} s queued): retry after {after} s"
+    return (
+        429,
+        {"reason": reason, "detail": Refusal.OVERLOADED.value},
+        {"Retry-After": str(after)},
+        False,
+    )
 
 
 async def _read(receive: Receive) -> tuple[bytes, bool]:
