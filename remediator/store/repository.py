@@ -949,16 +949,17 @@ def quarantine_spans(
     )
     with session_scope(session_factory) as session:
         rows = session.execute(query).all()
-        ids = [row.id for row, _ in rows]
         counted: dict[int, int | None] = {}
         details: dict[int, list[dict[str, Any]]] = {}
+        # Joined, not `IN (ids)`: a fleet's month holds more ids than a statement takes
+        # parameters (65,535 on PostgreSQL).
         for rid, from_state, detail in session.execute(
             select(
                 RemediationEvent.remediation_id,
                 RemediationEvent.from_state,
                 RemediationEvent.detail,
             )
-            .where(RemediationEvent.remediation_id.in_(ids))
+            .join(entered, entered.c.remediation_id == RemediationEvent.remediation_id)
             .order_by(RemediationEvent.id)
         ):
             details.setdefault(rid, []).append(detail or {})

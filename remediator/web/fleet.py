@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from remediator.clock import Clock, SystemClock
@@ -303,7 +303,7 @@ def install_cluster_choice(app: FastAPI, fleet: Fleet) -> None:
             if problem is not None:
                 return _refusal(request, 400, problem)
             known = await run_in_threadpool(fleet.queries.clusters)
-        except SQLAlchemyError as exc:
+        except (OperationalError, InterfaceError) as exc:
             return _database_down(request, exc)
         if cluster not in known:
             return _refusal(request, 404, f"no cluster named {cluster} in this database")
@@ -322,7 +322,7 @@ async def _guarded(request: Request, call_next: Next) -> Response:
     """A database that cannot answer is said so, never shown as empty lists."""
     try:
         return await call_next(request)
-    except SQLAlchemyError as exc:
+    except (OperationalError, InterfaceError) as exc:
         return _database_down(request, exc)
 
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from remediator.clock import FakeClock
 from remediator.model.states import State
@@ -21,7 +21,7 @@ from remediator.store import db
 from remediator.store.audit import AuditLog, AuditQuery
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.records import NewRemediation
-from remediator.store.repository import Repository
+from remediator.store.repository import Repository, quarantine_spans
 from remediator.web.fleet import Fleet, create_fleet_app
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.web import build_console
@@ -320,3 +320,35 @@ def test_a_clusters_own_console_refuses_a_token_scoped_to_another(
         assert refused.status_code == 403 and "not for cluster test" in refused.json()["reason"]
         assert client.get("/", headers=_auth(A_OPERATOR)).status_code == 403
         assert client.get("/api/v1/remediations", headers=_auth(A_READER)).status_code == 200
+
+
+def test_a_months_spans_beyond_a_statements_parameter_limit(
+    postgres_server: PostgresServer,
+) -> None:
+    """70,000 quarantines in the window: more ids than PostgreSQL takes parameters (65,535)."""
+    engine = db.make_engine(postgres_server.url(postgres_server.migrated_database()))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO remediations (cluster, node, policy, policy_priority, state, "
+                    "dry_run, approval_required, reason, signal_kind, signals, ladder, "
+                    "step_index, idempotency_key, attempts, version, created_at, updated_at) "
+                    "SELECT 'c' || (i % 2), 'n' || i, 'p', 0, 'succeeded', false, false, 'r', "
+                    "'xid', '[]', '[]', 0, md5(i::text), 0, 1, :at, :at "
+                    "FROM generate_series(1, 70000) AS i"
+                ),
+                {"at": T0},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO remediation_events (remediation_id, cluster, at, from_state, "
+                    "to_state, action, detail, actor) SELECT id, cluster, :at, 'detected', "
+                    "'quarantined', 'cordon', '{}', 'c' FROM remediations"
+                ),
+                {"at": T0},
+            )
+        spans = quarantine_spans(db.make_session_factory(engine), ("c0", "c1"), T0)
+        assert len(spans) == 70_000
+    finally:
+        engine.dispose()
