@@ -361,10 +361,11 @@ def agents(ctx: DoctorContext) -> list[Finding]:
         if now - seen_at > silent_after:
             silent += 1
     total = sum(versions.values())
+    gpu: int | None
     try:
         gpu = sum(1 for n in ctx.nodes.get() if is_gpu_node(n))
     except RemediatorError:
-        gpu = 0
+        gpu = None  # the nodes check says why
     spread = ", ".join(f"{v}: {c}" for v, c in sorted(versions.items()))
     problems = []
     if silent:
@@ -378,8 +379,8 @@ def agents(ctx: DoctorContext) -> list[Finding]:
             "agents",
             "reporting",
             Status.WARN if problems else Status.PASS,
-            f"{total} agents of {gpu} GPU nodes ({spread})"
-            + ("; " + "; ".join(problems) if problems else ""),
+            f"{total} agents of {gpu if gpu is not None else 'an unknown number of'} GPU nodes "
+            f"({spread})" + ("; " + "; ".join(problems) if problems else ""),
             "check the DaemonSet's pods on those nodes and roll one version out"
             if problems
             else "",
