@@ -1,7 +1,7 @@
 """signal dispositions: what became of each signal taken in (opened #N, joined #N, folded, in
 cooldown until T, suppressed by cancel #N, below threshold, …), shown with it on the node page
 
-Revision ID: 0007_engine22
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-02 01:15:00
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007_engine22"
+revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,8 +1,8 @@
 """signal archive: each reading's own timing (`observed_at`, `step_us`) and runs still open
 (`open`), so a backtest reproduces decisions at a `for` boundary and sees a fault still going
 
-Revision ID: 0007_backtest23
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-02 01:20:00
 
 Existing rows keep their `lag_ms` (the replay applies it as before); the lead re-chains at merge.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007_backtest23"
-down_revision: str | None = "0007_engine22"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

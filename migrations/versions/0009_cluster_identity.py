@@ -1,7 +1,7 @@
 """the fleet: cluster identities (name → the UID of its kube-system namespace)
 
-Revision ID: 0007_fleet25
-Revises: 0006
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-02 01:00:00
 
 Only a new table: an existing single-cluster database keeps every row and its `cluster` value;
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007_fleet25"
-down_revision: str | None = "0007_backtest23"
+revision: str = "0009"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
