@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -24,11 +24,13 @@ from fastapi.responses import (
     RedirectResponse,
     Response,
 )
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from remediator.signals.sources.push import make_signals_router
 from remediator.store.audit import AuditLog
@@ -155,6 +157,8 @@ def create_app(deps: WebDeps) -> FastAPI:
         response = _error(request, exc.status_code, str(exc.detail))
         for name, value in (exc.headers or {}).items():  # 405's Allow, for one
             response.headers[name] = value
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(_allowed(request))
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -249,3 +253,26 @@ def create_app(deps: WebDeps) -> FastAPI:
         )
 
     return app
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route takes at this path: Starlette's 405 names only the first route's,
+    and one path may be served by several routers (GET and POST /api/v1/signals)."""
+    scope = dict(request.scope)
+    return sorted(
+        {
+            method
+            for route in _api_routes(request.app.router.routes)
+            if route.matches(scope)[0] == Match.PARTIAL
+            for method in route.methods or ()
+        }
+    )
+
+
+def _api_routes(routes: Iterable[BaseRoute]) -> Iterator[APIRoute]:
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI's included router
+        if included is not None:
+            yield from _api_routes(included.routes)
+        elif isinstance(route, APIRoute):
+            yield route
