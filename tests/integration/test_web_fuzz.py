@@ -50,6 +50,7 @@ OPERATIONS = (
     "POST /api/v1/alertmanager",
     "POST /api/v1/agents/heartbeat",
     "GET /api/v1/agents",
+    "GET /api/v1/agents/admission",
     "GET /healthz",
     "HEAD /healthz",
     "GET /readyz",
