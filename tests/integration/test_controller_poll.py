@@ -145,7 +145,7 @@ def test_a_follower_refuses_pushed_signals_so_the_sender_retries_at_the_leader(
     response = httpx.post(f"{url}/api/v1/signals", json=[signal], headers=headers, timeout=10)
     assert response.status_code == 503, response.text
     assert response.headers["Retry-After"] == "5"
-    assert "does not lead" in response.json()["detail"]
+    assert "does not lead" in response.json()["reason"]
     assert len(controller.inbox) == 0
 
 
