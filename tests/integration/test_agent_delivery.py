@@ -226,7 +226,7 @@ def test_without_a_boot_id_a_restarted_log_is_read_from_its_start(
         wait_for(
             "the heartbeat to say so",
             lambda: (
-                (status := server.console.repository.agent_status(host.node)) is not None
+                (status := server.agent_status(host.node)) is not None
                 and status.stats.get("log_restarts", 0) >= 1
             ),
         )
