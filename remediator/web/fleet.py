@@ -38,6 +38,7 @@ from remediator.signals.sources.push import InboxUnavailable, SignalInbox
 from remediator.store.audit import AuditLog
 from remediator.store.db import make_session_factory
 from remediator.store.fleet import ClusterFigures, FleetQueries
+from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
 from remediator.web import pages
@@ -103,13 +104,21 @@ class Fleet:
         self._per_cluster: dict[str, tuple[WebDeps, AuditLog]] = {}
 
     def _deps(self, cluster: str) -> WebDeps:
+        repository = Repository(self.session_factory, cluster, self.clock)
+        # The agents' figures as that cluster's controller wrote them: this book only reads.
+        heartbeats = HeartbeatBook(
+            repository,
+            self.clock,
+            silent_after=timedelta(seconds=self.settings.agent_silent_after_seconds),
+        )
         return WebDeps(
             settings=self.settings.model_copy(update={"cluster_name": cluster}),
-            repository=Repository(self.session_factory, cluster, self.clock),
+            repository=repository,
             policies=self._policies,
             inbox=self._inbox,
             registry=self.registry,
             clock=self.clock,
+            heartbeats=heartbeats,
         )
 
     def for_cluster(self, cluster: str) -> tuple[WebDeps, AuditLog]:
