@@ -106,6 +106,14 @@ def start_slurmctld(conf: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def hold_reason_of(engine: Engine, node: str) -> Callable[[], str]:
+    def reason() -> str:
+        record = engine.of_node(node)
+        return (record.hold_reason if record is not None else None) or ""
+
+    return reason
+
+
 def holding_on_slurmctld(engine: Engine, node: str) -> Callable[[], bool]:
     """True once a step of the node's remediation holds with "slurmctld unreachable"."""
 
@@ -215,11 +223,14 @@ def test_slurmctld_down_holds_the_step_until_it_returns(
     try:
         engine.push(xid(node))
         wait_for(holding_on_slurmctld(engine, node), 60, "the step to hold on slurmctld")
+        # The hold's reason is in the API, on one line, from `scontrol ping` (said at once, not
+        # after the command's own retries); the record's field is written with the step's wait,
+        # just after the timeline's progress line.
+        hold_reason = hold_reason_of(engine, node)
+        wait_for(lambda: "slurmctld unreachable" in hold_reason(), 60, "the hold reason")
         record = engine.of_node(node)
         assert record is not None and record.state is State.QUARANTINED
         assert record.new_node is None and record.replacement_operation_id is None
-        # The hold's reason is in the API, on one line, from `scontrol ping` (said at once, not
-        # after the command's own retries).
         assert record.hold_reason and "slurmctld unreachable" in record.hold_reason
         assert "is DOWN" in record.hold_reason and "\n" not in record.hold_reason
         restarted = start_slurmctld(conf)

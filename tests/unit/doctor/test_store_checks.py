@@ -13,6 +13,7 @@ from remediator.doctor.report import Status
 from remediator.doctor.systems import agents, database
 from remediator.settings import Settings
 from remediator.store.db import make_engine, make_session_factory, upgrade
+from remediator.store.records import AgentStatus
 from remediator.store.repository import Repository
 
 
@@ -26,9 +27,14 @@ def test_database_and_agents(tmp_path: Path) -> None:
     clock = FakeClock(utcnow() - timedelta(minutes=10))
     engine = make_engine(url)
     repo = Repository(make_session_factory(engine), "default", clock)
-    repo.record_heartbeat("n1", agent="a", version="0.1.0", started_at=clock.now(), stats={})
+    first = clock.now()
     clock.advance(600)
-    repo.record_heartbeat("n2", agent="a", version="0.2.0", started_at=clock.now(), stats={})
+    repo.record_heartbeats(
+        [
+            AgentStatus("n1", "a", "0.1.0", started_at=first, seen_at=first),
+            AgentStatus("n2", "a", "0.2.0", started_at=clock.now(), seen_at=clock.now()),
+        ]
+    )
     engine.dispose()
 
     reachable, migrations = database(context(url))
