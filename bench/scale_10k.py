@@ -60,6 +60,7 @@ from bench.idle_cost import (
     scrape_controller,
     stop,
 )
+from bench.signal_to_cordon import POLICY
 from remediator.agent import report
 from remediator.agent.heartbeat import Pacing, judge
 from remediator.agent.http import Response
@@ -78,18 +79,6 @@ OPERATOR_TOKEN = "scale-bench-operator-token-0123456789"
 CORDON_SAMPLES = 15  # under the storm breaker's 20 new faulty nodes
 STORM = 2_000
 STORM_SECONDS = 10.0
-POLICY = """
-policies:
-  - name: xid-79
-    description: The GPU has fallen off the bus.
-    why: Fence the node at once.
-    match:
-      kind: xid
-      codes: [79]
-    priority: 100
-    actions:
-      - action: cordon
-"""
 SETTINGS = """
 max_unhealthy:
   per_pool: {percent: 100}

@@ -138,16 +138,7 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
         remediations=[console.remediation_out(r, now) for r in page.rows],
         remediations_total=repo.count(in_window),
         remediations_next=page.next_cursor,
-        signals=[
-            SignalEntryOut(
-                id=s.id,
-                remediation_id=s.remediation_id,
-                signal=s.signal,
-                value_text=views.signal_value(s.signal),
-                disposition=s.disposition,
-            )
-            for s in shown
-        ],
+        signals=[signal_entry_out(s) for s in shown],
         signals_total=signals_total,
         signals_next=signals_next,
         replacement_of=(
@@ -156,4 +147,15 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
         replaced_by=[
             NodeLinkOut(remediation_id=r.id, node=r.new_node) for r in successors if r.new_node
         ],
+    )
+
+
+def signal_entry_out(entry: SignalEntry) -> SignalEntryOut:
+    """One stored signal with what became of it, as the node page and the signals API show it."""
+    return SignalEntryOut(
+        id=entry.id,
+        remediation_id=entry.remediation_id,
+        signal=entry.signal,
+        value_text=views.signal_value(entry.signal),
+        disposition=entry.disposition,
     )

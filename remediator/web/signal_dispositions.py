@@ -11,9 +11,8 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from remediator.signals import bounds
-from remediator.web import views
 from remediator.web.access import Deps, require_reader
-from remediator.web.nodes import NODE_PAGE, NodeQuery, signals_page
+from remediator.web.nodes import NODE_PAGE, NodeQuery, signal_entry_out, signals_page
 from remediator.web.problems import ERRORS
 from remediator.web.schemas import PRINTABLE, SignalEntryOut
 
@@ -45,16 +44,7 @@ def make_dispositions_router() -> APIRouter:
         shown, total, following = signals_page(deps, node, deps.clock.now(), query)
         return SignalPageOut(
             node=node,
-            items=[
-                SignalEntryOut(
-                    id=s.id,
-                    remediation_id=s.remediation_id,
-                    signal=s.signal,
-                    value_text=views.signal_value(s.signal),
-                    disposition=s.disposition,
-                )
-                for s in shown
-            ],
+            items=[signal_entry_out(s) for s in shown],
             total=total,
             next_cursor=following,
         )
