@@ -47,7 +47,11 @@ def build_cloud_apps(
     telemetry = Telemetry(cluster.store, clock)
     nodepool = NodePoolService(cluster, clock, provision_delay)
     cluster.on_tick(nodepool.advance)
-    hosts = SimHosts(node_root, cluster.store) if node_root is not None else None
+    hosts = (
+        SimHosts(node_root, cluster.store, hardware=telemetry.hardware)
+        if node_root is not None
+        else None
+    )
     repairs = FaultRepairs(cluster, telemetry, reboot_seconds)
 
     def applied(fault: object) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from remediator.sim.faults.inject import ClearFault, GpuMissingFault, XidFault
 from remediator.sim.kube.api.store import ObjectStore, WatchEvent
 from remediator.sim.node import driver
+from remediator.sim.node.hardware import Hardware, Profile
 from remediator.sim.node.kernel_log import (
     KERN_ERR,
     KERN_INFO,
@@ -27,9 +28,7 @@ from remediator.sim.node.kernel_log import (
     xid_line,
 )
 from remediator.sim.telemetry.exporters import (
-    DRIVER_VERSION,
     XID_OFF_BUS,
-    gpu_uuid,
     node_gpu_count,
     node_model,
     pci_bus_id,
@@ -43,11 +42,14 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69, 94})
 
 
 class SimHosts:
-    def __init__(self, root: Path, store: ObjectStore, seed: int = 0) -> None:
+    def __init__(
+        self, root: Path, store: ObjectStore, seed: int = 0, hardware: Hardware | None = None
+    ) -> None:
         self.root = root
+        self._hardware = hardware or Hardware()
         self._lock = threading.Lock()
         self._logs: dict[str, KernelLog] = {}
-        self._models: dict[str, tuple[str, int]] = {}
+        self._models: dict[str, tuple[Profile, int]] = {}
         self._rng = random.Random(seed)
         root.mkdir(parents=True, exist_ok=True)
         nodes, version = store.list("nodes")
@@ -70,8 +72,10 @@ class SimHosts:
                 self._logs.pop(name, None)  # a node re-created under this name boots afresh
 
     def _boot(self, node: dict[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name", "")
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
         gpus, model = node_gpu_count(node), node_model(node)
+        profile = self._hardware.profile(name, meta.get("uid", ""), model, gpus)
         with self._lock:
             if not name or name in self._logs:
                 return
@@ -84,16 +88,20 @@ class SimHosts:
             driver.detach_all(host)
             log = KernelLog(host / KMSG)
             self._logs[name] = log
-            self._models[name] = (model, gpus)
+            self._models[name] = (profile, gpus)
         log.write(f"Linux version 6.8.0-sim ({name})", KERN_INFO)
-        log.write(f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {DRIVER_VERSION}", KERN_INFO)
+        driver_line = f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {profile.driver_version}"
+        log.write(driver_line, KERN_INFO)
         for index in range(gpus):
             self._attach(name, index)
 
     def _attach(self, node: str, index: int) -> None:
-        model, _ = self._models[node]
-        address, gpu_id = pci_bus_id(index), gpu_uuid(node, index)
-        driver.attach(self.host_root(node), model, gpu_id, address, index)
+        profile, _ = self._models[node]
+        gpu = profile.gpu(index)
+        address, gpu_id = gpu.pci_bus_id, gpu.uuid
+        driver.attach(
+            self.host_root(node), profile.model, gpu_id, address, index, profile.vbios_version
+        )
         self._logs[node].write(attach_line(address, gpu_id), KERN_INFO)
 
     def applied(self, fault: object) -> None:
