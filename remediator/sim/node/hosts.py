@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from remediator.sim.faults.inject import ClearFault, GpuMissingFault, XidFault
+from remediator.sim.faults.inject import ClearFault, GpuMissingFault, VersionsFault, XidFault
 from remediator.sim.kube.api.store import ObjectStore, WatchEvent
 from remediator.sim.node import driver
 from remediator.sim.node.hardware import Hardware, Profile
@@ -120,7 +120,25 @@ class SimHosts:
         elif isinstance(fault, GpuMissingFault):
             driver.detach(self.host_root(node), pci_bus_id(fault.gpu))
         elif isinstance(fault, ClearFault):
+            if fault.gpu is None:
+                self._reflash(node)
             _, gpus = self._models[node]
             for index in range(gpus) if fault.gpu is None else (fault.gpu,):
                 if not driver.attached(self.host_root(node), pci_bus_id(index)):
                     self._attach(node, index)
+        elif isinstance(fault, VersionsFault):
+            self._reflash(node)
+
+    def _reflash(self, node: str) -> None:
+        """The machine's VBIOS changed (or was restored): the driver's files say so."""
+        profile = self._hardware.current(node)
+        if profile is None:
+            return
+        with self._lock:
+            self._models[node] = (profile, len(profile.gpus))
+        host = self.host_root(node)
+        for gpu in profile.gpus:
+            if driver.attached(host, gpu.pci_bus_id):
+                driver.attach(
+                    host, profile.model, gpu.uuid, gpu.pci_bus_id, gpu.index, profile.vbios_version
+                )
