@@ -721,8 +721,11 @@ class Telemetry:
             faults: list[dict[str, Any]] = []
             for name in sorted(self._nodes):
                 state = self._nodes[name]
-                if self._store.find("nodes", "", name) is None:
-                    continue  # gone since the last scrape; its faults went with it
+                found = self._store.find("nodes", "", name)
+                if found is None or (found.get("metadata") or {}).get("uid", "") != state.uid:
+                    # Gone since the last scrape, or a new machine under the name (a GCE MIG
+                    # recreates instances under their names): the old one's faults went with it.
+                    continue
                 for gpu in state.gpus:
                     where = {"node": name, "gpu": gpu.index}
                     if gpu.missing:
