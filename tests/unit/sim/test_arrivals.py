@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from remediator.cli import build_parser
 from remediator.clock import FakeClock
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.node.hardware import CUDA_VERSION
@@ -243,3 +244,18 @@ def test_a_new_node_of_another_pool_is_not_touched() -> None:
     sim.inject.post("/v1/nodepool-faults", json=rule)
     sim.cluster.add_node("a100-0", "a100", 8)
     assert sim.faults("a100-0") == []
+
+
+def test_the_doa_rate_flag_takes_a_fraction_for_sim_serve_and_the_demo() -> None:
+    parser = build_parser()
+    serve = parser.parse_args(
+        ["sim", "serve", "--kubeconfig", "k", "--ready-file", "r", "--doa-rate", "0.2"]
+    )
+    assert serve.doa_rate == 0.2
+    demo = parser.parse_args(["demo", "--doa-rate", "0.05"])
+    assert demo.doa_rate == 0.05
+    for bad in ("1.5", "-0.1", "lots"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["demo", "--doa-rate", bad])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        build_cloud_apps(SimCluster(clock=FakeClock()), clock=FakeClock(), doa_rate=2.0)
