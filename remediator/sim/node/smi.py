@@ -28,21 +28,21 @@ class Result:
 class Field:
     name: str
     unit: str | None
-    value: Callable[[Profile, int, Gpu], str]
+    value: Callable[[Profile, int, Gpu, int], str]  # profile, index, GPU, GPUs shown
 
 
 FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
-        Field("index", None, lambda p, i, g: str(i)),
-        Field("name", None, lambda p, i, g: p.model),
-        Field("uuid", None, lambda p, i, g: g.uuid),
-        Field("serial", None, lambda p, i, g: g.serial),
-        Field("pci.bus_id", None, lambda p, i, g: g.pci_bus_id),
-        Field("driver_version", None, lambda p, i, g: p.driver_version),
-        Field("vbios_version", None, lambda p, i, g: p.vbios_version),
-        Field("memory.total", "MiB", lambda p, i, g: str(p.spec.memory_mib)),
-        Field("count", None, lambda p, i, g: str(-1)),  # replaced per call: visible GPUs
+        Field("index", None, lambda p, i, g, n: str(i)),
+        Field("name", None, lambda p, i, g, n: p.model),
+        Field("uuid", None, lambda p, i, g, n: g.uuid),
+        Field("serial", None, lambda p, i, g, n: g.serial),
+        Field("pci.bus_id", None, lambda p, i, g, n: g.pci_bus_id),
+        Field("driver_version", None, lambda p, i, g, n: p.driver_version),
+        Field("vbios_version", None, lambda p, i, g, n: p.vbios_version),
+        Field("memory.total", "MiB", lambda p, i, g, n: str(p.spec.memory_mib)),
+        Field("count", None, lambda p, i, g, n: str(n)),
     )
 }
 ALIASES = {
@@ -96,7 +96,7 @@ def query(argv: Sequence[str], profile: Profile, present: Sequence[int]) -> Resu
     for index, gpu in enumerate(gpus):
         cells = []
         for f in fields:
-            value = str(len(gpus)) if f.name == "count" else f.value(profile, index, gpu)
+            value = f.value(profile, index, gpu, len(gpus))
             if f.unit and "nounits" not in options:
                 value += f" {f.unit}"
             cells.append(value)

@@ -272,3 +272,12 @@ def test_version_and_nvlink_faults_stay_until_repaired() -> None:
     assert {f["type"] for f in hardware.faults("train-0")} == {"versions", "nvlink_slow"}
     hardware.repair("train-0")
     assert hardware.faults("train-0") == []
+
+
+def test_query_gpu_count_and_aliases() -> None:
+    argv = ["nvidia-smi", "--query-gpu=count,gpu_name,gpu_bus_id", "--format=csv"]
+    rows = list(
+        csv.reader(io.StringIO(smi.run(argv, profile(), ALL[:6]).output), skipinitialspace=True)
+    )
+    assert rows[0] == ["count", "name", "pci.bus_id"]
+    assert {r[0] for r in rows[1:]} == {"6"} and len(rows) == 7
