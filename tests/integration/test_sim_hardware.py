@@ -156,3 +156,23 @@ def test_the_pools_next_new_machine_arrives_dead_on_every_cloud(
     listed = httpx.get(f"{sim.inject_url}/v1/nodepool-faults", timeout=10).json()["faults"]
     assert listed["doa_next"] == {}
     assert [a["node"] for a in listed["dead_on_arrival"]] == [bad]
+
+
+def test_sim_serve_doa_rate_breaks_new_machines_and_not_the_seeded_fleet(tmp_path: Path) -> None:
+    sim = start_sim(tmp_path / "sim", nodes=3, provision_delay=0.3, doa_rate=1.0)
+    try:
+        assert inject_list(sim) == []
+        settings = TypeAdapter(AnyProviderSettings).validate_python(sim.provider)
+        with KubeClient.from_kubeconfig(sim.kubeconfig) as kube:
+            provider = build_provider(settings, kube)
+            op = provider.request_replacement(POOL, "h100-train-0001", "k-1", "test")
+            done = settled(provider, op.id)
+        assert done.state is OperationState.SUCCEEDED, done
+        listed = httpx.get(f"{sim.inject_url}/v1/nodepool-faults", timeout=10).json()["faults"]
+        assert listed["doa_rate"] == 1.0
+        assert [a["node"] for a in listed["dead_on_arrival"]] == [done.new_node]
+        arrived = listed["dead_on_arrival"][0]
+        broken = {(f["node"], f["type"]) for f in inject_list(sim)}
+        assert broken == {(done.new_node, arrived["type"])}
+    finally:
+        assert sim.stop() == 0
