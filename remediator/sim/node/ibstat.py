@@ -2,7 +2,8 @@
 fields tab-indented and each port's a second tab in, as the real program prints them. A port that
 is down reads `State: Down`, `Physical state: Disabled`, `Rate: 10` and LIDs 0, as an
 administratively disabled ConnectX port does. `ibstat -l` lists the CA names; `ibstat CA` shows
-one; an unknown CA name is an error with a non-zero exit status.
+one; an unknown CA name is infiniband-diags' `ibpanic: [PID] main: stat of IB device 'X' failed:
+No such file or directory` and exit status 255.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from remediator.sim.node.hardware import (
 
 SM_LID = 1
 DOWN_RATE = 10
-EXIT_NO_DEVICE = 255
+EXIT_NO_DEVICE = 255  # IBPANIC's exit(-1)
+IBSTAT_PID = 4242
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def run(argv: Sequence[str], profile: Profile, down: Collection[str]) -> Result:
         ports = [p for p in ports if p.device == names[0]]
         if not ports:
             return Result(
-                EXIT_NO_DEVICE, f"ibpanic: [1] main: stat of IB device '{names[0]}' failed\n"
+                EXIT_NO_DEVICE,
+                f"ibpanic: [{IBSTAT_PID}] main: stat of IB device '{names[0]}' failed: "
+                "No such file or directory\n",
             )
     return Result(0, "".join(ca_block(p, p.device in down) for p in ports))

@@ -5,6 +5,8 @@ gone from the bus or off it is not enumerated, and the indices close up, as afte
 The CSV header names each field as nvidia-smi does (`memory.total [MiB]`); an alias such as
 `gpu_name` is answered under its canonical name. An unknown field is refused as nvidia-smi
 refuses it: `Field "X" is not a valid field to query.` and exit status 2 (invalid argument).
+The wording for a missing or unknown `--format` was not checked against a real nvidia-smi; only
+its exit status (2) follows the documented return values.
 """
 
 from __future__ import annotations

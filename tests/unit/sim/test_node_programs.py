@@ -227,7 +227,9 @@ def test_ibstat_one_ca_a_list_and_an_unknown_ca() -> None:
     ]
     listed = ibstat.run(["ibstat", "-l"], profile(), set()).output.split()
     assert listed == [f"mlx5_{i}" for i in range(8)]
-    assert ibstat.run(["ibstat", "mlx5_9"], profile(), set()).exit_code != 0
+    unknown = ibstat.run(["ibstat", "mlx5_9"], profile(), set())
+    assert unknown.exit_code == 255
+    assert "stat of IB device 'mlx5_9' failed: No such file or directory" in unknown.output
 
 
 def test_dcgm_diag_runs_each_levels_dcgm_3_tests_and_names_the_boards() -> None:
