@@ -7,6 +7,7 @@ changes where a real cluster's would (conditions; allocatable GPUs when one is l
 A degraded NVLink fabric (`nvlink_slow`, a bandwidth fraction) and a driver or VBIOS that differs
 from the pool's (`versions`) change the machine's hardware profile (sim/node/hardware.py), which
 the host programs report; they survive a reboot, as the real faults do, until `clear`.
+`GET /v1/hardware` shows each machine's profile (GPU UUIDs, serials, versions, HCAs).
 `POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave (and, with `doa_next`, makes
 a pool's next new machine arrive broken, whichever cloud adds it), `POST /v1/kube-faults` the
 Kubernetes API (sim/kube/api/faults.py), whose every request `GET /v1/kube-requests` lists and
@@ -448,6 +449,51 @@ class FaultInjector:
                     )
         return faults
 
+    def hardware(self, node: str | None) -> list[dict[str, Any]]:
+        """Each machine's profile and the state of its parts: what the host programs report."""
+        if node is not None:
+            names = [node]
+        else:
+            names = sorted(n["metadata"]["name"] for n in self._cluster.store.list("nodes")[0])
+        found = []
+        for name in names:
+            try:
+                inventory = self._telemetry.inventory(name)
+            except UnknownNode as exc:
+                raise BadFault(404, "node_not_found", f'node "{name}" does not exist') from exc
+            p = inventory.profile
+            found.append(
+                {
+                    "node": p.node,
+                    "machine": p.generation,
+                    "model": p.model,
+                    "driver_version": p.driver_version,
+                    "cuda_version": p.cuda_version,
+                    "vbios_version": p.vbios_version,
+                    "nvlink_busbw_gbps": p.nvlink_busbw,
+                    "gpus": [
+                        {
+                            "index": g.index,
+                            "uuid": g.uuid,
+                            "serial": g.serial,
+                            "pci_bus_id": g.pci_bus_id,
+                            "present": g.index not in inventory.absent_gpus,
+                        }
+                        for g in p.gpus
+                    ],
+                    "ib_ports": [
+                        {
+                            "device": port.device,
+                            "port": port.port,
+                            "node_guid": port.node_guid,
+                            "state": "Down" if port.device in inventory.down_ports else "Active",
+                        }
+                        for port in p.ib_ports
+                    ],
+                }
+            )
+        return found
+
     def nodepool_faults(self) -> dict[str, Any]:
         arrivals = self.arrivals.to_json() if self.arrivals else {}
         return {**self._nodepool.faults_json(), **arrivals}
@@ -536,6 +582,13 @@ def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starle
             {"applied": rule.model_dump(), "message": message, "faults": injector.nodepool_faults()}
         )
 
+    async def hardware(request: Request) -> Response:
+        try:
+            machines = injector.hardware(request.query_params.get("node"))
+        except BadFault as err:
+            return error_response(err.status, err.code, err.message)
+        return JSONResponse({"machines": machines})
+
     async def list_nodepool_faults(_request: Request) -> Response:
         return JSONResponse({"faults": injector.nodepool_faults()})
 
@@ -571,6 +624,7 @@ def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starle
                 "endpoints": [
                     "POST /v1/faults",
                     "GET /v1/faults",
+                    "GET /v1/hardware?node=NAME",
                     "POST /v1/nodepool-faults",
                     "GET /v1/nodepool-faults",
                     "POST /v1/kube-faults",
@@ -591,6 +645,7 @@ def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starle
             Route("/", root),
             Route("/v1/faults", post_fault, methods=["POST"]),
             Route("/v1/faults", list_faults, methods=["GET"]),
+            Route("/v1/hardware", hardware, methods=["GET"]),
             Route("/v1/nodepool-faults", post_nodepool_fault, methods=["POST"]),
             Route("/v1/nodepool-faults", list_nodepool_faults, methods=["GET"]),
             Route("/v1/kube-faults", post_kube_fault, methods=["POST"]),

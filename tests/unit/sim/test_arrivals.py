@@ -259,3 +259,17 @@ def test_the_doa_rate_flag_takes_a_fraction_for_sim_serve_and_the_demo() -> None
             parser.parse_args(["demo", "--doa-rate", bad])
     with pytest.raises(ValueError, match="between 0 and 1"):
         build_cloud_apps(SimCluster(clock=FakeClock()), clock=FakeClock(), doa_rate=2.0)
+
+
+def test_the_hardware_endpoint_shows_each_machine_as_its_programs_report_it() -> None:
+    sim = Sim()
+    node = f"{POOL}-0"
+    sim.inject.post("/v1/faults", json={"type": "gpu_missing", "node": node, "gpu": 6})
+    (machine,) = sim.inject.get("/v1/hardware", params={"node": node}).json()["machines"]
+    present = [g for g in machine["gpus"] if g["present"]]
+    assert [g["uuid"] for g in present] == [r["uuid"] for r in smi_csv(sim, node, "uuid")]
+    assert machine["driver_version"] == "550.127.08" and len(machine["ib_ports"]) == 8
+    everyone = sim.inject.get("/v1/hardware").json()["machines"]
+    assert [m["node"] for m in everyone] == [f"{POOL}-{i}" for i in range(3)]
+    missing = sim.inject.get("/v1/hardware", params={"node": "nope"})
+    assert missing.status_code == 404
