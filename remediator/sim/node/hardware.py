@@ -71,20 +71,38 @@ def pci_bus_id(index: int) -> str:
     return f"00000000:{bus}:00.0"
 
 
+def _name_digest(key: str) -> bytes:
+    """SHA-1 of the namespace and the name: the digest a version-5 UUID is cut from (RFC 4122,
+    as uuid.uuid5 computes it, without its object overhead: a 10,000-node fleet makes 80,000)."""
+    return hashlib.sha1(_UUID_NAMESPACE.bytes + key.encode(), usedforsecurity=False).digest()
+
+
+def _uuid5(digest: bytes) -> str:
+    raw = bytearray(digest[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _gpu_key(node: str, index: int, generation: int) -> str:
+    return f"{node}/{index}" if generation == 0 else f"{node}#{generation}/{index}"
+
+
 def gpu_uuid(node: str, index: int, generation: int = 0) -> str:
     """Generation 0 (the first machine of a name) keeps the name-and-index identity the
     telemetry has always had; each later machine under that name gets its own."""
-    key = f"{node}/{index}" if generation == 0 else f"{node}#{generation}/{index}"
-    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, key)}"
-
-
-def _digits(key: str, count: int) -> int:
-    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 10**count
+    return f"GPU-{_uuid5(_name_digest(_gpu_key(node, index, generation)))}"
 
 
 def board_serial(node: str, index: int, generation: int = 0) -> str:
     """13 digits, as NVIDIA prints a board serial (`nvidia-smi --query-gpu=serial`)."""
-    return f"1654{_digits(f'serial/{node}/{generation}/{index}', 9):09d}"
+    digest = _name_digest(_gpu_key(node, index, generation))
+    return f"1654{int.from_bytes(digest[16:20]) % 10**9:09d}"
+
+
+def _digits(key: str, count: int) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % 10**count
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,17 @@ class Profile:
         return self.gpus[index]
 
 
+def _gpu(node: str, index: int, generation: int) -> Gpu:
+    """One digest per GPU gives both its UUID and its serial."""
+    digest = _name_digest(_gpu_key(node, index, generation))
+    return Gpu(
+        index=index,
+        uuid=f"GPU-{_uuid5(digest)}",
+        serial=f"1654{int.from_bytes(digest[16:20]) % 10**9:09d}",
+        pci_bus_id=pci_bus_id(index),
+    )
+
+
 def build_profile(node: str, uid: str, generation: int, model: str, gpus: int) -> Profile:
     guid_base = _digits(f"guid/{node}/{generation}", 6)
     return Profile(
@@ -138,15 +167,7 @@ def build_profile(node: str, uid: str, generation: int, model: str, gpus: int) -
         uid=uid,
         generation=generation,
         model=model,
-        gpus=tuple(
-            Gpu(
-                index=i,
-                uuid=gpu_uuid(node, i, generation),
-                serial=board_serial(node, i, generation),
-                pci_bus_id=pci_bus_id(i),
-            )
-            for i in range(gpus)
-        ),
+        gpus=tuple(_gpu(node, i, generation) for i in range(gpus)),
         # One HCA per GPU (a rail-optimised HGX node); a single-port ConnectX-7's port GUID is
         # its node GUID.
         ib_ports=tuple(
