@@ -200,8 +200,15 @@ class MaintenanceBook:
         seen: Iterable[MaintenanceEvent],
         now: datetime,
         vanished: MaintenanceStatus = MaintenanceStatus.COMPLETED,
+        unsure: Iterable[str] = (),
     ) -> list[Signal]:
+        """`unsure`: ids the answer named but in a shape the source refused; an open one
+        stays open as it was (a refused answer is not an ended event)."""
         current: dict[str, MaintenanceEvent] = {}
+        for event_id in unsure:
+            known = self._open.get(event_id)
+            if known is not None:
+                current[event_id] = known[0]
         for event in seen:
             current[event.event_id] = event  # a repeat within one answer is the same event
         out: list[Signal] = []
