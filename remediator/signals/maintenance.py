@@ -241,3 +241,23 @@ class MaintenanceBook:
         self._ended.move_to_end(event_id)
         while len(self._ended) > self._remember:
             self._ended.popitem(last=False)
+
+
+class NewIds:
+    """Counts ids not seen before (the latest `remember` kept): an event on an instance outside
+    the cluster is counted once, not at every poll that describes it again."""
+
+    def __init__(self, remember: int = 10_000) -> None:
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember
+
+    def count(self, ids: Iterable[str]) -> int:
+        new = 0
+        for one in ids:
+            if one not in self._seen:
+                new += 1
+            self._seen[one] = None
+            self._seen.move_to_end(one)
+        while len(self._seen) > self._remember:
+            self._seen.popitem(last=False)
+        return new

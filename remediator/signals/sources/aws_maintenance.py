@@ -15,7 +15,6 @@ reason, and ends nothing.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from remediator.signals.maintenance import (
     MaintenanceEvent,
     MaintenanceOrigin,
     MaintenanceStatus,
+    NewIds,
 )
 from remediator.signals.sources.base import HealthTracker, SourceResult
 
@@ -158,7 +158,7 @@ class AwsMaintenanceSource:
         self._page_size = page_size
         self._health = HealthTracker(name)
         self._book = MaintenanceBook(name)
-        self._unknown_seen: OrderedDict[str, None] = OrderedDict()
+        self._unknown = NewIds()
 
     @classmethod
     def from_settings(
@@ -202,25 +202,12 @@ class AwsMaintenanceSource:
             return self._health.down(now, f"EC2 DescribeInstanceStatus: malformed answer: {exc}")
         events, unknown, refused = events_of(statuses, nodes)
         signals = self._book.update(events, now, unsure={event_id for event_id, _ in refused})
-        new_unknown = self._count_unknown(unknown)
         detail = {
             "instances": str(len(statuses)),
             "pages": str(pages),
             "open_events": str(len(self._book)),
-            "unknown_instances": str(new_unknown),
+            "unknown_instances": str(self._unknown.count(unknown)),
         }
         if refused:
             detail |= {"refused": str(len(refused)), "refused_example": refused[0][1][:300]}
         return self._health.ok(now, tuple(signals), detail)
-
-    def _count_unknown(self, unknown: list[str]) -> int:
-        """Events on instances not in the cluster not counted before (each counts once)."""
-        new = 0
-        for event_id in unknown:
-            if event_id not in self._unknown_seen:
-                new += 1
-            self._unknown_seen[event_id] = None
-            self._unknown_seen.move_to_end(event_id)
-        while len(self._unknown_seen) > 10_000:
-            self._unknown_seen.popitem(last=False)
-        return new
