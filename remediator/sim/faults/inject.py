@@ -132,6 +132,14 @@ class VersionsFault(_Fault):
         return self
 
 
+class RowRemapPendingFault(_Fault):
+    """A row remap waiting for a GPU reset (DCGM_FI_DEV_ROW_REMAP_PENDING=1); a reset or a
+    reboot clears it."""
+
+    type: Literal["row_remap_pending"]
+    gpu: int = Field(ge=0)
+
+
 class ClearFault(_Fault):
     """Without `gpu`, the whole node: GPUs, links and injected conditions."""
 
@@ -149,6 +157,7 @@ Fault = Annotated[
     | GpuMissingFault
     | NvlinkSlowFault
     | VersionsFault
+    | RowRemapPendingFault
     | ClearFault,
     Field(discriminator="type"),
 ]
@@ -385,6 +394,9 @@ class FaultInjector:
                 f"node {node} runs driver {profile.driver_version} (CUDA "
                 f"{profile.cuda_version}), VBIOS {profile.vbios_version}"
             )
+        if isinstance(fault, RowRemapPendingFault):
+            tel.row_remap_pending(node, fault.gpu)
+            return f"row remap pending a GPU reset on node {node} GPU {fault.gpu}"
         tel.clear(node, fault.gpu)
         if fault.gpu is None:
             tel.hardware.repair(node)
