@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Literal
 
-# A DNS-1123 subdomain (node and pod names) and label (namespaces), as Kubernetes checks them.
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Node and pod names in a lenient DNS-1123 subdomain shape (a name that matches nothing only
+# protects nothing), namespaces as DNS-1123 labels; the API's schema states the same patterns.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Slurm job ids: a plain job, an array task (`123_4`) or a heterogeneous component (`123+1`).
 _SLURM_JOB = re.compile(r"[0-9]{1,10}([_+][0-9]{1,10})?")
@@ -70,12 +72,12 @@ def parse_target(node: str | None, pod: str | None, slurm_job: str | None) -> Ta
 
 def check_request(reason: str | None, since: datetime, until: datetime, longest: timedelta) -> str:
     """The reason, trimmed, when the request may be recorded; OptOutRefused otherwise."""
-    text = (reason or "").strip()
+    text = (reason or "").strip(" ")
     if not text:
         raise OptOutRefused("a reason is required: say who relies on the node and why")
     if len(text) > REASON_MAX:
         raise OptOutRefused(f"the reason is {len(text)} characters; at most {REASON_MAX}")
-    if any(ord(c) < 32 for c in text):
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise OptOutRefused("the reason must be one line of printable text")
     if until <= since:
         raise OptOutRefused(f"the expiry {until.isoformat()} is not in the future")
@@ -101,7 +103,7 @@ class OptOutRecord:
     removed_by: str | None = None
     expired_noted_at: datetime | None = None
 
-    def state(self, now: datetime) -> str:
+    def state(self, now: datetime) -> Literal["active", "expired", "removed"]:
         if self.removed_at is not None:
             return "removed"
         return "active" if now < self.until else "expired"
@@ -155,7 +157,7 @@ class LabelHold:
 
     pod: str
     since: datetime | None
-    source: str  # "managedFields" | "creation time" | "unknown"
+    source: Literal["managedFields", "creation time", "unknown"]
 
     def describe(self) -> str:
         """Stable words (no age) for a hold reason, which is rewritten only when it changes."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,13 +54,15 @@ class OptOutBook:
         self,
         target: Target,
         *,
-        until: datetime,
+        lasting: timedelta,
         reason: str | None,
         asker: Asker,
         longest: timedelta,
     ) -> OptOutRecord:
-        """Record an opt-out; OptOutRefused (nothing written) when the request is bad."""
+        """Record an opt-out from now for `lasting`; OptOutRefused (nothing written) when the
+        request is bad."""
         now = self._clock.now()
+        until = now + lasting
         text = check_request(reason, now, until, longest)
         if not asker.actor.strip():
             raise OptOutRefused("who asks is required (an actor name)")
