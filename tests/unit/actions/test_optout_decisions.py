@@ -5,9 +5,11 @@ and how a pod label's set time is read (managedFields, else the pod's creation).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from remediator.errors import PolicyError
 from remediator.kube.objects import Pod
 from remediator.model.optout import (
     OptOutRecord,
@@ -20,9 +22,11 @@ from remediator.model.optout import (
     label_hold,
     parse_target,
 )
+from remediator.policy.loader import load_policy_dir
 
 NOW = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
 WEEK = timedelta(days=7)
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def record(i: int, scope: Scope, target: str, until: datetime, **extra: object) -> OptOutRecord:
@@ -164,3 +168,23 @@ def test_the_label_set_time_is_the_newest_managed_fields_entry_that_owns_it() ->
     assert pod.label_set_at["app"] == datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
     bare = Pod.from_json({"metadata": {"namespace": "team", "name": "q", "uid": "v"}})
     assert bare.label_set_at == {}
+
+
+def test_the_policy_settings_bound_opt_outs_and_a_bad_value_is_a_file_line_error(
+    tmp_path: Path,
+) -> None:
+    policies = REPO_ROOT / "policies"
+    for name in ("gpu-lost.yaml", "settings.yaml"):
+        (tmp_path / name).write_text((policies / name).read_text())
+    loaded = load_policy_dir(tmp_path).settings
+    assert (loaded.max_opt_out, loaded.max_opt_out_hold) == (WEEK, timedelta(hours=24))
+    text = (tmp_path / "settings.yaml").read_text()
+    line = text.splitlines().index("max_opt_out_hold: 24h") + 1
+    (tmp_path / "settings.yaml").write_text(
+        text.replace("max_opt_out_hold: 24h", "max_opt_out_hold: 0s")
+    )
+    with pytest.raises(PolicyError) as refused:
+        load_policy_dir(tmp_path)
+    assert refused.value.problems == [
+        f"settings.yaml:{line}: max_opt_out_hold: must be longer than 0s"
+    ]
