@@ -599,6 +599,8 @@ class Controller:
         nodes = self.nodes.list_nodes()
         if self.is_leader():
             end_all_gone(self.repository, nodes, self.settings.pool_label, self.actor)
+            # Expiries no held remediation noticed are audited too.
+            self.opt_outs.note_expired(self.opt_outs.expired_unnoted(), self.actor)
         self.service.reconcile(nodes)
 
     def heartbeat(self) -> None:

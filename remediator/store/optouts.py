@@ -142,6 +142,17 @@ class OptOutBook:
                 _record(r) for r in session.scalars(statement) if (r.scope, r.target) in wanted
             )
 
+    def expired_unnoted(self) -> tuple[OptOutRecord, ...]:
+        """Expired, not removed, and not audited as expired yet."""
+        statement = select(OptOut).where(
+            OptOut.cluster == self._cluster,
+            OptOut.removed_at.is_(None),
+            OptOut.expired_noted_at.is_(None),
+            OptOut.until <= self._clock.now(),
+        )
+        with session_scope(self._factory) as session:
+            return tuple(_record(r) for r in session.scalars(statement.limit(MAX_LISTED)))
+
     def note_expired(self, records: Iterable[OptOutRecord], actor: str) -> tuple[OptOutRecord, ...]:
         """Stamp and audit each expiry once (a second caller finds it stamped and writes
         nothing); returns the ones this call noted."""

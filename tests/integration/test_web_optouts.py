@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from remediator.web import csrf
 from remediator.web.auth import SESSION_COOKIE
+from remediator.web.optouts import book_of
 from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, Console
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,21 @@ def test_the_page_adds_and_removes_with_the_csrf_token_and_shows_read_only_users
     page = client.get("/optouts?all=true")
     assert page.status_code == 200 and "gpu-7" in page.text
     assert 'action="/optouts"' not in page.text
+
+
+def test_each_expiry_is_audited_once_whoever_notices_it(
+    client: TestClient, console: Console
+) -> None:
+    book = book_of(console.deps)
+    body = {"scope": "slurm_job", "target": "4242", "until": "5s", "reason": "checkpointing"}
+    made = client.post("/api/v1/optouts", json=body, headers=OPERATOR).json()
+    assert book.expired_unnoted() == ()
+    console.clock.advance(5)
+    [expired] = book.expired_unnoted()
+    assert expired.id == made["id"]
+    assert [r.id for r in book.note_expired([expired], "controller a")] == [made["id"]]
+    assert book.note_expired([expired], "controller b") == ()  # the other replica: nothing
+    assert book.expired_unnoted() == ()
+    noted = [a for a in _audit(client) if a["command"] == "optout-expire"]
+    assert len(noted) == 1 and noted[0]["actor"] == "controller a"
+    assert "slurm job 4242 expired at" in noted[0]["detail"]
