@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "remediator.web.console_cli",
     "remediator.doctor.cli",
     "remediator.shadow.cli",
+    "remediator.remediation.optout_cli",
 )
 # Actions added under another module's command, wired here so that neither module imports the
 # other: (the parent's module, the child's module, its function taking the parent's subparsers).

@@ -25,6 +25,7 @@ class NotificationKind(StrEnum):
     FAILED = "failed"
     SUCCEEDED = "succeeded"
     BREAKER_TRIPPED = "breaker_tripped"
+    OPT_OUT_ESCALATED = "opt_out_escalated"
 
 
 _HEADLINE = {
@@ -33,6 +34,9 @@ _HEADLINE = {
     NotificationKind.QUEUED: ":hourglass: Remediation queued: waiting for budget",
     NotificationKind.FAILED: ":x: Remediation failed",
     NotificationKind.SUCCEEDED: ":white_check_mark: Remediation succeeded",
+    NotificationKind.OPT_OUT_ESCALATED: (
+        ":rotating_light: A faulty node has been held by an opt-out too long: on-call decides"
+    ),
     NotificationKind.BREAKER_TRIPPED: (
         ":rotating_light: Storm breaker tripped: every new remediation is paused until a human "
         "resets it"

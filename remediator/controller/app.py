@@ -44,6 +44,7 @@ from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
 from remediator.kube.ratelimit import TokenBucket
 from remediator.kube.waits import NodeActivity
+from remediator.model.optout import DEFAULT_MAX_HOLD
 from remediator.model.states import State
 from remediator.policy.budget import HoldCause
 from remediator.policy.interest import interest_of
@@ -73,6 +74,7 @@ from remediator.store.archive import SignalArchive
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import make_engine, make_session_factory
 from remediator.store.heartbeats import HeartbeatBook
+from remediator.store.optouts import OptOutBook
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
 from remediator.web.app import create_app
@@ -236,6 +238,9 @@ class Controller:
         )
         self.notifier = WebhookNotifier.from_settings(settings.notify)
         self.policies = PolicyStore(settings.policies_dir, self.clock)
+        self.opt_outs = OptOutBook(
+            self.repository.session_factory, settings.cluster_name, self.clock
+        )
         self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
         # Agents' heartbeats: memory first, the database in batches (store/heartbeats.py).
         self.heartbeats = HeartbeatBook(
@@ -271,6 +276,8 @@ class Controller:
             repair_poll_seconds=settings.repair.poll_seconds,
             slurm=self._slurm_steps(settings),
             pool_label=settings.pool_label,
+            opt_outs=self.opt_outs,
+            max_opt_out_hold=self._max_opt_out_hold,
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read
@@ -326,6 +333,10 @@ class Controller:
             )
         self.inbox.on_put = self._wake_push
         self.inbox.accepting = self.is_leader
+
+    def _max_opt_out_hold(self) -> timedelta:
+        active = self.policies.active
+        return active.settings.max_opt_out_hold if active is not None else DEFAULT_MAX_HOLD
 
     def _default_sources(self) -> list[Source]:
         sources: list[Source] = [NodeConditionSource(self.nodes)]
@@ -593,6 +604,8 @@ class Controller:
         nodes = self.nodes.list_nodes()
         if self.is_leader():
             end_all_gone(self.repository, nodes, self.settings.pool_label, self.actor)
+            # Expiries no held remediation noticed are audited too.
+            self.opt_outs.note_expired(self.opt_outs.expired_unnoted(), self.actor)
         self.service.reconcile(nodes)
 
     def heartbeat(self) -> None:

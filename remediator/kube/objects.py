@@ -188,6 +188,8 @@ class Pod:
     created_at: datetime | None = None
     running_since: datetime | None = None  # when it last became Ready while Running
     exit_code: int | None = None  # the first container's, once it terminated
+    # Label key → when the newest managedFields entry owning it was written (absent: unknown).
+    label_set_at: Mapping[str, datetime] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Pod:
@@ -221,6 +223,7 @@ class Pod:
             created_at=parse_time(meta.get("creationTimestamp")),
             running_since=_running_since(status),
             exit_code=_exit_code(status),
+            label_set_at=label_times(meta.get("managedFields")),
         )
 
     @property
@@ -277,6 +280,25 @@ def pod_gpus(spec: Mapping[str, Any]) -> int:
     running = sum(_gpu_count(c) for c in spec.get("containers") or ())
     init = max((_gpu_count(c) for c in spec.get("initContainers") or ()), default=0)
     return max(running, init)
+
+
+def label_times(entries: Any) -> dict[str, datetime]:
+    """When each label was last written, as far as the API server's field ownership says: an
+    entry's `time` is when that manager last changed its fields, so the newest owner wins."""
+    found: dict[str, datetime] = {}
+    for entry in entries or ():
+        if not isinstance(entry, Mapping):
+            continue
+        at = parse_time(entry.get("time"))
+        fields = entry.get("fieldsV1") or {}
+        labels = (fields.get("f:metadata") or {}).get("f:labels") if at else None
+        if not isinstance(labels, Mapping) or at is None:
+            continue
+        for key in labels:
+            if key.startswith("f:"):
+                name = key[2:]
+                found[name] = max(at, found.get(name, at))
+    return found
 
 
 def _running_since(status: Mapping[str, Any]) -> datetime | None:

@@ -7,8 +7,17 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from remediator.model.optout import DEFAULT_MAX_HOLD, DEFAULT_MAX_OPT_OUT
 from remediator.policy.durations import Duration
 from remediator.signals.model import SignalKind
 
@@ -388,3 +397,14 @@ class GlobalSettings(_Strict):
     storm_breaker: StormBreaker = StormBreaker()
     default_cooldown: Duration = timedelta(hours=1)
     dry_run: bool = False
+    # Opt-outs (docs/optouts.md): the longest one a person may record, and how long a faulty
+    # node may stay held by opt-outs before on-call is paged.
+    max_opt_out: Duration = DEFAULT_MAX_OPT_OUT
+    max_opt_out_hold: Duration = DEFAULT_MAX_HOLD
+
+    @field_validator("max_opt_out", "max_opt_out_hold")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be longer than 0s")
+        return value

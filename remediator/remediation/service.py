@@ -30,7 +30,7 @@ from remediator.actions.diagnose import diagnose
 from remediator.actions.drain import Drainer, OnTimeout
 from remediator.actions.jobs import DEFAULT_TEMPLATE, JobSettings
 from remediator.actions.notify import Notification, NotificationKind
-from remediator.actions.optout import check_opt_out
+from remediator.actions.optout import check_opt_out, recorded_jobs
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.pods import OPT_OUT_LABEL, movable
 from remediator.actions.quarantine import ANN_REMEDIATION_ID, QUARANTINE_TAINT, Why, quarantine
@@ -53,6 +53,7 @@ from remediator.errors import (
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node, Pod
 from remediator.model.disruption import evictions, rescheduled
+from remediator.model.optout import DEFAULT_MAX_HOLD, escalation_due, span
 from remediator.model.states import State
 from remediator.policy.budget import HoldCause
 from remediator.policy.ladder import LadderStep, parse_ladder
@@ -62,6 +63,7 @@ from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.slurm.engine import SlurmSteps, both, together
+from remediator.store.optouts import OptOutBook
 from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.repository import Repository
 
@@ -114,6 +116,10 @@ def _always() -> bool:
 
 def _nothing() -> None:
     return None
+
+
+def _default_hold() -> timedelta:
+    return DEFAULT_MAX_HOLD
 
 
 def last_progress(record: RemediationRecord) -> str | None:
@@ -208,8 +214,12 @@ class RemediationService:
         repair_poll_seconds: float = 2.0,
         slurm: SlurmSteps | None = None,
         pool_label: str = "",
+        opt_outs: OptOutBook | None = None,
+        max_opt_out_hold: Callable[[], timedelta] = _default_hold,
     ) -> None:
         self._repo = repository
+        self._opt_outs = opt_outs
+        self._max_opt_out_hold = max_opt_out_hold
         self._pool_label = pool_label
         self._kube = kube
         self._provider = provider
@@ -482,9 +492,63 @@ class RemediationService:
         return None if record.dry_run else self._slurm
 
     def _check_opt_out(self, record: RemediationRecord) -> Outcome:
-        pods = check_opt_out(self._kube, record.node, self._opt_out_label)
+        """Labels and recorded opt-outs (node, pods, Slurm jobs); a hold that outlasted
+        max_opt_out_hold goes to on-call once."""
+        now, book = self._clock.now(), self._opt_outs
+        pods = check_opt_out(
+            self._kube, record.node, self._opt_out_label, now=now, book=book, actor=self.actor
+        )
         slurm = self._slurm_for(record)
-        return pods if slurm is None else both(pods, lambda: slurm.opt_out(record))
+        if slurm is not None:
+            jobs = None if book is None else recorded_jobs(book, now, self.actor, record.node)
+            pods = both(pods, lambda: slurm.opt_out(record, jobs))
+        return self._escalate_opt_out(record, pods, now)
+
+    def _escalate_opt_out(
+        self, record: RemediationRecord, outcome: Outcome, now: datetime
+    ) -> Outcome:
+        if record.state is not State.HELD_BY_OPT_OUT or not isinstance(outcome, Held):
+            return outcome
+        since = entered_at(record, State.HELD_BY_OPT_OUT)
+        limit = self._max_opt_out_hold()
+        done = next(
+            (e for e in record.events if e.action == "opt_out_escalated" and e.at >= since), None
+        )
+        if done is None and escalation_due(since, now, limit, escalated=False):
+            words = f"held by an opt-out longer than max_opt_out_hold ({span(limit)})"
+            detail = {"held_since": since.isoformat(), "max_opt_out_hold": span(limit)}
+            self._repo.append_event(
+                record.id,
+                action="opt_out_escalated",
+                actor=self.actor,
+                detail={**detail, "reason": f"{words}: {outcome.reason}"},
+            )
+            if self._opt_outs is not None:
+                self._opt_outs.audit_escalation(
+                    record.id, self.actor, words, f"{record.node}: {outcome.reason}"
+                )
+            if self._notifier is not None:
+                self._notifier.send(
+                    Notification(
+                        kind=NotificationKind.OPT_OUT_ESCALATED,
+                        remediation_id=str(record.id),
+                        node=record.node,
+                        summary=f"{record.node} {words}: {outcome.reason}",
+                        policy=record.policy,
+                        cluster=self._cluster,
+                        fields={"Held since": since.isoformat(timespec="seconds")},
+                    )
+                )
+            escalated_at = now
+        elif done is not None:
+            escalated_at = done.at
+        else:
+            return outcome
+        return Held(
+            f"escalated to on-call at {escalated_at.isoformat(timespec='seconds')} (held longer "
+            f"than max_opt_out_hold {span(limit)}): {outcome.reason}",
+            {**outcome.facts, "escalated": True},
+        )
 
     def _with_slurm_jobs(
         self,

@@ -9,7 +9,7 @@ is never drained further or replaced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,11 +76,16 @@ class SlurmSteps:
             ),
         )
 
-    def opt_out(self, record: RemediationRecord) -> Outcome:
+    def opt_out(
+        self,
+        record: RemediationRecord,
+        recorded: Callable[[Sequence[str]], Outcome] | None = None,
+    ) -> Outcome:
+        """`recorded` answers for the opt-outs recorded on the node's jobs (by job id)."""
         outcome = self._run(
             record,
             "opt-out check",
-            lambda node, _: steps.check_opt_out(self._client, node, self._settings),
+            lambda node, _: steps.check_opt_out(self._client, node, self._settings, recorded),
         )
         # Unknown is not "no opt-out": hold (the opt-out hold shows the reason) until it answers.
         return Held(outcome.reason, outcome.facts) if isinstance(outcome, Waiting) else outcome

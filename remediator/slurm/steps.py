@@ -8,7 +8,7 @@ command sent and Slurm's answer go into `journal`, which the engine writes on th
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -85,15 +85,40 @@ def drain(
     )
 
 
-def check_opt_out(client: SlurmClient, node: str, settings: SlurmSettings) -> Outcome:
-    matches = {j.id: m for j in jobs_on(client.jobs(), node) if (m := opt_out_match(j, settings))}
-    if not matches:
-        return Done(f"no Slurm job on {node} opts out", {"slurm_node": node})
-    return Held(
-        f"{len(matches)} Slurm job(s) on {node} opt out: "
-        + ", ".join(f"{job} ({match})" for job, match in matches.items()),
-        {"slurm_node": node, "slurm_jobs": list(matches), "opt_outs": matches},
+def check_opt_out(
+    client: SlurmClient,
+    node: str,
+    settings: SlurmSettings,
+    recorded: Callable[[Sequence[str]], Outcome] | None = None,
+) -> Outcome:
+    """A job's comment or feature opts out; so does an opt-out recorded for a job on the node
+    (`recorded` is asked with the ids of the node's jobs)."""
+    here = jobs_on(client.jobs(), node)
+    matches = {j.id: m for j in here if (m := opt_out_match(j, settings))}
+    on_record = recorded([j.id for j in here]) if recorded is not None else Done("", {})
+    parts = (
+        [f"{len(matches)} Slurm job(s) on {node} opt out: {_listed(matches)}"] if matches else []
     )
+    if isinstance(on_record, Held):
+        return Held(
+            "; ".join([*parts, on_record.reason]),
+            {
+                "slurm_node": node,
+                "slurm_jobs": list(matches),
+                "opt_outs": matches,
+                **on_record.facts,
+            },
+        )
+    if not matches:
+        text = f"no Slurm job on {node} opts out"
+        if isinstance(on_record, Done) and on_record.facts:
+            text = f"{text}; {on_record.detail}"
+        return Done(text, {"slurm_node": node, **on_record.facts})
+    return Held(parts[0], {"slurm_node": node, "slurm_jobs": list(matches), "opt_outs": matches})
+
+
+def _listed(matches: Mapping[str, str]) -> str:
+    return ", ".join(f"{job} ({match})" for job, match in matches.items())
 
 
 # A job's fate, decided before anything is sent to it.

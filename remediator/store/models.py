@@ -431,3 +431,25 @@ class ClusterIdentity(Base):
     registered_by: Mapped[str] = mapped_column(String(256))
 
     __table_args__ = (Index("uq_clusters_kube_system_uid", "kube_system_uid", unique=True),)
+
+
+class OptOut(Base):
+    """A person's request that the remediation leave a node (or a pod's or Slurm job's node)
+    alone until `until`, with who and why (issue #27). Removal and the noticed expiry are
+    stamped on the row; the audit log keeps each of them as its own entry."""
+
+    __tablename__ = "opt_outs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    scope: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(320))
+    actor: Mapped[str] = mapped_column(String(256))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    removed_by: Mapped[str | None] = mapped_column(String(256))
+    expired_noted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_opt_outs_cluster_scope_target", "cluster", "scope", "target"),)

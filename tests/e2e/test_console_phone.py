@@ -38,6 +38,7 @@ def pages_of(console: Console) -> dict[str, str]:
         "node": "/nodes/gpu-node-01",
         "policies": "/policies",
         "audit": "/audit",
+        "optouts": "/optouts",
         "runbook": "/runbooks/xid-79",
         "backtest": "/backtest",
         "api-docs": "/api/docs",

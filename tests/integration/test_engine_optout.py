@@ -50,7 +50,9 @@ def test_opt_out_holds_the_node_until_the_labelled_pod_is_gone(
     engine.push(xid(NODE))
     held = engine.wait_state(NODE, State.HELD_BY_OPT_OUT)
     assert held.hold_reason and "eval/eval-longrun-0" in held.hold_reason
-    assert held.hold_reason.endswith("eval/eval-longrun-0")
+    # The label has no owner and no expiry: the reason says so, with the time it was set.
+    assert "eval/eval-longrun-0: label, no expiry, set since " in held.hold_reason
+    assert held.hold_reason.endswith("(from the pod's creation time)")
 
     # Fenced, but nothing evicted and nothing replaced, for as long as the pod is there.
     node = engine.node(NODE)

@@ -332,33 +332,34 @@ def _routes(routes: list[Any]) -> Iterator[APIRoute]:
             yield route
 
 
-def _mutating_paths(console: Console) -> list[str]:
+def _mutating_paths(console: Console) -> list[tuple[str, str]]:
     paths = []
     for route in _routes(console.app.routes):
-        if (route.methods or set()) & {"POST", "PUT", "PATCH", "DELETE"}:
+        methods = (route.methods or set()) & {"POST", "PUT", "PATCH", "DELETE"}
+        if methods:
             if route.path in ("/login", "/backtest"):
                 continue  # logging in, and rendering an uploaded backtest report, change nothing
             path = route.path.replace("{remediation_id}", str(console.ids["approval"]))
-            path = path.replace("{command}", "approve")
+            path = path.replace("{command}", "approve").replace("{opt_out_id}", "1")
             assert "{" not in path, path
-            paths.append(path)
+            paths.append((min(methods), path))
     return paths
 
 
 def test_every_mutating_route_needs_an_operator(client: TestClient, console: Console) -> None:
     paths = _mutating_paths(console)
     assert len(paths) >= 12  # 4 + 3 API commands, 2 push, 2 forms, logout
-    for path in paths:
-        anonymous = client.post(path, json={}, follow_redirects=False)
+    for method, path in paths:
+        anonymous = client.request(method, path, json={}, follow_redirects=False)
         assert anonymous.status_code == 401, path
         if path.startswith("/api/"):
             assert anonymous.json()["reason"].startswith("authentication required")
             assert anonymous.headers["www-authenticate"] == "Bearer"
-        wrong = client.post(path, json={}, headers={"Authorization": "Bearer nope"})
+        wrong = client.request(method, path, json={}, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401, path
         if path == "/logout":
             continue  # reading is enough to log yourself out
-        read_only = client.post(path, json={}, headers=READONLY, follow_redirects=False)
+        read_only = client.request(method, path, json={}, headers=READONLY, follow_redirects=False)
         assert read_only.status_code == 403, path
     record = console.repository.get(console.ids["approval"])
     assert record is not None and record.state is State.AWAITING_APPROVAL
