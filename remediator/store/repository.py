@@ -643,7 +643,7 @@ class Repository:
             for s in statuses
         ]
         with session_scope(self.session_factory, write=True) as session:
-            statement = _insert_for(session)(AgentHeartbeat)
+            statement = _insert_for(session)(AgentHeartbeat.__table__)
             excluded = statement.excluded
             session.execute(
                 statement.on_conflict_do_update(
