@@ -79,6 +79,7 @@ OPERATOR_TOKEN = "scale-bench-operator-token-0123456789"
 CORDON_SAMPLES = 15  # under the storm breaker's 20 new faulty nodes
 STORM = 2_000
 STORM_SECONDS = 10.0
+STORM_DECIDE_SECONDS = 600.0
 SETTINGS = """
 max_unhealthy:
   per_pool: {percent: 100}
@@ -523,15 +524,23 @@ def run_database(
         def opened() -> set[str]:
             return nodes_with_remediation(database, storm_at)
 
-        wait("the storm's decisions", lambda: len(opened() | refused) >= len(storm_nodes), 120, 2)
+        # Not a failure of the run when slow: the figure says how many were decided in time
+        # (a signal taken but not yet decided sits in the inbox, which is not lost but is not
+        # accounted for either). At 10,000 nodes under load 27 the first attempt's 120 s ran out.
+        decided_in = time.monotonic()
+        while len(opened() | refused) < len(storm_nodes):
+            if time.monotonic() - decided_in > STORM_DECIDE_SECONDS:
+                break
+            time.sleep(2)
+        decided_in = time.monotonic() - decided_in
         accounted = len((opened() & set(storm_nodes)) | refused) if reasons_ok else 0
         figures.storm_accounted, figures.storm_size = accounted, len(storm_nodes)
         breaker = reader.get("/api/v1/controller").json()
         states = remediation_states(database, storm_at)
         figures.add(
             f"storm: {len(storm_nodes)} XIDs pushed in {pushed_in:.1f} s",
-            f"{accounted}/{len(storm_nodes)} accounted ({states}; {len(refused)} refused "
-            "with a reason), "
+            f"{accounted}/{len(storm_nodes)} accounted {decided_in:.0f} s after the last push "
+            f"({states}; {len(refused)} refused with a reason), "
             f"push API p99 {1000 * api_p99:.0f} ms, breaker "
             + ("tripped" if breaker["breaker_tripped"] else "NOT tripped"),
             "all accounted, p99 < 1 s, breaker tripped",
