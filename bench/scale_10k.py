@@ -488,8 +488,9 @@ def run_database(
             if status != 202:
                 raise SystemExit(f"push for {node}: {status} {body}")
             while not cordoned(kube, node):
-                if time.perf_counter() - began > 60:
-                    raise SystemExit(f"{node} not cordoned within 60 s")
+                if time.perf_counter() - began > 60:  # counted as 60 s; the run goes on
+                    print(f"  [{name}] {node} not cordoned within 60 s", flush=True)
+                    break
                 time.sleep(0.005)
             samples.append(time.perf_counter() - began)
         median_ms, p99_ms = 1000 * statistics.median(samples), 1000 * percentile(samples, 0.99)
