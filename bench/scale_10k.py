@@ -21,7 +21,7 @@ The bench checks it took the path it models and stops loudly otherwise: the gene
 sent the steady rate, the controller admitted those heartbeats and wrote them in batches (every
 node's row in the table), the controller saw every node, and Prometheus scraped both targets.
 
-Usage: python -m bench scale_10k [--nodes 10000] [--db sqlite,postgresql] [--window 60]
+Usage: python -m bench.scale_10k [--nodes 10000] [--db sqlite,postgresql] [--window 60]
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ OPERATOR_TOKEN = "scale-bench-operator-token-0123456789"
 CORDON_SAMPLES = 15  # under the storm breaker's 20 new faulty nodes
 STORM = 2_000
 STORM_SECONDS = 10.0
+STORM_DECIDE_SECONDS = 600.0
 SETTINGS = """
 max_unhealthy:
   per_pool: {percent: 100}
@@ -89,11 +90,6 @@ storm_breaker:
   max_new_faults: {count: 20, percent: 10, min: 3}
   window: 5m
 """
-
-
-def answer_of(answer: httpx.Response) -> Response:
-    """An httpx answer as the agent's client has it, for the agent's own header rules."""
-    return Response(answer.status_code, dict(answer.headers), answer.content)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -114,56 +110,114 @@ class Fleet:
     errors: int = 0
 
 
+class Wire:
+    """One kept-alive HTTP/1.1 connection speaking the agent's requests (JSON POSTs with its
+    token) on asyncio streams. httpx cost the generator ~1 ms of CPU a request: on this shared
+    machine it could not send 100 heartbeats a second, let alone 1,000."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.opened = 0
+
+    async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        """(status, lower-cased headers, body); a connection the server closed is opened again
+        once, as the agent's client does. Raises OSError (or IncompleteReadError) otherwise."""
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Authorization: Bearer {PUSH_TOKEN}\r\nUser-Agent: remediator-agent\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        for attempt in (0, 1):
+            fresh = self._writer is None
+            try:
+                if self._writer is None:
+                    await self.open()
+                assert self._reader is not None and self._writer is not None
+                self._writer.write(request)
+                return await self._answer(self._reader)
+            except (OSError, asyncio.IncompleteReadError):
+                self.close()
+                if attempt or fresh:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def open(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self.opened += 1
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                key, _, value = line.partition(":")
+                headers[key.strip().lower()] = value.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, headers, body
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
 class Agents:
     """One asyncio loop in a thread. Each node keeps its own agent state (next heartbeat due,
-    failures in a row, the agent's pacing); a fixed set of workers sends what is due, earliest
-    first — 10,000 coroutines each awaiting the client's connection pool stalled httpx's pool."""
+    failures in a row, the agent's pacing); a fixed set of workers, each on its own kept-alive
+    connection, sends what is due, earliest first — 10,000 coroutines each awaiting a client's
+    connection pool stalled httpx's pool. Pushes have connections of their own, opened before
+    they are needed (an agent pushes on the connection its heartbeats keep alive)."""
 
     WORKERS = 64
+    PUSH_CONNECTIONS = 256
 
     def __init__(self, url: str, nodes: list[str], pacing: Pacing) -> None:
         self.url, self.nodes, self.pacing = url, nodes, pacing
+        address = url.removeprefix("http://")
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
         self.fleet = Fleet()
         self.started_at = datetime.now(UTC)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._stopping = False
-        self.client: httpx.AsyncClient | None = None
-        self.pushes = httpx.AsyncClient()  # replaced in _start, inside the loop
         self.push_retries = 0
+        self._wires: list[Wire] = []
+        self._pushes: asyncio.Queue[Wire] | None = None
         self._due: list[tuple[float, str]] = []
         self._failures: dict[str, int] = {}
 
     def start(self) -> None:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(60)
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(120)
 
     async def _start(self) -> None:
-        self.client = httpx.AsyncClient(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {PUSH_TOKEN}"},
-            timeout=30.0,
-            limits=httpx.Limits(max_connections=self.WORKERS, max_keepalive_connections=64),
-        )
-        # Each agent has its own connection; pooled here, the pushes get a pool of their own
-        # so that the generator's heartbeat queue cannot delay them on the client side.
-        self.pushes = httpx.AsyncClient(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {PUSH_TOKEN}"},
-            timeout=60.0,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
-        )
-        # Agents push on connections they already hold (their heartbeats keep them alive):
-        # open the push pool before the storm, not during it.
-        await asyncio.gather(*(self.pushes.get("/healthz") for _ in range(256)))
+        self._pushes = asyncio.Queue()
+        for _ in range(self.PUSH_CONNECTIONS):
+            wire = Wire(self.host, self.port)
+            await wire.open()
+            self._wires.append(wire)
+            self._pushes.put_nowait(wire)
         now = time.monotonic()
         # Agents already running: their phases are spread over one period.
         self._due = sorted((now + random.uniform(0, self.pacing.period), n) for n in self.nodes)
         for _ in range(self.WORKERS):
-            self.loop.create_task(self._worker())
+            wire = Wire(self.host, self.port)
+            self._wires.append(wire)
+            self.loop.create_task(self._worker(wire))
 
-    async def _worker(self) -> None:
-        assert self.client is not None
+    def reconnects(self) -> int:
+        """Connections opened beyond the first of each: a server that keeps them alive across
+        the agents' period opens none while the controller runs."""
+        return sum(max(0, w.opened - 1) for w in self._wires)
+
+    async def _worker(self, wire: Wire) -> None:
         while not self._stopping:
             if not self._due:
                 await asyncio.sleep(0.05)
@@ -177,12 +231,15 @@ class Agents:
             body = report.heartbeat(node, f"bench-{node}", "bench", self.started_at, {})
             self.fleet.sent[int(time.monotonic())] += 1
             try:
-                answer = await self.client.post(HEARTBEAT_PATH, json=body)
-                beat = judge(answer.status_code, dict(answer.headers))
-                self.fleet.answers[answer.status_code] += 1
-            except httpx.HTTPError:
+                status, headers, _ = await wire.post(
+                    HEARTBEAT_PATH, json.dumps(body, separators=(",", ":")).encode()
+                )
+                beat = judge(status, headers)
+                self.fleet.answers[status] += 1
+            except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.fleet.errors += 1
                 beat = judge(0, {})
+                await asyncio.sleep(0.5)  # a controller that is down: do not spin on connect
             if beat.ok:
                 self.fleet.ok_at[node] = time.monotonic()
             failures = 0 if beat.ok else self._failures.get(node, 0) + 1
@@ -195,27 +252,32 @@ class Agents:
 
     async def push_xid(self, node: str) -> tuple[int, str, float]:
         """One XID 79 as the agent reports it: (status, body, seconds the push API took)."""
-        assert self.client is not None
+        assert self._pushes is not None
         line = xid_line(pci_bus_id(0), 79, "GPU has fallen off the bus.", 4242, "python")
         parsed = parse_kernel_line(line.split(";", 1)[-1])
         assert parsed is not None, line
         signal = report.xid_signal(node, parsed, None, None, datetime.now(UTC))
+        payload = json.dumps([signal], separators=(",", ":")).encode()
         began = time.perf_counter()
         backoff, attempt = Backoff(), 0
         while True:  # as the agent's pusher: its queue keeps the signal until a server answers
+            wire = await self._pushes.get()
             try:
-                answer = await self.pushes.post(SIGNALS_PATH, json=[signal])
-            except httpx.TransportError:
+                status, headers, body = await wire.post(SIGNALS_PATH, payload)
+            except (OSError, asyncio.IncompleteReadError):
                 self.push_retries += 1
                 attempt += 1
                 await asyncio.sleep(backoff.delay(attempt))
                 continue
-            if answer.status_code in (429, 503):
+            finally:
+                self._pushes.put_nowait(wire)
+            if status in (429, 503):
                 self.push_retries += 1
                 attempt += 1
-                await asyncio.sleep(backoff.delay(attempt, retry_after(answer_of(answer))))
+                answer = Response(status, headers, body)
+                await asyncio.sleep(backoff.delay(attempt, retry_after(answer)))
                 continue
-            return answer.status_code, answer.text, time.perf_counter() - began
+            return status, body.decode("utf-8", errors="replace"), time.perf_counter() - began
 
     def stop(self) -> None:
         self._stopping = True
@@ -224,9 +286,8 @@ class Agents:
             for task in asyncio.all_tasks(self.loop):
                 if task is not asyncio.current_task():
                     task.cancel()
-            if self.client is not None:
-                await self.client.aclose()
-                await self.pushes.aclose()
+            for wire in self._wires:
+                wire.close()
 
         try:
             self.call(close(), 30)
@@ -427,8 +488,9 @@ def run_database(
             if status != 202:
                 raise SystemExit(f"push for {node}: {status} {body}")
             while not cordoned(kube, node):
-                if time.perf_counter() - began > 60:
-                    raise SystemExit(f"{node} not cordoned within 60 s")
+                if time.perf_counter() - began > 60:  # counted as 60 s; the run goes on
+                    print(f"  [{name}] {node} not cordoned within 60 s", flush=True)
+                    break
                 time.sleep(0.005)
             samples.append(time.perf_counter() - began)
         median_ms, p99_ms = 1000 * statistics.median(samples), 1000 * percentile(samples, 0.99)
@@ -463,15 +525,23 @@ def run_database(
         def opened() -> set[str]:
             return nodes_with_remediation(database, storm_at)
 
-        wait("the storm's decisions", lambda: len(opened() | refused) >= len(storm_nodes), 120, 2)
+        # Not a failure of the run when slow: the figure says how many were decided in time
+        # (a signal taken but not yet decided sits in the inbox, which is not lost but is not
+        # accounted for either). At 10,000 nodes under load 27 the first attempt's 120 s ran out.
+        decided_in = time.monotonic()
+        while len(opened() | refused) < len(storm_nodes):
+            if time.monotonic() - decided_in > STORM_DECIDE_SECONDS:
+                break
+            time.sleep(2)
+        decided_in = time.monotonic() - decided_in
         accounted = len((opened() & set(storm_nodes)) | refused) if reasons_ok else 0
         figures.storm_accounted, figures.storm_size = accounted, len(storm_nodes)
         breaker = reader.get("/api/v1/controller").json()
         states = remediation_states(database, storm_at)
         figures.add(
             f"storm: {len(storm_nodes)} XIDs pushed in {pushed_in:.1f} s",
-            f"{accounted}/{len(storm_nodes)} accounted ({states}; {len(refused)} refused "
-            "with a reason), "
+            f"{accounted}/{len(storm_nodes)} accounted {decided_in:.0f} s after the last push "
+            f"({states}; {len(refused)} refused with a reason), "
             f"push API p99 {1000 * api_p99:.0f} ms, breaker "
             + ("tripped" if breaker["breaker_tripped"] else "NOT tripped"),
             "all accounted, p99 < 1 s, breaker tripped",

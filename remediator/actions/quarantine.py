@@ -84,9 +84,13 @@ def quarantine(client: KubeClient, node_name: str, why: Why, *, dry_run: bool = 
         return Done(f"node {node_name} already quarantined", facts)
     if dry_run:
         return Done(f"dry run: would {', '.join(plan.describe())} on {node_name}", facts)
-    if plan.annotations:
+    # The owner's annotations land with the cordon or before it, never after: a node we
+    # cordoned always names the remediation that must release it.
+    if plan.annotations and plan.cordon:
+        node = client.annotate_and_cordon(node_name, plan.annotations)
+    elif plan.annotations:
         node = client.set_node_annotations(node_name, plan.annotations)
-    if plan.cordon:
+    elif plan.cordon:
         node = client.cordon(node_name)
     if plan.taint:
         node = client.add_taint(node_name, QUARANTINE_TAINT)

@@ -393,6 +393,12 @@ class KubeClient:
         what = f"{'cordon' if value else 'uncordon'} node {name}"
         return self._patch_node(name, patch, STRATEGIC_MERGE_PATCH, what)
 
+    def annotate_and_cordon(self, name: str, annotations: Mapping[str, str | None]) -> Node:
+        """Set annotations (None deletes) and cordon in one strategic merge patch: both or
+        neither, one round trip instead of two before the node stops taking pods."""
+        patch = {"metadata": {"annotations": dict(annotations)}, "spec": {"unschedulable": True}}
+        return self._patch_node(name, patch, STRATEGIC_MERGE_PATCH, f"annotate and cordon {name}")
+
     def add_taint(self, name: str, taint: Taint) -> Node:
         """Add (or update the value of) a taint; a no-op when it is already there as given."""
 

@@ -643,7 +643,7 @@ class Repository:
             for s in statuses
         ]
         with session_scope(self.session_factory, write=True) as session:
-            statement = _insert_for(session)(AgentHeartbeat)
+            statement = _insert_for(session)(AgentHeartbeat.__table__)
             excluded = statement.excluded
             session.execute(
                 statement.on_conflict_do_update(
@@ -657,13 +657,26 @@ class Repository:
             )
 
     def agent_statuses(self) -> tuple[AgentStatus, ...]:
+        """Every agent's row, as plain column tuples: ORM objects cost ~0.28 s per read at
+        10,000 agents, and the book reads them every few seconds while anyone looks."""
+        table = AgentHeartbeat.__table__
         query = (
-            select(AgentHeartbeat)
-            .where(AgentHeartbeat.cluster == self.cluster)
-            .order_by(AgentHeartbeat.node)
+            select(
+                table.c.node,
+                table.c.agent,
+                table.c.version,
+                table.c.started_at,
+                table.c.seen_at,
+                table.c.stats,
+            )
+            .where(table.c.cluster == self.cluster)
+            .order_by(table.c.node)
         )
         with session_scope(self.session_factory) as session:
-            return tuple(_agent(r) for r in session.scalars(query))
+            return tuple(
+                AgentStatus(node, agent, version, started, seen, dict(stats or {}))
+                for node, agent, version, started, seen, stats in session.execute(query)
+            )
 
     def agent_status(self, node: str) -> AgentStatus | None:
         with session_scope(self.session_factory) as session:

@@ -11,7 +11,7 @@ from typing import Any
 from remediator.model.states import State
 from remediator.store.records import RemediationRecord
 from remediator.web import views
-from remediator.web.agent_views import Liveness, agent_out
+from remediator.web.agent_views import agent_out
 from remediator.web.deps import WebDeps
 from remediator.web.schemas import (
     ControllerOut,
@@ -188,7 +188,11 @@ def overview_out(deps: WebDeps) -> OverviewOut:
     now = deps.clock.now()
     overview = deps.repository.overview()
     assert deps.heartbeats is not None  # create_app fills it in
-    agents = [agent_out(a, now, silent_after(deps)) for a in deps.heartbeats.statuses()]
+    # Only the silent agents are shown one by one: building every agent's row cost ~0.1 s at
+    # 10,000 agents for a count.
+    statuses = deps.heartbeats.statuses()
+    after = silent_after(deps)
+    silent = [agent_out(a, now, after) for a in statuses if a.silent(now, after)]
     counts = overview.by_state
     lost = views.gpu_hours_lost(deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW), now)
     return OverviewOut(
@@ -204,8 +208,8 @@ def overview_out(deps: WebDeps) -> OverviewOut:
         spares_saved=overview.by_outcome.get("repaired", 0),
         controller=ControllerOut.of(deps.repository.controller_status()),
         sources=[SourceOut.model_validate(s) for s in deps.repository.source_health()],
-        agents_reporting=sum(a.liveness is Liveness.REPORTING for a in agents),
-        silent_agents=[a for a in agents if a.liveness is Liveness.SILENT],
+        agents_reporting=len(statuses) - len(silent),
+        silent_agents=silent,
         gpu_hours_out_of_service_by_policy={
             policy: round(hours, 3) for policy, hours in lost.by_policy.items()
         },

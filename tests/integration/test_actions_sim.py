@@ -74,8 +74,14 @@ def test_quarantine_and_release(sim: SimHandle, kube: KubeClient) -> None:
         sim, "default", SPARE, "RemediatorQuarantine"
     )
 
-    done = quarantine(kube, SPARE, WHY)
+    with _PatchLog.from_kubeconfig(sim.kubeconfig) as logged:
+        done = quarantine(logged, SPARE, WHY)
     assert isinstance(done, Done)
+    # The cordon lands with its owner's annotations, one round trip after the node was read
+    # (the pushed XID → cordoned path): a cordoned node always names who must release it.
+    first = logged.patches[0]
+    assert first["spec"] == {"unschedulable": True}
+    assert first["metadata"]["annotations"]["remediator.io/remediation-id"] == "rem-1"
     node = get(sim, "node", SPARE)
     # The GPUs taken out of service, as the node reports them, for the GPU-hours lost.
     assert done.facts["gpus"] == int(node["status"]["capacity"]["nvidia.com/gpu"]) > 0
@@ -546,3 +552,13 @@ def test_a_drained_gangs_gpu_hours_count_until_its_replacements_run(
     hours = 8 * (done.rescheduled_at - done.evicted_at).total_seconds() / 3600
     assert disrupted_gpu_hours([done], much_later) == pytest.approx(hours)
     assert hours > 0
+
+
+class _PatchLog(KubeClient):
+    """A real client that keeps the node patches it sent, in order."""
+
+    patches: list[dict[str, Any]]
+
+    def _patch_node(self, name: str, patch: Any, content_type: str, what: str) -> Any:
+        self.patches = [*getattr(self, "patches", []), patch]
+        return super()._patch_node(name, patch, content_type, what)
