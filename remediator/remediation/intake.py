@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 
 from remediator.errors import ConflictError, IllegalTransition
 from remediator.kube.objects import Node
@@ -44,9 +45,21 @@ from remediator.policy.evaluate import (
 )
 from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
+from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
 from remediator.remediation.journal import log_transition
 from remediator.remediation.node_gone import REPLACEMENT_STATES
+from remediator.remediation.planned import (
+    PLANNED_ACTION,
+    PodAnnotations,
+    due,
+    hold_text,
+    no_pods,
+    plan_moment,
+    planned_detail,
+    planned_running,
+    same_moment,
+)
 from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
@@ -125,6 +138,15 @@ class IntakeResult:
     folded: Mapping[str, int] = field(default_factory=dict)  # duplicates dropped, by source
     # What became of the accepted signals, by class (opened, joined, folded, cooldown, …)
     dispositions: Mapping[str, int] = field(default_factory=dict)
+
+
+PLANNED = HoldCause.PLANNED.value
+
+
+@dataclass
+class PlannedResult:
+    created: list[RemediationRecord] = field(default_factory=list)
+    queued: list[RemediationRecord] = field(default_factory=list)
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
@@ -209,8 +231,10 @@ class Intake:
         actor: str,
         fold_window: timedelta = DEFAULT_FOLD_WINDOW,
         archive: SignalArchive | None = None,
+        pods: PodAnnotations = no_pods,
     ) -> None:
         self._repo = repository
+        self._pods = pods
         self._archive = archive
         self._actor = actor
         self._folder = SignalFolder(fold_window)
@@ -378,14 +402,17 @@ class Intake:
         queued = [r for r in fencing if r.state is State.QUEUED]
         if not decisions and not queued:
             return IntakeResult()
-        candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         status = self._repo.controller_status()
+        paused = f"automation paused by {status.paused_by}: {status.pause_reason}"
+        decisions, queued, planned = self._plan(
+            decisions, queued, fencing, policies, now, paused if status.paused else None
+        )
+        candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         tripped: str | None = None
         admission: Admission[Decision | RemediationRecord]
         if status.paused:
-            reason = f"automation paused by {status.paused_by}: {status.pause_reason}"
-            paused = tuple(Held(c, reason, HoldCause.PAUSE) for c in candidates)
-            admission = Admission((), paused, breaker_of(status))
+            holds = tuple(Held(c, paused, HoldCause.PAUSE) for c in candidates)
+            admission = Admission((), holds, breaker_of(status))
         else:
             admission = admit(
                 candidates,
@@ -411,7 +438,92 @@ class Intake:
                 self._requeue(candidate, held)
             elif (record := self._open(candidate, policies, held)) is not None:
                 newly_queued.append(record)
+        created.extend(planned.created)
+        newly_queued.extend(planned.queued)
         return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
+
+    def _plan(
+        self,
+        decisions: Sequence[Decision],
+        queued: Sequence[RemediationRecord],
+        fencing: Sequence[RemediationRecord],
+        policies: PolicySet,
+        now: datetime,
+        paused: str | None,
+    ) -> tuple[list[Decision], list[RemediationRecord], PlannedResult]:
+        """Planned decisions and queued plans (remediation/planned.py): those whose moment has
+        come are admitted under the planned budget, the others wait for it; what is not planned
+        (or urgent: its deadline passed) is handed back for the ordinary admission."""
+        ordinary: list[Decision] = []
+        others: list[RemediationRecord] = []
+        ready: list[tuple[Decision | RemediationRecord, Moment]] = []
+        later: list[tuple[Decision | RemediationRecord, Moment]] = []
+        items: list[Decision | RemediationRecord] = [*decisions, *queued]
+        for item in items:
+            record = item if isinstance(item, RemediationRecord) else None
+            policy = policies.policy(item.policy)
+            moment = None
+            if policy is not None and (record is None or record.queue_cause == PLANNED):
+                pods = partial(self._pods, item.node)
+                moment = plan_moment(policy, item.pool, item.signals, policies, now, pods)
+            if moment is None or moment.urgent:
+                if isinstance(item, RemediationRecord):
+                    others.append(item)
+                else:
+                    ordinary.append(item)
+            else:
+                (ready if due(moment, now) else later).append((item, moment))
+        result = PlannedResult()
+        admitted, held = admit_planned(
+            [item for item, _ in ready],
+            policies.settings.planned,
+            planned_running(fencing, policies),
+        )
+        if paused is not None:
+            admitted, held = [], [(item, paused) for item, _ in ready]
+        moments = {id(item): moment for item, moment in (*ready, *later)}
+        for item in admitted:
+            if isinstance(item, RemediationRecord):
+                opened = self._dequeue(item)
+            else:
+                opened = self._open(item, policies)
+                if opened is not None:
+                    self._note_plan(opened, moments[id(item)], update=False)
+            if opened is not None:
+                result.created.append(opened)
+        waiting = [(item, why if why == paused else f"planned budget: {why}") for item, why in held]
+        waiting += [(item, hold_text(moment)) for item, moment in later]
+        for item, reason in waiting:
+            moment = moments[id(item)]
+            if isinstance(item, RemediationRecord):
+                if not same_moment(item, moment) or item.hold_reason != reason:
+                    self._note_plan(item, moment, reason=reason)
+                continue
+            opened = self._open(item, policies, Held(item, reason, HoldCause.PLANNED))
+            if opened is not None:
+                self._note_plan(opened, moment, reason=reason)
+                result.queued.append(opened)
+        return ordinary, others, result
+
+    def _note_plan(
+        self,
+        record: RemediationRecord,
+        moment: Moment,
+        *,
+        reason: str | None = None,
+        update: bool = True,
+    ) -> None:
+        """The plan on the timeline; on a waiting one also its moment and reason (durable)."""
+        if update:
+            try:
+                self._repo.update_fields(
+                    record.id, record.version, next_attempt_at=moment.at, hold_reason=reason
+                )
+            except ConflictError:
+                return
+        self._repo.append_event(
+            record.id, action=PLANNED_ACTION, actor=self._actor, detail=planned_detail(moment)
+        )
 
     def _record_breaker(self, status: ControllerStatus, breaker: BreakerState) -> str | None:
         """Persist the fault window when it changed, and the trip when it happened now."""

@@ -49,6 +49,7 @@ from remediator.web.heartbeat_lane import HeartbeatLane
 from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
+from remediator.web.planned_page import make_planned_router
 from remediator.web.problems import WebError
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
@@ -210,6 +211,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_backtest_router())
     app.include_router(make_doctor_router())
     app.include_router(make_shadow_router())
+    app.include_router(make_planned_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)
