@@ -9,8 +9,10 @@ still there is re-announced once per window rather than hidden forever (for inst
 budget held the first decision).
 
 *Reading* kinds are never folded: a thermal reading is a measurement, and a node condition is
-a state that holds while it is reported. Policies apply `for:` and hysteresis to them, which
-needs every reading; folding would make a five-minute streak look like a gap.
+a state that holds while it is reported, as is an announced maintenance (one signal per event
+per poll: signals/maintenance.py keeps the events apart by their id). Policies apply `for:` and
+hysteresis to them, which needs every reading; folding would make a five-minute streak look like
+a gap.
 
 Windows are per kind, because "one occurrence" lasts as long as its source keeps answering for
 it. A counter-derived kind (NVLink: `increase(...[W]) > 0`) must fold for exactly the query's
@@ -29,7 +31,7 @@ from operator import attrgetter
 from remediator.signals.model import Signal, SignalKind
 
 READING_KINDS: frozenset[SignalKind] = frozenset(
-    {SignalKind.THERMAL, SignalKind.NODE_CONDITION, SignalKind.SLURM_NODE}
+    {SignalKind.THERMAL, SignalKind.NODE_CONDITION, SignalKind.SLURM_NODE, SignalKind.MAINTENANCE}
 )
 
 # Kinds whose every emission reports new errors (a counter rose within the query window), so a

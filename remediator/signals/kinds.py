@@ -16,6 +16,9 @@ class SignalKind(StrEnum):
     NODE_CONDITION = "node_condition"
     # A node Slurm itself set DOWN/DRAIN/FAIL with a reason not ours (remediator/slurm/source.py).
     SLURM_NODE = "slurm_node"
+    # Work the cloud or the GPU announced ahead, with an event id, a window and a deadline
+    # (remediator/signals/maintenance.py).
+    MAINTENANCE = "maintenance"
 
 
 # Kinds whose signal is an event with its own time (a line the kernel logged), not a reading of

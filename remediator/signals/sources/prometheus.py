@@ -37,6 +37,12 @@ from urllib3.util.retry import Retry
 from remediator.signals import bounds
 from remediator.signals.dedup import COUNTER_WINDOW as FOLD_COUNTER_WINDOW
 from remediator.signals.interest import EVERYTHING, Interest, ReadingFilter
+from remediator.signals.maintenance import (
+    ROW_REMAP_PENDING,
+    MaintenanceBook,
+    MaintenanceEvent,
+    MaintenanceOrigin,
+)
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import HealthTracker, SourceResult
 
@@ -85,6 +91,9 @@ class PrometheusQueries(BaseModel):
         )
     )
     row_remap: str | None = "DCGM_FI_DEV_ROW_REMAP_FAILURE == 1"
+    # Rows remapped but waiting for a GPU reset to take effect: a maintenance event per GPU,
+    # which the reset ends (signals/maintenance.py).
+    maintenance: str | None = "DCGM_FI_DEV_ROW_REMAP_PENDING != 0"
     # A GPU whose series existed 5 minutes ago but not now, on a node still reporting others
     # (a node that stopped reporting altogether is an exporter/node problem, not a lost GPU).
     gpu_missing: str | None = (
@@ -125,6 +134,7 @@ KIND_METRICS: dict[str, str] = {
     "nvlink": "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
     "ecc": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "row_remap": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "maintenance": "DCGM_FI_DEV_ROW_REMAP_PENDING",
     "infiniband": "node_infiniband_state_id",
 }
 # Reading kinds: their query is a gauge read as is, so the answer can be narrowed to what
@@ -346,6 +356,41 @@ def to_signals(
     return out.signals, out.skipped
 
 
+def row_remaps_pending(
+    result: list[dict[str, Any]], config: PrometheusSourceConfig, out: Mapped
+) -> list[MaintenanceEvent]:
+    """`DCGM_FI_DEV_ROW_REMAP_PENDING` series → one maintenance event per GPU, named by the GPU's
+    UUID when the exporter gives it (a swapped GPU is another event), else node and index."""
+    events: list[MaintenanceEvent] = []
+    for series in result:
+        labels = _labels(series)
+        node = node_name(labels, config.node_labels)
+        gpu = gpu_index(labels)
+        if node is None or gpu is None:
+            out.refuse("maintenance: a row-remap-pending series without a node or GPU label")
+            continue
+        problem = _NODE_NAMES.problem(node) or bounds.gpu_problem(gpu)
+        if problem is not None:
+            out.refuse(f"maintenance: {problem}")
+            continue
+        gpu_id = labels.get("UUID") or f"{node}/gpu{gpu}"
+        try:
+            events.append(
+                MaintenanceEvent(
+                    event_id=f"{gpu_id}/{ROW_REMAP_PENDING}",
+                    code=ROW_REMAP_PENDING,
+                    origin=MaintenanceOrigin.DCGM,
+                    instance_id=gpu_id,
+                    node=node,
+                    gpu=gpu,
+                    description=f"GPU {gpu}: rows remapped, pending a GPU reset",
+                )
+            )
+        except ValueError as exc:
+            out.refuse(f"maintenance on {node}: {exc}")
+    return events
+
+
 def reading_query(query: str, narrowed: ReadingFilter | None) -> str:
     """The reading's value and its sample's timestamp in one answer (told apart by FIELD),
     narrowed to the series a policy could act on."""
@@ -417,6 +462,7 @@ class PrometheusSource:
         self._health = HealthTracker(name)
         self._interest = interest
         self._seen: dict[SignalKind, dict[SeriesKey, float]] = {}
+        self._row_remaps = MaintenanceBook(name)
         # Retries are immediate and ignore Retry-After: sleeping inside the client would break
         # the poll's time bound, and the next cycle is the natural back-off.
         retry = Retry(
@@ -477,9 +523,14 @@ class PrometheusSource:
             if stale_kind is not None:
                 return self._health.down(now, stale_kind, ages)
             mapped = Mapped()
+            pending: list[MaintenanceEvent] | None = None
             for kind in kinds:
                 query: str = getattr(self.config.queries, kind.value)
-                if kind in READING_QUERY_KINDS:
+                if kind is SignalKind.MAINTENANCE:
+                    found = Mapped()
+                    answer = self._query(query, kind.value, deadline, snapshot)
+                    pending = row_remaps_pending(answer, self.config, found)
+                elif kind in READING_QUERY_KINDS:
                     narrowed = interest.readings.get(kind)
                     answer = self._query(
                         reading_query(query, narrowed), kind.value, deadline, snapshot
@@ -514,6 +565,9 @@ class PrometheusSource:
                 mapped.reasons.extend(found.reasons[: 3 - len(mapped.reasons)])
         except QueryFailed as exc:
             return self._health.down(now, str(exc))
+        if pending is not None:
+            # Only a complete poll may end an event: a reset cleared the GPU's pending remap.
+            mapped.signals.extend(self._row_remaps.update(pending, now))
         detail = {**ages, "signals": str(len(mapped.signals))}
         if mapped.skipped:
             detail["skipped_series"] = str(mapped.skipped)

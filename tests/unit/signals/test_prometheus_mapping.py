@@ -286,7 +286,7 @@ def test_one_query_per_kind_per_poll_whatever_the_fleet_size(fake_prometheus: An
     assert result.health.up and len(result.signals) == 2400
     kinds = [k for k in SignalKind if getattr(PrometheusQueries(), k.value, None) is not None]
     # Freshness, coverage (every kind's count and newest sample in one), one per kind.
-    assert len(paths) == 2 + len(kinds) == 9
+    assert len(paths) == 2 + len(kinds) == 10
 
 
 def test_a_disabled_kind_is_not_queried(fake_prometheus: Any) -> None:
@@ -298,7 +298,7 @@ def test_a_disabled_kind_is_not_queried(fake_prometheus: Any) -> None:
 
     queries = PrometheusQueries(infiniband=None, gpu_missing=None)
     source(fake_prometheus(handle), queries=queries).poll(NOW)
-    assert len(paths) == 7
+    assert len(paths) == 8
 
 
 def test_every_kind_is_queried_at_the_freshness_answer_time(fake_prometheus: Any) -> None:
@@ -312,7 +312,7 @@ def test_every_kind_is_queried_at_the_freshness_answer_time(fake_prometheus: Any
 
     source(fake_prometheus(handle)).poll(NOW)
     assert "time" not in queries[0]  # the freshness query: Prometheus' own now
-    assert len(queries) == 9
+    assert len(queries) == 10
     assert all(q["time"] == ["1767225612.250"] for q in queries[1:])
 
 
