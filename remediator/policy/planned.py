@@ -27,15 +27,20 @@ MAX_CHECKPOINTS = 1000
 @dataclass(frozen=True, slots=True)
 class Moment:
     """When to start the drain and why. `urgent`: the deadline has passed, act now outside any
-    window. `latest`: the last start that still finishes before the deadline and its margin."""
+    window. `latest`: the last start that still finishes before the deadline and its margin
+    (None with no deadline: a pending row remap waits for a window however long it takes)."""
 
     at: datetime
     reason: str
-    latest: datetime
-    deadline: datetime
+    latest: datetime | None
+    deadline: datetime | None
     urgent: bool = False
     checkpoint: datetime | None = None
     opening: Opening | None = None
+
+
+# With no deadline, windows and checkpoints are looked for this far ahead.
+NO_DEADLINE_HORIZON = timedelta(days=14)
 
 
 def drain_time(policy: Policy) -> timedelta:
@@ -54,7 +59,7 @@ def drain_time(policy: Policy) -> timedelta:
 def choose_moment(
     *,
     now: datetime,
-    deadline: datetime,
+    deadline: datetime | None,
     when: When,
     drain: timedelta,
     openings: Sequence[Opening] | None,
@@ -62,13 +67,14 @@ def choose_moment(
 ) -> Moment:
     """The earliest good moment. `openings` None: no window applies (the policy names none);
     an empty list: the window never opens before the deadline, so the latest safe moment is
-    taken (the cloud would act anyway; better drained than not)."""
-    latest = deadline - when.before_deadline - drain
-    if now >= deadline:
+    taken (the cloud would act anyway; better drained than not). With no deadline and no
+    opening at all, now: there is nothing to wait for."""
+    latest = None if deadline is None else deadline - when.before_deadline - drain
+    if deadline is not None and now >= deadline:
         return Moment(now, "the deadline has passed: urgent", latest, deadline, urgent=True)
-    if latest <= now:
+    if latest is not None and latest <= now:
         return Moment(now, "past the latest safe moment: now", latest, deadline)
-    spans = _spans(now, latest, drain, openings)
+    spans = _spans(now, latest or now + NO_DEADLINE_HORIZON, drain, openings)
     if when.at_checkpoint:
         for checkpoint in checkpoints:
             for start, end, opening in spans:
@@ -85,6 +91,8 @@ def choose_moment(
             if when.at_checkpoint:
                 reason = f"no checkpoint inside a window in time: {reason}"
         return Moment(start, reason, latest, deadline, opening=opening)
+    if latest is None:
+        return Moment(now, "no window opens for this pool: now", latest, deadline)
     return Moment(latest, "no window opens in time: the latest safe moment", latest, deadline)
 
 
@@ -180,5 +188,7 @@ def admit_planned(
 def describe(moment: Moment) -> str:
     """One line for the timeline and the console."""
     head = "urgent" if moment.urgent else f"at {moment.at.isoformat()}"
+    if moment.deadline is None:
+        return f"{head} ({moment.reason}); no deadline"
     left = format_duration(max(timedelta(0), moment.deadline - moment.at))
     return f"{head} ({moment.reason}); deadline {moment.deadline.isoformat()}, {left} before it"

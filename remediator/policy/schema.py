@@ -344,6 +344,8 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _planned(self) -> Policy:
+        if self.when is not None and self.match.kind is not SignalKind.MAINTENANCE:
+            raise ValueError("when: plans around an announced event: match kind maintenance")
         if self.when is not None and not {s.action for s in self.actions} & {"checkpoint", "drain"}:
             raise ValueError("when: plans a drain: the ladder needs a checkpoint or drain step")
         if self.when is None and any(

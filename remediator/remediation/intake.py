@@ -51,8 +51,10 @@ from remediator.remediation.journal import log_transition
 from remediator.remediation.node_gone import REPLACEMENT_STATES
 from remediator.remediation.planned import (
     PLANNED_ACTION,
+    Plan,
     PodAnnotations,
     due,
+    events_of,
     hold_text,
     no_pods,
     plan_moment,
@@ -241,6 +243,7 @@ class Intake:
         self._fold_window = fold_window
         self._last_stored: dict[tuple[str, int | None, SignalKind, int | None], datetime] = {}
         self._opened: list[Decision] = []
+        self._linked: set[int] = set()  # ids of signals linked to a waiting plan this cycle
         self._eval_state = EvalState()
         self._lock = threading.Lock()
         # This cycle's dispositions: id(signal) → (class, text); written with the signals.
@@ -292,8 +295,9 @@ class Intake:
                 self._archive.record(signals, inventory.snapshots(), now)
             except ArchiveUnavailable as exc:
                 log.warning("%s", exc)
-        linked = {id(s) for decision in self._opened for s in decision.signals}
+        linked = {id(s) for decision in self._opened for s in decision.signals} | self._linked
         self._opened = []
+        self._linked = set()
         self._store(signals, linked, now)
         return replace(result, dropped=screened.dropped)
 
@@ -364,7 +368,7 @@ class Intake:
         self._eval_state = evaluation.state
         decisions = self._not_suppressed(evaluation.decisions, now)
         fencing, closed = self._close_cleared(fencing, fresh, inventory, policies)
-        result = self._admit(decisions, fencing, inventory, policies, now)
+        result = self._admit(decisions, fencing, inventory, policies, now, fresh)
         self._explain(fresh, history, fencing, policies, now)
         return replace(result, closed=closed)
 
@@ -398,6 +402,7 @@ class Intake:
         inventory: Inventory,
         policies: PolicySet,
         now: datetime,
+        fresh: Sequence[Signal] = (),
     ) -> IntakeResult:
         queued = [r for r in fencing if r.state is State.QUEUED]
         if not decisions and not queued:
@@ -405,7 +410,7 @@ class Intake:
         status = self._repo.controller_status()
         paused = f"automation paused by {status.paused_by}: {status.pause_reason}"
         decisions, queued, planned = self._plan(
-            decisions, queued, fencing, policies, now, paused if status.paused else None
+            decisions, queued, fencing, policies, now, paused if status.paused else None, fresh
         )
         candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         tripped: str | None = None
@@ -450,23 +455,29 @@ class Intake:
         policies: PolicySet,
         now: datetime,
         paused: str | None,
+        fresh: Sequence[Signal] = (),
     ) -> tuple[list[Decision], list[RemediationRecord], PlannedResult]:
         """Planned decisions and queued plans (remediation/planned.py): those whose moment has
         come are admitted under the planned budget, the others wait for it; what is not planned
-        (or urgent: its deadline passed) is handed back for the ordinary admission."""
+        (or urgent: its deadline passed) is handed back for the ordinary admission, and a plan
+        whose events all ended is closed (a decision about one is dropped)."""
         ordinary: list[Decision] = []
         others: list[RemediationRecord] = []
         ready: list[tuple[Decision | RemediationRecord, Moment]] = []
         later: list[tuple[Decision | RemediationRecord, Moment]] = []
         items: list[Decision | RemediationRecord] = [*decisions, *queued]
         for item in items:
-            record = item if isinstance(item, RemediationRecord) else None
             policy = policies.policy(item.policy)
-            moment = None
+            record = item if isinstance(item, RemediationRecord) else None
+            plan = Plan(None)
             if policy is not None and (record is None or record.queue_cause == PLANNED):
+                signals = item.signals if record is None else self._follow(record, fresh)
                 pods = partial(self._pods, item.node)
-                moment = plan_moment(policy, item.pool, item.signals, policies, now, pods)
-            if moment is None or moment.urgent:
+                plan = plan_moment(policy, item.pool, signals, policies, now, pods)
+            moment = plan.moment
+            if plan.ended:
+                self._end_plan(item)
+            elif moment is None or moment.urgent:
                 if isinstance(item, RemediationRecord):
                     others.append(item)
                 else:
@@ -504,6 +515,61 @@ class Intake:
                 self._note_plan(opened, moment, reason=reason)
                 result.queued.append(opened)
         return ordinary, others, result
+
+    def _follow(self, record: RemediationRecord, fresh: Sequence[Signal]) -> list[Signal]:
+        """The record's signals with any newer version of its events among `fresh` (linked to
+        it, so the newest version survives a restart)."""
+        linked = [
+            entry.signal
+            for entry in self._repo.signals_for_node(record.node, since=record.created_at)
+            if entry.remediation_id == record.id
+        ]
+        base = [*record.signals, *linked]
+        known = events_of(base)
+        newer = [
+            signal
+            for signal in fresh
+            if signal.node == record.node
+            and (event := events_of([signal]).get(signal.labels.get("event_id", "")))
+            and event.event_id in known
+            and event != known[event.event_id]
+        ]
+        if newer:
+            said = [f"joined #{record.id}: {s.labels.get('status', '')}" for s in newer]
+            self._repo.insert_signals(newer, remediation_id=record.id, dispositions=said)
+            for signal in newer:
+                self._linked.add(id(signal))
+                self._said[id(signal)] = ("joined", f"joined #{record.id}")
+        return [*base, *newer]
+
+    def _end_plan(self, item: Decision | RemediationRecord) -> None:
+        """Every event it was about ended: a waiting plan is closed, a decision dropped."""
+        reason = "the maintenance event ended (completed or cancelled): nothing to plan"
+        if not isinstance(item, RemediationRecord):
+            for signal in item.signals:
+                self._said[id(signal)] = ("ended", reason)
+            return
+        try:
+            after = self._repo.transition(
+                item.id,
+                State.QUEUED,
+                State.CANCELLED,
+                action="maintenance_ended",
+                actor=self._actor,
+                detail={"reason": reason},
+                expected_version=item.version,
+                hold_reason=reason,
+            )
+        except (ConflictError, IllegalTransition):
+            return
+        log_transition(
+            State.QUEUED,
+            after,
+            action="maintenance_ended",
+            detail={"reason": reason},
+            seconds_in_state=max(0.0, (after.updated_at - item.created_at).total_seconds()),
+            actor=self._actor,
+        )
 
     def _note_plan(
         self,

@@ -7,13 +7,19 @@ the console with its hold reason, and `next_attempt_at` holds the chosen moment.
 (and every change of it, as checkpoints are announced or windows edited) is a `planned` line on
 the timeline with the deadline, the moment and why. The moment is recomputed each cycle from
 durable inputs only (the stored signals, the policy set, the pods' announcements), so a crash
-loses nothing. A decision whose deadline has passed, or that carries no deadline at all, is not
-planned: it takes the ordinary (urgent) path."""
+loses nothing. A decision whose deadline has passed takes the ordinary (urgent) path.
+
+The deadline to beat is when the cloud itself acts: the event's window start (EC2 `notBefore`,
+GCE `windowStartTime`), else its own deadline (EC2 `notBeforeDeadline`, GCE
+`latestWindowStartTime`); a pending row remap has none and waits for a window however long. A
+rescheduled event's newer signal is linked to the waiting remediation, so the newest version of
+each event decides; an event the cloud completed or cancelled closes the wait."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +28,7 @@ from remediator.kube.client import KubeClient
 from remediator.model.states import State
 from remediator.policy.loader import PolicySet
 from remediator.policy.planned import (
+    NO_DEADLINE_HORIZON,
     Moment,
     announced_checkpoints,
     choose_moment,
@@ -30,7 +37,8 @@ from remediator.policy.planned import (
 )
 from remediator.policy.schema import Policy
 from remediator.policy.windows import POOL_WINDOW, openings, pool_windows
-from remediator.signals.model import Signal
+from remediator.signals.maintenance import MaintenanceEvent
+from remediator.signals.model import Signal, SignalKind
 from remediator.store.records import RemediationRecord
 
 log = logging.getLogger(__name__)
@@ -58,31 +66,40 @@ def pods_from(kube: KubeClient) -> PodAnnotations:
     return read
 
 
-def signal_deadline(signal: Signal) -> datetime | None:
-    """When the announced disruption happens: the signal's `deadline` label (RFC 3339)."""
-    raw = signal.labels.get("deadline")
-    if not raw:
-        return None
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
+def events_of(signals: Iterable[Signal]) -> dict[str, MaintenanceEvent]:
+    """The newest version of each maintenance event among the signals, by event id."""
+    newest: dict[str, tuple[datetime, MaintenanceEvent]] = {}
+    for signal in signals:
+        if signal.kind is not SignalKind.MAINTENANCE:
+            continue
+        try:
+            event = MaintenanceEvent.of(signal)
+        except ValueError:
+            continue
+        seen = newest.get(event.event_id)
+        if seen is None or signal.observed_at >= seen[0]:
+            newest[event.event_id] = (signal.observed_at, event)
+    return {key: event for key, (_, event) in newest.items()}
+
+
+def event_deadline(event: MaintenanceEvent) -> datetime | None:
+    """When the cloud acts on its own: the window's start, else the event's deadline."""
+    return event.window_start or event.deadline
 
 
 def maintenance_event(record: RemediationRecord) -> str:
-    """The announced event's code a `reboot via: maintenance` starts (its signal's `event`)."""
-    for signal in record.signals:
-        event = signal.labels.get("event")
-        if event:
-            return event
-    return ""
+    """The announced event's code a `reboot via: maintenance` starts (its newest open one)."""
+    events = [e for e in events_of(record.signals).values() if not e.ended]
+    return events[0].code if events else ""
 
 
-def deadline_of(signals: Iterable[Signal]) -> datetime | None:
-    """The earliest deadline among the signals: the first disruption is the one to beat."""
-    found = [d for d in (signal_deadline(s) for s in signals) if d is not None]
-    return min(found) if found else None
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """`moment` None: nothing to plan (not a planned policy, or no maintenance event);
+    `ended`: every event the decision is about has been completed or cancelled."""
+
+    moment: Moment | None
+    ended: bool = False
 
 
 def plan_moment(
@@ -92,35 +109,45 @@ def plan_moment(
     policies: PolicySet,
     now: datetime,
     pods: Callable[[], Sequence[Mapping[str, str]]] = tuple,
-) -> Moment | None:
-    """The moment for a planned policy's decision; None when it is not planned (no `when:`,
-    or no deadline in its signals)."""
+) -> Plan:
+    """The moment for a planned policy's decision (see the module docstring)."""
     when = policy.when
-    deadline = deadline_of(signals)
-    if when is None or deadline is None:
-        return None
-    drain = drain_time(policy)
+    events = events_of(signals)
+    if when is None or not events:
+        return Plan(None)
+    live = [e for e in events.values() if not e.ended]
+    if not live:
+        return Plan(None, ended=True)
+    deadlines = [d for d in (event_deadline(e) for e in live) if d is not None]
+    deadline = min(deadlines) if deadlines else None
+    horizon = max(now, deadline) if deadline is not None else now + NO_DEADLINE_HORIZON
     windows = policies.settings.windows
     names: list[str] | None = None
     if when.window == POOL_WINDOW:
         names = pool_windows(windows, pool)
     elif when.window is not None:
         names = [when.window] if when.window in windows else []
-    found = None if names is None else openings(windows, names, now, max(now, deadline))
+    found = None if names is None else openings(windows, names, now, horizon)
     checkpoints: list[datetime] = []
     if when.at_checkpoint:
-        checkpoints, _ = announced_checkpoints(pods(), now, max(now, deadline))
-    return choose_moment(
-        now=now, deadline=deadline, when=when, drain=drain, openings=found, checkpoints=checkpoints
+        checkpoints, _ = announced_checkpoints(pods(), now, horizon)
+    moment = choose_moment(
+        now=now,
+        deadline=deadline,
+        when=when,
+        drain=drain_time(policy),
+        openings=found,
+        checkpoints=checkpoints,
     )
+    return Plan(moment)
 
 
 def planned_detail(moment: Moment) -> dict[str, Any]:
     """The timeline's `planned` line: everything the console shows of the plan."""
     detail: dict[str, Any] = {
-        "deadline": moment.deadline.isoformat(),
+        "deadline": moment.deadline.isoformat() if moment.deadline else None,
         "moment": moment.at.isoformat(),
-        "latest": moment.latest.isoformat(),
+        "latest": moment.latest.isoformat() if moment.latest else None,
         "reason": moment.reason,
         "urgent": moment.urgent,
         "text": describe(moment),

@@ -150,7 +150,7 @@ def test_drain_time_is_the_ladders_grace_unless_given() -> None:
         "name": "p",
         "description": "d",
         "why": "w",
-        "match": {"kind": "xid", "codes": [63]},
+        "match": {"kind": "maintenance"},
         "when": {"before_deadline": "1h"},
         "actions": [
             {"action": "cordon"},

@@ -19,7 +19,7 @@ policies:
   - name: host-maintenance
     description: the cloud announced host maintenance
     why: drain at the job's checkpoint, not under it
-    match: {kind: node_condition, labels: {condition: Maintenance}}
+    match: {kind: maintenance, labels: {code: system-reboot}}
     when: {before_deadline: 2h, at_checkpoint: true, window: pool}
     actions:
       - action: cordon

@@ -18,7 +18,8 @@ from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.policy.planned import ANN_CHECKPOINT_INTERVAL, ANN_NEXT_CHECKPOINT
 from remediator.remediation.intake import Intake, Inventory
 from remediator.remediation.planned import PLANNED_ACTION, PodAnnotations, no_pods
-from remediator.signals.model import Signal, SignalKind
+from remediator.signals.maintenance import MaintenanceEvent, MaintenanceOrigin, MaintenanceStatus
+from remediator.signals.model import Signal
 from remediator.store import db
 from remediator.store.repository import Repository
 
@@ -31,7 +32,7 @@ policies:
   - name: row-remap-planned
     description: a row remap waits for a GPU reset
     why: reset when convenient, at the job's checkpoint
-    match: {kind: xid, codes: [63]}
+    match: {kind: maintenance, labels: {code: system-reboot}}
     when: {before_deadline: 2h, at_checkpoint: true, window: pool}
     actions:
       - action: cordon
@@ -68,16 +69,25 @@ def repository(sqlite_head_template: Path, tmp_path: Path) -> tuple[Repository, 
     return Repository(db.make_session_factory(engine), "default", clock), clock
 
 
-def remap(node: str, deadline: datetime, at: datetime = T0) -> Signal:
-    return Signal(
+def remap(
+    node: str,
+    not_before: datetime,
+    at: datetime = T0,
+    status: MaintenanceStatus = MaintenanceStatus.SCHEDULED,
+) -> Signal:
+    """An EC2 system-reboot event on `node` whose window opens at `not_before`."""
+    event = MaintenanceEvent(
+        event_id=f"instance-event-{node}",
+        code="system-reboot",
+        origin=MaintenanceOrigin.AWS,
+        instance_id=f"i-{node}",
         node=node,
-        kind=SignalKind.XID,
-        source="push",
-        observed_at=at,
-        gpu=0,
-        code=63,
-        labels={"deadline": deadline.isoformat()},
+        status=status,
+        window_start=not_before,
+        window_end=not_before + 2 * H,
+        deadline=not_before + 7 * 24 * H,
     )
+    return event.signal("aws-events", at)
 
 
 def pods_of(table: Mapping[str, Sequence[Mapping[str, str]]]) -> PodAnnotations:
@@ -176,3 +186,29 @@ def test_the_planned_budget_holds_the_second_node_of_a_pool(
     assert held.node == "gpu-2" and held.queue_cause == "planned"
     assert held.hold_reason == "planned budget: planned per_pool in train (1)"
     assert tuple(repo.controller_status().breaker_faults) == ()
+
+
+def test_a_rescheduled_event_moves_the_plan_and_a_cancelled_one_closes_it(
+    repository: tuple[Repository, FakeClock], policies: PolicySet
+) -> None:
+    repo, clock = repository
+    intake = Intake(repo, actor="test")
+    (waiting,) = intake.process([remap("gpu-1", T0 + 48 * H)], INVENTORY, policies, T0).queued
+    # AWS moved the event earlier: it now starts before the night's window opens.
+    clock.advance(3600)
+    moved = remap("gpu-1", T0 + 12 * H, at=T0 + H, status=MaintenanceStatus.RESCHEDULED)
+    intake.process([moved], INVENTORY, policies, T0 + H)
+    record = repo.get(waiting.id)
+    assert record is not None and record.state is State.QUEUED
+    plans = [e.detail for e in record.events if e.action == PLANNED_ACTION]
+    assert plans[-1]["deadline"] == (T0 + 12 * H).isoformat()
+    assert plans[-1]["moment"] == (T0 + 12 * H - 2 * H - timedelta(minutes=5)).isoformat()
+    # A restart keeps the newer version: it was linked to the remediation.
+    Intake(repo, actor="restarted").admit_queued(INVENTORY, policies, T0 + H)
+    again = repo.get(waiting.id)
+    assert again is not None and again.next_attempt_at == T0 + 12 * H - 2 * H - timedelta(minutes=5)
+    cancelled = remap("gpu-1", T0 + 12 * H, at=T0 + 2 * H, status=MaintenanceStatus.CANCELLED)
+    intake.process([cancelled], INVENTORY, policies, T0 + 2 * H)
+    closed = repo.get(waiting.id)
+    assert closed is not None and closed.state is State.CANCELLED
+    assert closed.events[-1].action == "maintenance_ended"
