@@ -124,7 +124,8 @@ def plan_moment(
     windows = policies.settings.windows
     names: list[str] | None = None
     if when.window == POOL_WINDOW:
-        names = pool_windows(windows, pool)
+        # A pool with no window of its own puts no bound on when: only the deadline does.
+        names = pool_windows(windows, pool) or None
     elif when.window is not None:
         names = [when.window] if when.window in windows else []
     found = None if names is None else openings(windows, names, now, horizon)
