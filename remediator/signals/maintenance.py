@@ -200,8 +200,15 @@ class MaintenanceBook:
         seen: Iterable[MaintenanceEvent],
         now: datetime,
         vanished: MaintenanceStatus = MaintenanceStatus.COMPLETED,
+        unsure: Iterable[str] = (),
     ) -> list[Signal]:
+        """`unsure`: ids the answer named but in a shape the source refused; an open one
+        stays open as it was (a refused answer is not an ended event)."""
         current: dict[str, MaintenanceEvent] = {}
+        for event_id in unsure:
+            known = self._open.get(event_id)
+            if known is not None:
+                current[event_id] = known[0]
         for event in seen:
             current[event.event_id] = event  # a repeat within one answer is the same event
         out: list[Signal] = []
@@ -234,3 +241,23 @@ class MaintenanceBook:
         self._ended.move_to_end(event_id)
         while len(self._ended) > self._remember:
             self._ended.popitem(last=False)
+
+
+class NewIds:
+    """Counts ids not seen before (the latest `remember` kept): an event on an instance outside
+    the cluster is counted once, not at every poll that describes it again."""
+
+    def __init__(self, remember: int = 10_000) -> None:
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember
+
+    def count(self, ids: Iterable[str]) -> int:
+        new = 0
+        for one in ids:
+            if one not in self._seen:
+                new += 1
+            self._seen[one] = None
+            self._seen.move_to_end(one)
+        while len(self._seen) > self._remember:
+            self._seen.popitem(last=False)
+        return new

@@ -215,6 +215,12 @@ class SimAwsFleet:
         with self._lock:
             return self._nodes.get(instance)
 
+    def instance_of(self, node: str) -> str | None:
+        """The instance a Node runs on now (the latest one to register under its name)."""
+        with self._lock:
+            found = [i for i, n in self._nodes.items() if n == node]
+        return found[-1] if found else None
+
     # -- faults ------------------------------------------------------------------------------
 
     def set_spare(self, pool: str, spare: int) -> None:

@@ -14,6 +14,12 @@ Faults are set with `POST /_sim/faults`:
 
 `RebootInstances` that moto accepted also reboots each instance's Node (NotReady for the reboot
 time, back with a new boot id): moto only keeps the instance `running`.
+
+Scheduled events (`events.py`): `DescribeInstanceStatus` answers with each instance's
+`eventsSet` and pages as EC2 does. `POST /_sim/events` `{"node"|"instance_id", "code",
+"not_before", "not_after"?, "not_before_deadline"?, "description"?}` creates one (201, its wire
+fields); `POST /_sim/events/{id}/reschedule` `{"not_before"}` moves it; `.../complete` and
+`.../cancel` end it; `GET /_sim/events` lists them.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import httpx
 from pydantic import BaseModel, Field, ValidationError
@@ -35,6 +41,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from remediator.sim.cloud.aws.activities import describe_response
+from remediator.sim.cloud.aws.events import (
+    EventProblem,
+    EventRequest,
+    RescheduleRequest,
+    ScheduledEvents,
+    page_size,
+    with_events,
+)
 from remediator.sim.cloud.aws.fleet import SimAwsFleet
 
 SERVICE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/(?P<service>[^/]+)/aws4_request")
@@ -83,8 +97,12 @@ def reboot_targets(body: str) -> list[str]:
 
 
 def build_aws_app(
-    fleet: SimAwsFleet, moto_url: str, reboot: Callable[[str], None] | None = None
+    fleet: SimAwsFleet,
+    moto_url: str,
+    reboot: Callable[[str], None] | None = None,
+    events: ScheduledEvents | None = None,
 ) -> Starlette:
+    scheduled = events if events is not None else ScheduledEvents()
     throttle = Throttle()
     lock = threading.Lock()
     client = httpx.AsyncClient(base_url=moto_url, timeout=30.0)
@@ -132,6 +150,8 @@ def build_aws_app(
                 status_code=400 if service != "ec2" else 503,
                 media_type="text/xml",
             )
+        if action == "DescribeInstanceStatus":
+            return await describe_instance_status(request, params)
         if action == "DescribeScalingActivities":
             named = params.get("AutoScalingGroupName")
             return Response(
@@ -148,6 +168,76 @@ def build_aws_app(
                 with fleet.launch_withheld(short):
                     return await pass_on(request, body)
         return await pass_on(request, body)
+
+    async def describe_instance_status(request: Request, params: dict[str, list[str]]) -> Response:
+        """moto's statuses (every one: paging is done here, as moto does none) plus events."""
+        max_results = next(iter(params.get("MaxResults", ())), None)
+        next_token = next(iter(params.get("NextToken", ())), None)
+        with_ids = any(key.startswith("InstanceId.") for key in params)
+        try:
+            size = page_size(max_results, with_ids)
+        except EventProblem as exc:
+            return Response(error_xml("ec2", exc.code, str(exc)), 400, media_type="text/xml")
+        upstream = [
+            (key, value)
+            for key, values in params.items()
+            if key not in ("MaxResults", "NextToken")
+            for value in values
+        ]
+        answer = await pass_on(request, urlencode(upstream).encode())
+        if answer.status_code != 200:
+            return answer
+        try:
+            body = with_events(bytes(answer.body), scheduled, size, next_token)
+        except EventProblem as exc:
+            return Response(error_xml("ec2", exc.code, str(exc)), 400, media_type="text/xml")
+        return Response(body, media_type="text/xml")
+
+    def event_json(event_id: str) -> dict[str, Any]:
+        found = next(e for e in scheduled.all() if e.event_id == event_id)
+        return {"instance_id": found.instance_id, **found.wire()}
+
+    async def create_event(request: Request) -> Response:
+        try:
+            wanted = EventRequest.model_validate(await request.json())
+        except (ValueError, ValidationError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        instance = wanted.instance_id
+        if instance is None and wanted.node is not None:
+            instance = await run_in_threadpool(fleet.instance_of, wanted.node)
+            if instance is None:
+                return JSONResponse({"error": f"no instance for node {wanted.node}"}, 404)
+        if instance is None:
+            return JSONResponse({"error": "give instance_id or node"}, status_code=400)
+        try:
+            event = scheduled.create(instance, wanted)
+        except EventProblem as exc:
+            return JSONResponse({"error": str(exc), "code": exc.code}, status_code=exc.status)
+        return JSONResponse({"instance_id": instance, **event.wire()}, status_code=201)
+
+    async def change_event(request: Request) -> Response:
+        event_id, verb = request.path_params["event_id"], request.path_params["verb"]
+        try:
+            if verb == "reschedule":
+                try:
+                    moved = RescheduleRequest.model_validate(await request.json())
+                except (ValueError, ValidationError) as exc:
+                    return JSONResponse({"error": str(exc)}, status_code=400)
+                scheduled.reschedule(event_id, moved.not_before)
+            elif verb == "complete":
+                scheduled.end(event_id, "completed")
+            elif verb == "cancel":
+                scheduled.end(event_id, "canceled")
+            else:
+                return JSONResponse({"error": f"unknown verb {verb!r}"}, status_code=404)
+        except EventProblem as exc:
+            return JSONResponse({"error": str(exc), "code": exc.code}, status_code=exc.status)
+        return JSONResponse(event_json(event_id))
+
+    async def list_events(_request: Request) -> Response:
+        return JSONResponse(
+            {"events": [{"instance_id": e.instance_id, **e.wire()} for e in scheduled.all()]}
+        )
 
     async def pass_on(request: Request, body: bytes) -> Response:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
@@ -171,6 +261,9 @@ def build_aws_app(
     return Starlette(
         routes=[
             Route("/_sim/faults", faults, methods=["POST"]),
+            Route("/_sim/events", create_event, methods=["POST"]),
+            Route("/_sim/events", list_events, methods=["GET"]),
+            Route("/_sim/events/{event_id}/{verb}", change_event, methods=["POST"]),
             Route("/{path:path}", forward, methods=["GET", "POST"]),
         ]
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.types import ASGIApp
 
+from remediator.sim.cloud.gce.maintenance import GceMaintenance, maintenance_routes
 from remediator.sim.cloud.gce.service import PROJECT, ZONE, SimGce, build_gce_app
 from remediator.sim.kube.controllers.cluster import SimCluster
 
@@ -16,6 +17,7 @@ from remediator.sim.kube.controllers.cluster import SimCluster
 class SimGceCloud:
     app: ASGIApp
     service: SimGce
+    maintenance: GceMaintenance
 
     def provider(self, url: str) -> dict[str, Any]:
         """The controller's `provider:` setting for this endpoint: one MIG per pool."""
@@ -38,4 +40,6 @@ def start_gce(
     service = SimGce(cluster, provision_delay, reboot=reboot)
     service.bootstrap()
     cluster.on_tick(service.tick)
-    return SimGceCloud(build_gce_app(service), service)
+    maintenance = GceMaintenance(service)
+    app = build_gce_app(service, maintenance_routes(service, maintenance))
+    return SimGceCloud(app, service, maintenance)

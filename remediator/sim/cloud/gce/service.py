@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -270,7 +270,8 @@ def _error(status: int, reason: str, message: str, code: str) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def build_gce_app(gce: SimGce) -> Starlette:
+def build_gce_app(gce: SimGce, extra: Sequence[Route] = ()) -> Starlette:
+    """`extra`: more of the API, served beside these (maintenance.py)."""
     prefix = "/compute/v1/projects/{project}/zones/{zone}"
 
     def throttled() -> Response | None:
@@ -371,5 +372,6 @@ def build_gce_app(gce: SimGce) -> Starlette:
             Route(f"{prefix}/operations/{{op}}", get_operation, methods=["GET"]),
             Route(f"{prefix}/operations/{{op}}/wait", get_operation, methods=["POST"]),
             Route("/_sim/faults", faults, methods=["POST"]),
+            *extra,
         ]
     )
