@@ -175,3 +175,46 @@ def test_openings_between_two_moments() -> None:
         datetime(2026, 1, 12, 2, tzinfo=UTC),
     )
     assert [o.start.day for o in found] == [10, 11, 12]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (
+            "match: {kind: maintenance, labels: {code: system-reboot}}",
+            "match: {kind: xid, codes: [79]}",
+            "a.yaml:2: policies[0]: when: plans around an announced event: match kind maintenance",
+        ),
+        (
+            "      - action: drain\n",
+            "      - action: drain\n      - action: reboot\n        via: maintenance\n"
+            "      - action: diagnose\n      - action: uncordon\n    approval: required\n",
+            "a.yaml:2: policies[0]: when: and approval: required: a planned moment cannot wait",
+        ),
+        (
+            "    when: {before_deadline: 2h, at_checkpoint: true, window: pool}\n",
+            "",
+            "a.yaml:2: policies[0]: reboot via: maintenance starts an announced event: it needs",
+        ),
+        (
+            "before_deadline: 2h,",
+            "before_deadline: 2,",
+            "a.yaml:6: policies[0].when.before_deadline: invalid duration 2",
+        ),
+    ],
+)
+def test_bad_planned_fields_are_file_line_problems(
+    tmp_path: Path, old: str, new: str, problem: str
+) -> None:
+    policy = POLICY
+    if "approval" not in new and "when" in old:
+        # The third case: a ladder with `reboot via: maintenance` and no `when:`.
+        policy = POLICY.replace(
+            "      - action: drain\n",
+            "      - action: drain\n      - action: reboot\n        via: maintenance\n"
+            "      - action: diagnose\n      - action: uncordon\n",
+        )
+    assert old in policy
+    found = problems_of(write(tmp_path, {"a.yaml": policy.replace(old, new)}))
+    assert len(found) == 1, found
+    assert found[0].startswith(problem), found
