@@ -59,10 +59,11 @@ from remediator.remediation.service import RemediationService
 from remediator.settings import Settings, SignalSettings
 from remediator.signals.admission import Admission
 from remediator.signals.model import Signal
-from remediator.signals.screen import RecentDrops, summary
+from remediator.signals.screen import DropReason, RecentDrops, summary
 from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager_api import AlertmanagerAPI
 from remediator.signals.sources.base import Source, SourceResult
+from remediator.signals.sources.cloud_maintenance import maintenance_sources
 from remediator.signals.sources.node_conditions import NodeConditionSource
 from remediator.signals.sources.prometheus import PrometheusSource, PrometheusSourceConfig
 from remediator.signals.sources.push import InboxUnavailable, SignalInbox
@@ -341,6 +342,8 @@ class Controller:
         slurm = self.settings.slurm
         if slurm.enabled and slurm.watch_nodes:
             sources.append(SlurmNodeSource(SlurmCli(slurm), slurm, self.kube.list_nodes))
+        providers = [self.settings.provider, *self.settings.pool_providers.values()]
+        sources.extend(maintenance_sources(providers, self.nodes))
         return sources
 
     # -- leadership --------------------------------------------------------------------------
@@ -558,10 +561,12 @@ class Controller:
     def _record_health(self, result: SourceResult) -> None:
         health = result.health
         self.metrics.source_up.labels(health.name).set(1 if health.up else 0)
-        skipped = health.detail.get("skipped_series", "0")
-        self.metrics.dropped_count(
-            health.name, "invalid_series", int(skipped) if skipped.isdigit() else 0
-        )
+        for key, reason in (
+            ("skipped_series", "invalid_series"),
+            ("unknown_instances", DropReason.UNKNOWN_INSTANCE.value),
+        ):
+            count = health.detail.get(key, "0")
+            self.metrics.dropped_count(health.name, reason, int(count) if count.isdigit() else 0)
         if not health.up:
             log.warning("source down: %s", health.error, extra={"source": health.name})
         self.repository.record_source_health(health.name, up=health.up, error=health.error)

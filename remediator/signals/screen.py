@@ -27,6 +27,9 @@ from remediator.signals.model import Signal
 class DropReason(StrEnum):
     UNKNOWN_NODE = "unknown_node"
     GPU_OUT_OF_RANGE = "gpu_out_of_range"
+    # A cloud's maintenance event on an instance that is no Node of this cluster (counted by the
+    # maintenance sources, once per event: signals/sources/aws_maintenance.py).
+    UNKNOWN_INSTANCE = "unknown_instance"
 
 
 @dataclass(frozen=True, slots=True)

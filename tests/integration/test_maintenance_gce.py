@@ -179,7 +179,7 @@ def test_a_failed_list_makes_the_source_down_and_ends_nothing(
     announce(gce_sim, node, T0 - DAY, latest_window_start=(T0 - timedelta(hours=1)).isoformat())
     (first,) = [s for s in source.poll(T0).signals if s.node == node]
     assert first.labels["overdue"] == "true"
-    fault = {"type": "throttle", "count": 1}
+    fault = {"type": "throttle_instances", "count": 1}
     httpx.post(f"{gce_sim.gce_url}/_sim/faults", json=fault, timeout=10).raise_for_status()
     down = source.poll(T0 + timedelta(minutes=1))
     assert not down.health.up and down.signals == ()

@@ -18,6 +18,7 @@ from remediator.policy.evaluate import EvalState, History, evaluate
 from remediator.policy.interest import interest_of
 from remediator.policy.loader import load_policy_dir
 from remediator.signals.interest import Interest, ReadingFilter
+from remediator.signals.maintenance import MaintenanceEvent
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import SourceResult
 from remediator.signals.sources.prometheus import (
@@ -120,6 +121,7 @@ def test_healthy_fleet_then_each_fault_on_the_right_node_and_gpu(stack: Stack) -
         (flaky, 1, SignalKind.NVLINK),
         (flaky, 6, SignalKind.XID),
         (flaky, 6, SignalKind.ECC),
+        (flaky, 6, SignalKind.MAINTENANCE),  # the row it remapped waits for a GPU reset
         (no_ib, None, SignalKind.INFINIBAND),
     }
     history: list[SourceResult] = []
@@ -356,3 +358,31 @@ def test_a_frozen_sample_after_a_prometheus_restart_does_not_complete_a_streak(
         source.close()
     finally:
         exporter.close()
+
+
+def test_a_pending_row_remap_is_one_maintenance_event_until_the_reset_clears_it(
+    stack: Stack,
+) -> None:
+    node = stack.nodes[1]
+    stack.inject(type="row_remap_pending", node=node, gpu=4)
+
+    def pending(result: SourceResult) -> list[Signal]:
+        return [s for s in result.signals if s.kind is SignalKind.MAINTENANCE]
+
+    first = pending(poll_until(stack.source, lambda r: bool(pending(r))))
+    assert [(s.node, s.gpu, s.labels["status"]) for s in first] == [(node, 4, "scheduled")]
+    event = MaintenanceEvent.of(first[0])
+    assert (event.code, event.origin.value, event.deadline) == ("row-remap-pending", "dcgm", None)
+    assert event.event_id.startswith("GPU-")  # the exporter's UUID names the GPU
+    again = pending(poll_until(stack.source, lambda r: bool(pending(r))))
+    assert [MaintenanceEvent.of(s).event_id for s in again] == [event.event_id]
+    # A GPU reset (the sim's clear of that GPU) ends it, once.
+    stack.inject(type="clear", node=node, gpu=4)
+    history: list[SourceResult] = []
+    poll_until(
+        stack.source,
+        lambda r: any(s.labels.get("status") == "completed" for s in pending(r)),
+        seen=history,
+    )
+    assert [s.labels["status"] for r in history for s in pending(r)].count("completed") == 1
+    assert pending(stack.source.poll(now())) == []

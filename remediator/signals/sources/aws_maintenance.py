@@ -162,7 +162,11 @@ class AwsMaintenanceSource:
 
     @classmethod
     def from_settings(
-        cls, settings: AwsProviderSettings, nodes: NodeLister, page_size: int = 1000
+        cls,
+        settings: AwsProviderSettings,
+        nodes: NodeLister,
+        page_size: int = 1000,
+        name: str = "aws-maintenance",
     ) -> AwsMaintenanceSource:
         """The EC2 client the provider's settings describe (region, endpoint, timeouts)."""
         config = Config(
@@ -177,7 +181,7 @@ class AwsMaintenanceSource:
             aws_secret_access_key=keys.secret_access_key.get_secret_value() if keys else None,
         )
         ec2 = session.client("ec2", endpoint_url=settings.endpoint_url, config=config)
-        return cls(ec2, nodes, page_size=page_size)
+        return cls(ec2, nodes, name=name, page_size=page_size)
 
     def _pages(self) -> Iterator[Mapping[str, Any]]:
         paginator = self._ec2.get_paginator("describe_instance_status")

@@ -107,7 +107,11 @@ class GceMaintenanceSource:
 
     @classmethod
     def from_settings(
-        cls, settings: GceProviderSettings, nodes: NodeLister, page_size: int = MAX_RESULTS
+        cls,
+        settings: GceProviderSettings,
+        nodes: NodeLister,
+        page_size: int = MAX_RESULTS,
+        name: str = "gce-maintenance",
     ) -> GceMaintenanceSource:
         options = (
             ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint else None
@@ -116,7 +120,7 @@ class GceMaintenanceSource:
         client = compute_v1.InstancesClient(
             credentials=credentials, client_options=options, transport="rest"
         )
-        return cls(client, settings.project, nodes, page_size=page_size)
+        return cls(client, settings.project, nodes, name=name, page_size=page_size)
 
     def poll(self, now: datetime) -> SourceResult:
         try:

@@ -91,6 +91,14 @@ class GpuMissingFault(_Fault):
     persistent: bool = False
 
 
+class RowRemapPendingFault(_Fault):
+    """A row remap waiting for a GPU reset (DCGM_FI_DEV_ROW_REMAP_PENDING=1); a reset or a
+    reboot clears it."""
+
+    type: Literal["row_remap_pending"]
+    gpu: int = Field(ge=0)
+
+
 class ClearFault(_Fault):
     """Without `gpu`, the whole node: GPUs, links and injected conditions."""
 
@@ -106,6 +114,7 @@ Fault = Annotated[
     | IbSymbolFault
     | ConditionFault
     | GpuMissingFault
+    | RowRemapPendingFault
     | ClearFault,
     Field(discriminator="type"),
 ]
@@ -266,6 +275,9 @@ class FaultInjector:
                 f"GPU {fault.gpu} of node {node} is gone: its series vanished, "
                 f"allocatable {GPU_RESOURCE} is now {allocatable}"
             )
+        if isinstance(fault, RowRemapPendingFault):
+            tel.row_remap_pending(node, fault.gpu)
+            return f"row remap pending a GPU reset on node {node} GPU {fault.gpu}"
         tel.clear(node, fault.gpu)
         allocatable = self._sync_allocatable(node)
         if fault.gpu is not None:

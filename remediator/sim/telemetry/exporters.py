@@ -618,6 +618,16 @@ class Telemetry:
                 state.nvlink[3] += 1
             self._version += 1
 
+    def row_remap_pending(self, node: str, gpu: int) -> None:
+        """A row remapped after a correctable error, waiting for the GPU's reset to take effect:
+        DCGM_FI_DEV_ROW_REMAP_PENDING reads 1 until then (no XID: the remap succeeded)."""
+        with self._lock:
+            (state,) = self._gpus(node, gpu)
+            state.static = None
+            state.remapped_rows += 1
+            state.remap_pending = 1
+            self._version += 1
+
     def heat(self, node: str, gpu: int | None, celsius: float, rate: float) -> list[int]:
         """Overheating: the temperature climbs toward `celsius` at `rate` °C/s and holds there."""
         with self._lock:
@@ -703,6 +713,8 @@ class Telemetry:
                         faults.append({**where, "type": "xid", "code": gpu.xid})
                     if gpu.heat_target is not None:
                         faults.append({**where, "type": "temperature", "celsius": gpu.heat_target})
+                    if gpu.remap_pending and not gpu.xid:  # an XID's remap is listed as the XID
+                        faults.append({**where, "type": "row_remap_pending"})
                 for port in state.ports:
                     if port.up_since is None:
                         faults.append({"node": name, "type": "ib_link_down", "device": port.device})

@@ -140,3 +140,29 @@ def test_a_gce_announcement_is_an_event() -> None:
 def test_a_gce_announcement_that_cannot_be_read_is_refused(upcoming: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         event_of(gce_instance(upcoming), "z", "gpu-2")
+
+
+def test_one_maintenance_source_per_cloud_account_of_the_providers() -> None:
+    from remediator.settings import Settings
+    from remediator.signals.sources.cloud_maintenance import maintenance_sources
+
+    settings = Settings.model_validate(
+        {
+            "provider": {"type": "aws", "region": "us-east-1"},
+            "pool_providers": {
+                "a": {"type": "aws", "region": "us-east-1"},
+                "b": {"type": "aws", "region": "us-west-2"},
+                "c": {"type": "gce", "project": "p", "anonymous": True},
+                "d": {"type": "http"},
+            },
+        }
+    )
+
+    class NoNodes:
+        def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+            return []
+
+    providers = [settings.provider, *settings.pool_providers.values()]
+    names = [s.name for s in maintenance_sources(providers, NoNodes())]
+    assert names == ["aws-maintenance", "aws-maintenance-2", "gce-maintenance"]
+    assert maintenance_sources([Settings().provider], NoNodes()) == []

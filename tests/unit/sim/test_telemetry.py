@@ -512,3 +512,27 @@ def test_any_fault_sequence_keeps_counters_monotonic_and_gauges_sane(
             if name == "DCGM_FI_DEV_GPU_UTIL":
                 assert 0 <= value <= 100
         seen.update(current)
+
+
+def test_a_pending_row_remap_is_injected_per_gpu_and_a_reset_clears_it(
+    cluster: SimCluster, telemetry: Telemetry, injector: FaultInjector
+) -> None:
+    from remediator.sim.faults.repair import FaultRepairs
+
+    repairs = FaultRepairs(cluster, telemetry)
+    repairs.attach(injector)
+    node = f"{POOL}-1"
+    text = injector.apply(
+        FAULT.validate_python({"type": "row_remap_pending", "node": node, "gpu": 4})
+    )
+    assert text == f"row remap pending a GPU reset on node {node} GPU 4"
+    body = telemetry.render()
+    assert one(body, "DCGM_FI_DEV_ROW_REMAP_PENDING", Hostname=node, gpu="4") == 1
+    assert one(body, "DCGM_FI_DEV_ROW_REMAP_PENDING", Hostname=node, gpu="3") == 0
+    assert one(body, "DCGM_FI_DEV_XID_ERRORS", Hostname=node, gpu="4") == 0  # no XID: it worked
+    assert {"node": node, "gpu": 4, "type": "row_remap_pending"} in injector.active()
+    assert repairs.reset_gpu(node, 4) is None
+    body = telemetry.render()
+    assert one(body, "DCGM_FI_DEV_ROW_REMAP_PENDING", Hostname=node, gpu="4") == 0
+    assert one(body, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", Hostname=node, gpu="4") == 1
+    assert injector.active() == []

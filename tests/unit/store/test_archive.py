@@ -232,3 +232,50 @@ def test_a_series_read_twice_in_one_cycle_keeps_both_readings(
     archive.record([temp(82.0, T0 + POLL)], NODES, T0 + POLL)
     found = sorted((r.value, r.first_at, r.readings) for r in runs(factory))
     assert found == [(81.0, T0, 1), (82.0, T0, 2)]
+
+
+def test_a_maintenance_event_is_one_run_per_version_and_reads_back(
+    factory: sessionmaker[Session],
+) -> None:
+    from remediator.signals.maintenance import MaintenanceBook, MaintenanceEvent
+
+    archive = SignalArchive(factory, "default")
+    book = MaintenanceBook("aws-maintenance")
+    event = MaintenanceEvent.model_validate(
+        {
+            "event_id": "instance-event-0123456789abcdef0",
+            "code": "system-reboot",
+            "origin": "aws",
+            "instance_id": "i-0abc",
+            "node": "n1",
+            "window_start": T0 + timedelta(days=2),
+            "deadline": T0 + timedelta(days=7),
+        }
+    )
+    moved = event.model_copy(update={"window_start": T0 + timedelta(days=3)})
+    for cycle, seen in enumerate([[event], [event], [moved], [moved], []]):
+        at = T0 + cycle * POLL
+        archive.record(book.update(seen, at), NODES, at)
+    archive.flush()
+    found = [(r.labels["status"], r.first_at, r.readings) for r in runs(factory)]
+    assert found == [
+        ("scheduled", T0, 2),
+        ("rescheduled", T0 + 2 * POLL, 2),
+        ("completed", T0 + 4 * POLL, 1),
+    ]
+    replayed = [
+        MaintenanceEvent.of(
+            Signal(
+                node=r.node,
+                kind=r.kind,
+                source=r.source,
+                observed_at=r.first_at,
+                gpu=r.gpu,
+                code=r.code,
+                labels=dict(r.labels),
+            )
+        )
+        for r in runs(factory)
+    ]
+    assert {e.event_id for e in replayed} == {event.event_id}
+    assert [e.window_start for e in replayed] == [event.window_start, *[moved.window_start] * 2]

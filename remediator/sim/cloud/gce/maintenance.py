@@ -165,10 +165,10 @@ def maintenance_routes(gce: SimGce, maintenance: GceMaintenance) -> list[Route]:
         return _error(404, "notFound", f"The resource '{what}' was not found", "NOT_FOUND")
 
     def throttled() -> Response | None:
-        """The service's `throttle` fault (`POST /_sim/faults`) covers these calls too."""
+        """`POST /_sim/faults {"type": "throttle_instances", "count": N}` throttles these."""
         with gce._lock:
-            if gce.faults.throttle > 0:
-                gce.faults.throttle -= 1
+            if gce.faults.throttle_instances > 0:
+                gce.faults.throttle_instances -= 1
                 return _error(429, "rateLimitExceeded", "Rate Limit Exceeded", "RESOURCE_EXHAUSTED")
         return None
 

@@ -10,7 +10,8 @@ RECREATING (the old VM and its Node go), then CREATING, then NONE with `instance
 once the new VM's Node — same name — registers (Ready after the provision delay).
 
 Faults (`POST /_sim/faults`): `{"type": "throttle", "count": N}` answers the next N calls 429
-`rateLimitExceeded`; `{"type": "capacity", "count": N}` leaves the next N recreated instances
+`rateLimitExceeded` (`throttle_instances`: the next N instances.get/list/performMaintenance
+calls instead); `{"type": "capacity", "count": N}` leaves the next N recreated instances
 CREATING with a `ZONE_RESOURCE_POOL_EXHAUSTED` last attempt; `{"type": "never_ready", "count": N}`
 registers their Nodes but never Ready.
 
@@ -71,6 +72,9 @@ class Instance:
 @dataclass
 class GceFaults:
     throttle: int = 0
+    # The maintenance calls' own (maintenance.py): the controller polls instances.list every
+    # cycle, which must not eat a `throttle` meant for the provider's calls.
+    throttle_instances: int = 0
     capacity: int = 0
     never_ready: int = 0
 
@@ -348,7 +352,7 @@ def build_gce_app(gce: SimGce, extra: Sequence[Route] = ()) -> Starlette:
     async def faults(request: Request) -> Response:
         body = await request.json()
         kind, count = body.get("type"), int(body.get("count", 1))
-        if kind not in ("throttle", "capacity", "never_ready"):
+        if kind not in ("throttle", "capacity", "never_ready", "throttle_instances"):
             return JSONResponse({"error": f"unknown fault {kind!r}"}, status_code=400)
         with gce._lock:
             setattr(gce.faults, kind, count)
