@@ -20,7 +20,7 @@ from remediator.policy.planned import ANN_NEXT_CHECKPOINT
 from remediator.settings import AwsProviderSettings, GceProviderSettings
 from remediator.signals.maintenance import MaintenanceEvent, MaintenanceOrigin
 from tests.fixtures.sim import SimHandle
-from tests.integration.engine_support import Engine, provider_setting, settings_for
+from tests.integration.engine_support import Engine, provider_setting, settings_for, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +122,16 @@ def test_an_ec2_system_reboot_is_done_at_the_jobs_checkpoint_through_reboot_inst
     )
     engine.push(event.signal("aws-events", datetime.now(UTC)))
 
-    waiting = engine.wait_state(TRAIN_NODE, State.QUEUED, timeout=60)
+    engine.wait_state(TRAIN_NODE, State.QUEUED, timeout=60)
+
+    def planned() -> bool:
+        # The plan's line follows the queued remediation's creation (its own write).
+        record = engine.of_node(TRAIN_NODE)
+        return record is not None and any(e.action == "planned" for e in record.events)
+
+    wait_for(planned, timeout=60, what="the plan on the timeline")
+    waiting = engine.of_node(TRAIN_NODE)
+    assert waiting is not None and waiting.state is State.QUEUED
     assert waiting.queue_cause == "planned"
     assert waiting.next_attempt_at == checkpoint
     (plan,) = [e.detail for e in waiting.events if e.action == "planned"]
