@@ -15,7 +15,7 @@ from remediator.actions.outcome import Done, Failed, Outcome, Waiting
 from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
-from remediator.providers.base import NodePoolProvider, RebootUnsupported
+from remediator.providers.base import NodePoolProvider, RebootUnsupported, trigger_maintenance
 
 STEP = "reboot"
 # Run in the host's namespaces (hostPID + nsenter into PID 1): systemd reboots the machine.
@@ -33,8 +33,16 @@ def request_reboot(
     reason: str,
     remediation: str,
     attempt: int,
+    maintenance: str | None = None,
 ) -> dict[str, Any]:
-    """Ask for the reboot (idempotent by `key` / the Job's name); how it was asked for."""
+    """Ask for the reboot (idempotent by `key` / the Job's name); how it was asked for.
+    `maintenance` (an announced event's code) starts that event through the provider instead:
+    no Job can stand in for it, so the provider's refusal (MaintenanceUnsupported) stands."""
+    if maintenance is not None:
+        if pool is None:
+            raise RebootUnsupported(f"node {node} belongs to no node pool: no cloud to ask")
+        receipt = trigger_maintenance(provider, pool, node, maintenance, key, reason)
+        return {"via": "maintenance", "reboot_id": receipt.id, "pool": pool, **receipt.detail}
     if pool is not None:
         try:
             receipt = provider.reboot(pool, node, key, reason)

@@ -55,6 +55,7 @@ from remediator.providers.instrumented import InstrumentedProvider, ProviderMetr
 from remediator.providers.select import PoolProviders
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.node_gone import end_all_gone
+from remediator.remediation.planned import pods_from
 from remediator.remediation.service import RemediationService
 from remediator.settings import Settings, SignalSettings
 from remediator.signals.admission import Admission
@@ -316,7 +317,9 @@ class Controller:
             if archive.enabled
             else None
         )
-        self.intake = Intake(self.repository, actor=self.actor, archive=self.archive)
+        self.intake = Intake(
+            self.repository, actor=self.actor, archive=self.archive, pods=pods_from(self.kube)
+        )
         self.inventory: Inventory | None = None
         self._inventory_at = 0.0
         self._leading = threading.Event()

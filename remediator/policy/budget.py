@@ -39,6 +39,8 @@ class HoldCause(StrEnum):
     BUDGET = "budget"
     BREAKER = "breaker"
     PAUSE = "pause"
+    # A planned ladder waits for its chosen moment (policy/planned.py); not a budget's hold.
+    PLANNED = "planned"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class LadderStep:
     fallback: bool | None = None  # only taken when a repair fails (`on_failure`)
     stage: int | None = None  # which fallback in a chain (a fallback without one is the first)
     ladder: str | None = None  # the policy a named fallback's steps come from
+    via: str | None = None  # reboot: "maintenance" triggers the cloud's announced event
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -46,6 +47,7 @@ class LadderStep:
             fallback=bool(raw["fallback"]) if raw.get("fallback") is not None else None,
             stage=_int(raw.get("stage")),
             ladder=raw.get("ladder"),
+            via=raw.get("via"),
         )
 
 
@@ -73,6 +75,7 @@ def _rung(step: Step) -> LadderStep:
         level=getattr(step, "level", None),
         limit=getattr(step, "max_reboots", None),
         window_seconds=window.total_seconds() if window is not None else None,
+        via="maintenance" if getattr(step, "via", None) == "maintenance" else None,
     )
 
 

@@ -22,6 +22,7 @@ from remediator.errors import PolicyError
 from remediator.policy.fallbacks import fallback_problems
 from remediator.policy.repeats import repeat_problems
 from remediator.policy.schema import GlobalSettings, Policy, PolicyFile
+from remediator.policy.windows import POOL_WINDOW
 from remediator.signals import xid
 from remediator.signals.model import SignalKind
 
@@ -96,6 +97,7 @@ def load_policy_dir(
     first_seen: dict[str, str] = {}
     fallback_at: dict[str, str] = {}
     repeat_at: dict[str, list[str]] = {}
+    window_at: dict[str, str] = {}
     settings = GlobalSettings()
     for path in policy_files(directory):
         name = path.name
@@ -141,6 +143,8 @@ def load_policy_dir(
                 f"{where}.match.repeat.of[{i}]"
                 for i in range(len(of or ()))
             ]
+            at = _line_of(node, ("policies", index, "when", "window"))
+            window_at[policy.name] = f"{name}:{at}: {where}.when.window"
             item = _child(node, ("policies", index))
             if item is not None:
                 origins[policy.name] = Origin(
@@ -156,6 +160,7 @@ def load_policy_dir(
                         )
     problems.extend(fallback_problems(policies, fallback_at))
     problems.extend(repeat_problems(policies, repeat_at))
+    problems.extend(when_problems(policies, settings, window_at))
     if not texts:
         problems.append(f"{directory}: no policy files (*.yaml)")
     if problems:
@@ -173,6 +178,23 @@ def load_policy_dir(
         origins=origins,
         warnings=tuple(warnings),
     )
+
+
+def when_problems(
+    policies: Sequence[Policy], settings: GlobalSettings, window_at: Mapping[str, str]
+) -> list[str]:
+    """A planned ladder's `window` must be `pool` or a window settings.yaml defines."""
+    problems = []
+    for policy in policies:
+        wanted = policy.when.window if policy.when is not None else None
+        if wanted is None or wanted == POOL_WINDOW or wanted in settings.windows:
+            continue
+        known = ", ".join(sorted(settings.windows)) or "none defined"
+        problems.append(
+            f"{window_at[policy.name]}: no maintenance window {wanted!r} in {SETTINGS_FILE} "
+            f"(windows: {known}; or {POOL_WINDOW!r} for the node's pool's windows)"
+        )
+    return problems
 
 
 def git_revision(directory: Path) -> tuple[str | None, bool]:

@@ -19,6 +19,7 @@ from pydantic import (
 
 from remediator.model.optout import DEFAULT_MAX_HOLD, DEFAULT_MAX_OPT_OUT
 from remediator.policy.durations import Duration
+from remediator.policy.windows import POOL_WINDOW, MaintenanceWindow
 from remediator.signals.model import SignalKind
 
 DEFAULT_GRACE = timedelta(seconds=120)
@@ -201,6 +202,9 @@ class Reboot(_Strict):
     timeout: Duration = timedelta(minutes=15)
     max_reboots: int = Field(default=2, ge=1, le=100)
     window: Duration = timedelta(days=7)
+    # `maintenance`: start the cloud's announced maintenance instead (GCE performMaintenance,
+    # EC2 RebootInstances for a reboot event), which also reboots the node; planned ladders only.
+    via: Literal["provider", "maintenance"] = "provider"
 
 
 class Diagnose(_Strict):
@@ -272,6 +276,19 @@ def _one_line(value: str) -> str:
     return value.strip()
 
 
+class When(_Strict):
+    """Planned work (a cloud maintenance event, a pending row remap): act at a chosen moment
+    before the signal's deadline instead of at once. `before_deadline` is the margin the work
+    must finish by; `at_checkpoint` waits for the job's next checkpoint (its handshake pods
+    announce it); `window` is `pool` (the node's pool's maintenance windows) or a window's
+    name. `drain_time` overrides the drain's expected time (by default its grace)."""
+
+    before_deadline: Duration = timedelta(0)
+    at_checkpoint: bool = False
+    window: Annotated[str, AfterValidator(_policy_name)] | None = None
+    drain_time: Duration | None = None
+
+
 class Policy(_Strict):
     name: Annotated[str, AfterValidator(_policy_name)]
     description: str = Field(min_length=1)
@@ -292,6 +309,8 @@ class Policy(_Strict):
     # ladder continues from its first repair or replace step (checked by the loader: it exists,
     # and the chain has no cycle).
     on_failure: Annotated[str, AfterValidator(_policy_name)] | None = None
+    # Planned: when to act before the signal's deadline (docs/planned.md); None acts at once.
+    when: When | None = None
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
@@ -330,6 +349,22 @@ class Policy(_Strict):
                 raise ValueError("on_failure and a replace step: use one of them")
             if self.on_failure == self.name:
                 raise ValueError("on_failure names this policy itself: a fallback loop")
+        return self
+
+    @model_validator(mode="after")
+    def _planned(self) -> Policy:
+        if self.when is not None and self.match.kind is not SignalKind.MAINTENANCE:
+            raise ValueError("when: plans around an announced event: match kind maintenance")
+        if self.when is not None and not {s.action for s in self.actions} & {"checkpoint", "drain"}:
+            raise ValueError("when: plans a drain: the ladder needs a checkpoint or drain step")
+        if self.when is None and any(
+            getattr(s, "via", None) == "maintenance" for s in self.actions
+        ):
+            raise ValueError("reboot via: maintenance starts an announced event: it needs when:")
+        if self.when is not None and self.approval == "required":
+            raise ValueError(
+                "when: and approval: required: a planned moment cannot wait on a human"
+            )
         return self
 
     @property
@@ -391,6 +426,22 @@ class StormBreaker(_Strict):
         return self
 
 
+class PlannedBudget(_Strict):
+    """Planned remediations are announced days ahead and never a storm: they have their own
+    limits instead of max_concurrent and the breaker. `per_pool` nodes of one pool at once."""
+
+    max_concurrent: int = Field(default=2, ge=0)
+    per_pool: int = Field(default=1, ge=0)
+
+
+def _window_names(value: dict[str, MaintenanceWindow]) -> dict[str, MaintenanceWindow]:
+    for name in value:
+        _policy_name(name)
+        if name == POOL_WINDOW:
+            raise ValueError(f"{POOL_WINDOW!r} means the node's own pool's windows: pick another")
+    return value
+
+
 class GlobalSettings(_Strict):
     max_unhealthy: MaxUnhealthy = MaxUnhealthy()
     max_concurrent: int = Field(default=5, ge=0)
@@ -408,3 +459,9 @@ class GlobalSettings(_Strict):
         if value <= timedelta(0):
             raise ValueError("must be longer than 0s")
         return value
+
+    # Maintenance windows by name, each assigned to pools (policy/windows.py).
+    windows: Annotated[dict[str, MaintenanceWindow], AfterValidator(_window_names)] = Field(
+        default_factory=dict
+    )
+    planned: PlannedBudget = PlannedBudget()

@@ -18,6 +18,11 @@ key is tagged on the instance first and a repeated key finds it there and never 
 call EC2 refused removes the tag so that a retry asks again. A crash (or a lost reply) between the
 tag and the answer leaves it at most once: the step's boot-id wait then decides.
 
+Planned maintenance (`trigger_maintenance`) is that same reboot, for the scheduled events a
+user-initiated reboot answers: `instance-reboot` (done by it) and `system-reboot` (EC2 attempts
+reboot migration to new hardware, which clears the event when it succeeds). Other events
+(`instance-retirement`, `instance-stop`, `system-maintenance`) are not ours to start.
+
 Operation ids are `<group>/<old instance id>`. Credentials come only from boto3's own chain.
 """
 
@@ -38,7 +43,9 @@ from remediator.errors import NotFoundError, PermanentError, RemediatorError, Tr
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
 from remediator.providers.base import (
+    EC2_REBOOT_EVENTS,
     CapacityExhausted,
+    MaintenanceUnsupported,
     Operation,
     OperationState,
     RebootReceipt,
@@ -398,6 +405,20 @@ class AwsAutoScalingProvider:
         except BotoCoreError as exc:
             raise wrap_client_error(exc, f"reboot instance {instance}", pool) from exc
         return reboot_receipt(pool, node, instance, requested)
+
+    def trigger_maintenance(
+        self, pool: str, node: str, event: str, idempotency_key: str, reason: str
+    ) -> RebootReceipt:
+        """`RebootInstances` for a reboot event (module docstring), once per key."""
+        if event not in EC2_REBOOT_EVENTS:
+            raise MaintenanceUnsupported(
+                f"EC2 event {event} on {node}: no user-initiated call completes it "
+                f"(only {', '.join(sorted(EC2_REBOOT_EVENTS))})"
+            )
+        receipt = self.reboot(pool, node, idempotency_key, reason)
+        return RebootReceipt(
+            receipt.id, receipt.pool, receipt.node, {**receipt.detail, "event": event}
+        )
 
     # -- reading AWS -------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from remediator.errors import PermanentError
 
@@ -86,3 +86,33 @@ class NodePoolProvider(Protocol):
         """Power-cycle `node`; the same key never reboots twice. RebootUnsupported when the
         provider cannot."""
         ...
+
+
+class MaintenanceUnsupported(PermanentError):
+    """The cloud offers no way for us to start this maintenance early: wait for it instead (or,
+    for a retirement, replace the node ahead of it)."""
+
+
+# EC2 scheduled events a user-initiated RebootInstances answers: instance-reboot is done by it;
+# system-reboot attempts reboot migration to new hardware, which clears the event on success.
+EC2_REBOOT_EVENTS = frozenset({"instance-reboot", "system-reboot"})
+
+
+@runtime_checkable
+class MaintenanceTrigger(Protocol):
+    def trigger_maintenance(
+        self, pool: str, node: str, event: str, idempotency_key: str, reason: str
+    ) -> RebootReceipt:
+        """Start the cloud's announced maintenance `event` (its code) on `node` now, once per
+        key; MaintenanceUnsupported when this cloud or this event allows no such thing."""
+        ...
+
+
+def trigger_maintenance(
+    provider: object, pool: str, node: str, event: str, idempotency_key: str, reason: str
+) -> RebootReceipt:
+    """Through `provider` when it can trigger maintenance at all."""
+    if not isinstance(provider, MaintenanceTrigger):
+        name = type(provider).__name__
+        raise MaintenanceUnsupported(f"{name} cannot trigger maintenance ({node} in {pool})")
+    return provider.trigger_maintenance(pool, node, event, idempotency_key, reason)

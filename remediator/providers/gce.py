@@ -18,6 +18,10 @@ key, so a repeat returns the first operation and never resets twice (Compute Eng
 ids for at least 60 minutes, far longer than a reboot step). The provider follows the zonal
 operation with `zoneOperations.wait` itself: the client's own ExtendedOperation polls through an
 operations client that ignores `api_endpoint`.
+
+Planned maintenance (`trigger_maintenance`) is `instances.performMaintenance`, allowed only while
+the instance's `upcomingMaintenance.canReschedule` is true: Compute Engine then starts the
+announced maintenance now instead of in its window. Same requestId and wait as a reset.
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ from remediator.clock import utcnow
 from remediator.errors import NotFoundError, PermanentError, RemediatorError, TransientError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
-from remediator.providers.base import Operation, OperationState, RebootReceipt, RebootUnsupported
+from remediator.providers.base import (
+    MaintenanceUnsupported,
+    Operation,
+    OperationState,
+    RebootReceipt,
+    RebootUnsupported,
+)
 from remediator.settings import GceProviderSettings
 
 RETRYABLE = (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServerError)
@@ -212,19 +222,63 @@ class GceProvider:
     def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
         """`instances.reset` of the node's VM, once per key (its requestId); waits for the
         operation: DONE means the VM was power-cycled, an error on it stops the step."""
-        if self._instances is None:
-            raise RebootUnsupported(f"no Compute Engine instances client ({node} in {pool})")
-        project, zone, instance = parse_provider_id(self._kube.get_node(node).provider_id)
-        request = compute_v1.ResetInstanceRequest(
-            project=project,
-            zone=zone,
-            instance=instance,
-            request_id=request_id(idempotency_key),
+        return self._instance_call(
+            "reset", self._reset_request, pool, node, idempotency_key, "compute.instances.reset"
         )
-        op = self._call(f"reset {instance}", self._instances.reset_unary, request=request)
+
+    def trigger_maintenance(
+        self, pool: str, node: str, event: str, idempotency_key: str, reason: str
+    ) -> RebootReceipt:
+        """`instances.performMaintenance`, once per key (module docstring). `event` is the
+        instance's upcomingMaintenance type; Compute Engine itself refuses it unless
+        canReschedule, and that refusal stops the step with its reason."""
+        receipt = self._instance_call(
+            "performMaintenance",
+            self._maintenance_request,
+            pool,
+            node,
+            idempotency_key,
+            "compute.instances.performMaintenance",
+        )
+        return RebootReceipt(
+            receipt.id, receipt.pool, receipt.node, {**receipt.detail, "event": event}
+        )
+
+    def _reset_request(self, project: str, zone: str, instance: str, rid: str) -> Any:
+        request = compute_v1.ResetInstanceRequest(
+            project=project, zone=zone, instance=instance, request_id=rid
+        )
+        return self._instances.reset_unary(request=request)
+
+    def _maintenance_request(self, project: str, zone: str, instance: str, rid: str) -> Any:
+        request = compute_v1.PerformMaintenanceInstanceRequest(
+            project=project, zone=zone, instance=instance, request_id=rid
+        )
+        return self._instances.perform_maintenance_unary(request=request)
+
+    def _instance_call(
+        self,
+        verb: str,
+        send: Callable[[str, str, str, str], Any],
+        pool: str,
+        node: str,
+        idempotency_key: str,
+        call: str,
+    ) -> RebootReceipt:
+        """One instance operation, once per key (its requestId), waited for until DONE."""
+        if self._instances is None:
+            if verb == "reset":
+                raise RebootUnsupported(f"no Compute Engine instances client ({node} in {pool})")
+            raise MaintenanceUnsupported(f"no Compute Engine instances client ({node} in {pool})")
+        project, zone, instance = parse_provider_id(self._kube.get_node(node).provider_id)
+        rid = request_id(idempotency_key)
+        try:
+            op = send(project, zone, instance, rid)
+        except gexc.GoogleAPICallError as exc:
+            raise wrap(exc, f"{verb} {instance}") from exc
         if op.status != compute_v1.Operation.Status.DONE:
             op = self._call(
-                f"wait for reset {op.name}",
+                f"wait for {verb} {op.name}",
                 self._ops.wait,
                 project=project,
                 zone=zone,
@@ -233,19 +287,14 @@ class GceProvider:
         errors = list(op.error.errors) if op.error and op.error.errors else []
         if errors:
             text = "; ".join(f"{e.code}: {e.message}" for e in errors)
-            raise PermanentError(f"GCE: reset {instance} failed: {text}")
+            raise PermanentError(f"GCE: {verb} {instance} failed: {text}")
         if op.status != compute_v1.Operation.Status.DONE:
-            raise TransientError(f"GCE: reset {instance} ({op.name}) is still {op.status.name}")
+            raise TransientError(f"GCE: {verb} {instance} ({op.name}) is still {op.status.name}")
         return RebootReceipt(
             id=op.name,
             pool=pool,
             node=node,
-            detail={
-                "call": "compute.instances.reset",
-                "instance": instance,
-                "zone": zone,
-                "operation": op.name,
-            },
+            detail={"call": call, "instance": instance, "zone": zone, "operation": op.name},
         )
 
     # -- reading -----------------------------------------------------------------------------

@@ -11,7 +11,12 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Histogram
 
 from remediator.errors import PermanentError, RemediatorError, TransientError
-from remediator.providers.base import NodePoolProvider, Operation, RebootReceipt
+from remediator.providers.base import (
+    NodePoolProvider,
+    Operation,
+    RebootReceipt,
+    trigger_maintenance,
+)
 
 T = TypeVar("T")
 # Calls take from a few milliseconds to the client's timeout and retries (tens of seconds).
@@ -75,4 +80,12 @@ class InstrumentedProvider:
     def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
         return self._timed(
             "reboot", lambda: self._inner.reboot(pool, node, idempotency_key, reason)
+        )
+
+    def trigger_maintenance(
+        self, pool: str, node: str, event: str, idempotency_key: str, reason: str
+    ) -> RebootReceipt:
+        return self._timed(
+            "trigger_maintenance",
+            lambda: trigger_maintenance(self._inner, pool, node, event, idempotency_key, reason),
         )

@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from remediator.kube.client import KubeClient
-from remediator.providers.base import NodePoolProvider, Operation, RebootReceipt
+from remediator.providers.base import (
+    NodePoolProvider,
+    Operation,
+    RebootReceipt,
+    trigger_maintenance,
+)
 from remediator.settings import (
     AnyProviderSettings,
     AwsProviderSettings,
@@ -84,3 +89,8 @@ class PoolProviders:
 
     def reboot(self, pool: str, node: str, idempotency_key: str, reason: str) -> RebootReceipt:
         return self._for(pool).reboot(pool, node, idempotency_key, reason)
+
+    def trigger_maintenance(
+        self, pool: str, node: str, event: str, idempotency_key: str, reason: str
+    ) -> RebootReceipt:
+        return trigger_maintenance(self._for(pool), pool, node, event, idempotency_key, reason)

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 
 from remediator.errors import ConflictError, IllegalTransition
 from remediator.kube.objects import Node
@@ -44,9 +45,23 @@ from remediator.policy.evaluate import (
 )
 from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
+from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
 from remediator.remediation.journal import log_transition
 from remediator.remediation.node_gone import REPLACEMENT_STATES
+from remediator.remediation.planned import (
+    PLANNED_ACTION,
+    Plan,
+    PodAnnotations,
+    due,
+    events_of,
+    hold_text,
+    no_pods,
+    plan_moment,
+    planned_detail,
+    planned_running,
+    same_moment,
+)
 from remediator.remediation.suppression import suppressed_by
 from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
@@ -125,6 +140,15 @@ class IntakeResult:
     folded: Mapping[str, int] = field(default_factory=dict)  # duplicates dropped, by source
     # What became of the accepted signals, by class (opened, joined, folded, cooldown, …)
     dispositions: Mapping[str, int] = field(default_factory=dict)
+
+
+PLANNED = HoldCause.PLANNED.value
+
+
+@dataclass
+class PlannedResult:
+    created: list[RemediationRecord] = field(default_factory=list)
+    queued: list[RemediationRecord] = field(default_factory=list)
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
@@ -209,14 +233,17 @@ class Intake:
         actor: str,
         fold_window: timedelta = DEFAULT_FOLD_WINDOW,
         archive: SignalArchive | None = None,
+        pods: PodAnnotations = no_pods,
     ) -> None:
         self._repo = repository
+        self._pods = pods
         self._archive = archive
         self._actor = actor
         self._folder = SignalFolder(fold_window)
         self._fold_window = fold_window
         self._last_stored: dict[tuple[str, int | None, SignalKind, int | None], datetime] = {}
         self._opened: list[Decision] = []
+        self._linked: set[int] = set()  # ids of signals linked to a waiting plan this cycle
         self._eval_state = EvalState()
         self._lock = threading.Lock()
         # This cycle's dispositions: id(signal) → (class, text); written with the signals.
@@ -268,8 +295,9 @@ class Intake:
                 self._archive.record(signals, inventory.snapshots(), now)
             except ArchiveUnavailable as exc:
                 log.warning("%s", exc)
-        linked = {id(s) for decision in self._opened for s in decision.signals}
+        linked = {id(s) for decision in self._opened for s in decision.signals} | self._linked
         self._opened = []
+        self._linked = set()
         self._store(signals, linked, now)
         return replace(result, dropped=screened.dropped)
 
@@ -340,7 +368,7 @@ class Intake:
         self._eval_state = evaluation.state
         decisions = self._not_suppressed(evaluation.decisions, now)
         fencing, closed = self._close_cleared(fencing, fresh, inventory, policies)
-        result = self._admit(decisions, fencing, inventory, policies, now)
+        result = self._admit(decisions, fencing, inventory, policies, now, fresh)
         self._explain(fresh, history, fencing, policies, now)
         return replace(result, closed=closed)
 
@@ -374,18 +402,22 @@ class Intake:
         inventory: Inventory,
         policies: PolicySet,
         now: datetime,
+        fresh: Sequence[Signal] = (),
     ) -> IntakeResult:
         queued = [r for r in fencing if r.state is State.QUEUED]
         if not decisions and not queued:
             return IntakeResult()
-        candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         status = self._repo.controller_status()
+        paused = f"automation paused by {status.paused_by}: {status.pause_reason}"
+        decisions, queued, planned = self._plan(
+            decisions, queued, fencing, policies, now, paused if status.paused else None, fresh
+        )
+        candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         tripped: str | None = None
         admission: Admission[Decision | RemediationRecord]
         if status.paused:
-            reason = f"automation paused by {status.paused_by}: {status.pause_reason}"
-            paused = tuple(Held(c, reason, HoldCause.PAUSE) for c in candidates)
-            admission = Admission((), paused, breaker_of(status))
+            holds = tuple(Held(c, paused, HoldCause.PAUSE) for c in candidates)
+            admission = Admission((), holds, breaker_of(status))
         else:
             admission = admit(
                 candidates,
@@ -411,7 +443,153 @@ class Intake:
                 self._requeue(candidate, held)
             elif (record := self._open(candidate, policies, held)) is not None:
                 newly_queued.append(record)
+        created.extend(planned.created)
+        newly_queued.extend(planned.queued)
         return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
+
+    def _plan(
+        self,
+        decisions: Sequence[Decision],
+        queued: Sequence[RemediationRecord],
+        fencing: Sequence[RemediationRecord],
+        policies: PolicySet,
+        now: datetime,
+        paused: str | None,
+        fresh: Sequence[Signal] = (),
+    ) -> tuple[list[Decision], list[RemediationRecord], PlannedResult]:
+        """Planned decisions and queued plans (remediation/planned.py): those whose moment has
+        come are admitted under the planned budget, the others wait for it; what is not planned
+        (or urgent: its deadline passed) is handed back for the ordinary admission, and a plan
+        whose events all ended is closed (a decision about one is dropped)."""
+        ordinary: list[Decision] = []
+        others: list[RemediationRecord] = []
+        ready: list[tuple[Decision | RemediationRecord, Moment]] = []
+        later: list[tuple[Decision | RemediationRecord, Moment]] = []
+        items: list[Decision | RemediationRecord] = [*decisions, *queued]
+        for item in items:
+            policy = policies.policy(item.policy)
+            record = item if isinstance(item, RemediationRecord) else None
+            plan = Plan(None)
+            if policy is not None and (record is None or record.queue_cause == PLANNED):
+                signals = item.signals if record is None else self._follow(record, fresh)
+                pods = partial(self._pods, item.node)
+                plan = plan_moment(policy, item.pool, signals, policies, now, pods)
+            moment = plan.moment
+            if plan.ended:
+                self._end_plan(item)
+            elif moment is None or moment.urgent:
+                if isinstance(item, RemediationRecord):
+                    others.append(item)
+                else:
+                    ordinary.append(item)
+            else:
+                (ready if due(moment, now) else later).append((item, moment))
+        result = PlannedResult()
+        admitted, held = admit_planned(
+            [item for item, _ in ready],
+            policies.settings.planned,
+            planned_running(fencing, policies),
+        )
+        if paused is not None:
+            admitted, held = [], [(item, paused) for item, _ in ready]
+        moments = {id(item): moment for item, moment in (*ready, *later)}
+        for item in admitted:
+            if isinstance(item, RemediationRecord):
+                opened = self._dequeue(item)
+            else:
+                opened = self._open(item, policies)
+                if opened is not None:
+                    self._note_plan(opened, moments[id(item)], update=False)
+            if opened is not None:
+                result.created.append(opened)
+        waiting = [(item, why if why == paused else f"planned budget: {why}") for item, why in held]
+        waiting += [(item, hold_text(moment)) for item, moment in later]
+        for item, reason in waiting:
+            moment = moments[id(item)]
+            if isinstance(item, RemediationRecord):
+                if not same_moment(item, moment) or item.hold_reason != reason:
+                    self._note_plan(item, moment, reason=reason)
+                continue
+            opened = self._open(item, policies, Held(item, reason, HoldCause.PLANNED))
+            if opened is not None:
+                self._note_plan(opened, moment, reason=reason)
+                result.queued.append(opened)
+        return ordinary, others, result
+
+    def _follow(self, record: RemediationRecord, fresh: Sequence[Signal]) -> list[Signal]:
+        """The record's signals with any newer version of its events among `fresh` (linked to
+        it, so the newest version survives a restart)."""
+        linked = [
+            entry.signal
+            for entry in self._repo.signals_for_node(record.node, since=record.created_at)
+            if entry.remediation_id == record.id
+        ]
+        base = [*record.signals, *linked]
+        known = events_of(base)
+        newer = [
+            signal
+            for signal in fresh
+            if signal.node == record.node
+            and (event := events_of([signal]).get(signal.labels.get("event_id", "")))
+            and event.event_id in known
+            and event != known[event.event_id]
+        ]
+        if newer:
+            said = [f"joined #{record.id}: {s.labels.get('status', '')}" for s in newer]
+            self._repo.insert_signals(newer, remediation_id=record.id, dispositions=said)
+            for signal in newer:
+                self._linked.add(id(signal))
+                self._said[id(signal)] = ("joined", f"joined #{record.id}")
+        return [*base, *newer]
+
+    def _end_plan(self, item: Decision | RemediationRecord) -> None:
+        """Every event it was about ended: a waiting plan is closed, a decision dropped."""
+        reason = "the maintenance event ended (completed or cancelled): nothing to plan"
+        if not isinstance(item, RemediationRecord):
+            for signal in item.signals:
+                self._said[id(signal)] = ("ended", reason)
+            return
+        try:
+            after = self._repo.transition(
+                item.id,
+                State.QUEUED,
+                State.CANCELLED,
+                action="maintenance_ended",
+                actor=self._actor,
+                detail={"reason": reason},
+                expected_version=item.version,
+                hold_reason=reason,
+            )
+        except (ConflictError, IllegalTransition):
+            return
+        log_transition(
+            State.QUEUED,
+            after,
+            action="maintenance_ended",
+            detail={"reason": reason},
+            seconds_in_state=max(0.0, (after.updated_at - item.created_at).total_seconds()),
+            actor=self._actor,
+        )
+
+    def _note_plan(
+        self,
+        record: RemediationRecord,
+        moment: Moment,
+        *,
+        reason: str | None = None,
+        update: bool = True,
+    ) -> None:
+        """The plan on the timeline; on a waiting one also its moment and reason (durable)."""
+        if update:
+            try:
+                self._repo.update_fields(
+                    record.id, record.version, next_attempt_at=moment.at, hold_reason=reason
+                )
+            except ConflictError:
+                return
+        self._repo.append_event(
+            record.id, action=PLANNED_ACTION, actor=self._actor, detail=planned_detail(moment)
+        )
 
     def _record_breaker(self, status: ControllerStatus, breaker: BreakerState) -> str | None:
         """Persist the fault window when it changed, and the trip when it happened now."""

@@ -61,6 +61,7 @@ from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
 from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.node_gone import end_gone
+from remediator.remediation.planned import maintenance_event
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.slurm.engine import SlurmSteps, both, together
 from remediator.store.optouts import OptOutBook
@@ -725,6 +726,7 @@ class RemediationService:
                 reason=record.reason,
                 remediation=str(record.id),
                 attempt=attempt,
+                maintenance=maintenance_event(record) if step.via == "maintenance" else None,
             )
             self._repo.append_event(
                 record.id, action="reboot_accepted", actor=self.actor, detail=how

@@ -50,6 +50,7 @@ from remediator.web.intake import fill_intake, make_intake_router, register_inta
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.optouts import make_optouts_router
+from remediator.web.planned_page import make_planned_router
 from remediator.web.problems import WebError
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
@@ -212,6 +213,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_doctor_router())
     app.include_router(make_shadow_router())
     app.include_router(make_optouts_router())
+    app.include_router(make_planned_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)
