@@ -50,6 +50,7 @@ from remediator.web.intake import fill_intake, make_intake_router, register_inta
 from remediator.web.metrics import ConsoleMetrics
 from remediator.web.oncall import client_address
 from remediator.web.problems import WebError
+from remediator.web.query import single_valued_query
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
 from remediator.web.signal_dispositions import make_dispositions_router
@@ -132,6 +133,7 @@ def create_app(deps: WebDeps) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url="/api/v1/openapi.json",
+        dependencies=[Depends(single_valued_query)],
     )
     app.add_middleware(BodyLimit, limit=deps.settings.web.max_body_bytes)
     app.state.deps = deps
