@@ -28,12 +28,13 @@ def _not_a_number(value: object) -> object:
 
 QueryTime = Annotated[datetime, BeforeValidator(_not_a_number)]
 
-_LISTS: dict[int, frozenset[str]] = {}
+_LISTS = "_remediator_list_parameters"
 
 
 def _list_parameters(route: APIRoute) -> frozenset[str]:
-    """The route's query parameters that take several values (declared as lists)."""
-    found = _LISTS.get(id(route))
+    """The route's query parameters that take several values (declared as lists), worked out
+    once and kept on the route itself (an id-keyed cache would outlive it)."""
+    found: frozenset[str] | None = getattr(route, _LISTS, None)
     if found is None:
         found = frozenset(
             field.alias
@@ -41,7 +42,7 @@ def _list_parameters(route: APIRoute) -> frozenset[str]:
             if isinstance(field.field_info, Query)
             and field_annotation_is_sequence(field.field_info.annotation)
         )
-        _LISTS[id(route)] = found
+        setattr(route, _LISTS, found)
     return found
 
 
