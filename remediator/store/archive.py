@@ -23,12 +23,14 @@ import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Table,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -61,6 +63,9 @@ class ArchiveUnavailable(TransientError):
 
 
 RunKey = tuple[str, int | None, str, int | None, str, str]  # node, gpu, kind, code, source, labels
+# An enum member's `.value` is a descriptor call; the archive asks it of every reading.
+_KIND_VALUES = {kind: kind.value for kind in SignalKind}
+_NEVER = datetime.max.replace(tzinfo=UTC)
 BATCH = 5_000
 
 
@@ -175,6 +180,11 @@ class _Run:
     step: timedelta | None = None  # None: every reading lies as far before its cycle
     id: int | None = None  # its row, once written
     ended: bool = False
+    # Worked out once at the start, not at every reading: the cycle from which it is cut
+    # (max_run), and how far each reading lies before its cycle.
+    cut_at: datetime = _NEVER
+    lag: timedelta = timedelta(0)
+    value_changed: bool = False  # below the floor, a higher reading than its row holds
 
     @property
     def identity(self) -> tuple[object, ...]:
@@ -194,7 +204,7 @@ class _Run:
         if self.readings == 1:
             return True
         if self.step is None:
-            return now - observed == self.first - self.observed
+            return observed == now - self.lag
         return observed == self.observed + self.step * self.readings
 
     def row(self, cluster: str) -> dict[str, object]:
@@ -217,15 +227,16 @@ class _Run:
         }
 
     def ending(self) -> dict[str, object]:
-        """The UPDATE that closes (or, with `ended` False, re-times) its written row."""
-        return {
-            "id": self.id,
-            "value": self.value,
+        """What closes its written row: only what the row does not hold yet (an open row's
+        end and count are read from the cycles; its value moves only under the floor)."""
+        row: dict[str, object] = {
+            "row_id": self.id,
             "last_at": self.last if self.readings > 1 else None,
             "readings": self.readings,
-            "step_us": _micros(self.step),
-            "open": not self.ended,
         }
+        if self.value_changed:
+            row["value"] = self.value
+        return row
 
 
 def _unique_batches(runs: Sequence[_Run]) -> list[dict[tuple[object, ...], _Run]]:
@@ -242,15 +253,20 @@ def _unique_batches(runs: Sequence[_Run]) -> list[dict[tuple[object, ...], _Run]
     return batches
 
 
-_RUN_KEY = (
-    ArchivedSignal.node,
-    ArchivedSignal.gpu,
-    ArchivedSignal.kind,
-    ArchivedSignal.code,
-    ArchivedSignal.source,
-    ArchivedSignal.label_set,
-    ArchivedSignal.first_at,
+_TABLE: Table = ArchivedSignal.__table__  # type: ignore[assignment]
+_RUN_KEY = tuple(
+    _TABLE.c[name] for name in ("node", "gpu", "kind", "code", "source", "label_set", "first_at")
 )
+_BY_ID = _TABLE.c.id == bindparam("row_id")
+_RETIME = (
+    update(_TABLE).where(_BY_ID).values(step_us=bindparam("step_us"), value=bindparam("value"))
+)
+_CLOSE = (
+    update(_TABLE)
+    .where(_BY_ID)
+    .values(open=False, last_at=bindparam("last_at"), readings=bindparam("readings"))
+)
+_CLOSE_WITH_VALUE = _CLOSE.values(value=bindparam("value"))
 
 
 def _micros(step: timedelta | None) -> int | None:
@@ -352,22 +368,35 @@ class SignalArchive:
         """Insert the runs without a row (open or ended), close or re-time the others."""
         new = [r for r in self._started if r.id is None and not r.ended]
         new += [r for r in self._pending if r.id is None]
-        changed = [r for r in self._pending if r.id is not None]
-        changed += [r for r in self._retimed if r.id is not None and not r.ended]
         ids: list[tuple[_Run, int]] = []
-        # The ids come back in any order (asking for the rows' order makes SQLite insert them
-        # one statement each): each is matched to its run by the run's own key and start.
-        returning = insert(ArchivedSignal).returning(ArchivedSignal.id, *_RUN_KEY)
+        # Core statements on the session's connection: the ORM's bulk paths cost more per row
+        # than the database does. The ids come back in any order (asking for the rows' order
+        # makes SQLite insert them one statement each): each is matched to its run by the
+        # run's own key and start.
+        connection = session.connection()
+        returning = insert(_TABLE).returning(_TABLE.c.id, *_RUN_KEY)
         for batch in _unique_batches(new):
             rows = [run.row(self.cluster) for run in batch.values()]
-            for found in session.execute(returning, rows):
+            for found in connection.execute(returning, rows):
                 run = batch.get(tuple(found)[1:])
                 if run is None:
                     raise ArchiveUnavailable(f"signal archive: row {found.id} matches no run")
                 ids.append((run, found.id))
-        for start in range(0, len(changed), BATCH):
-            rows = [run.ending() for run in changed[start : start + BATCH]]
-            session.execute(update(ArchivedSignal), rows)
+        # A written row changes twice at most: its step, learnt at its second reading, and
+        # its end. Each is one batched UPDATE of those columns alone, by primary key.
+        retimed: list[dict[str, object]] = [
+            {"row_id": r.id, "step_us": _micros(r.step), "value": r.value}
+            for r in self._retimed
+            if r.id is not None and not r.ended
+        ]
+        closing = [r.ending() for r in self._pending if r.id is not None]
+        for statement, rows in (
+            (_RETIME, retimed),
+            (_CLOSE, [r for r in closing if "value" not in r]),
+            (_CLOSE_WITH_VALUE, [r for r in closing if "value" in r]),
+        ):
+            for start in range(0, len(rows), BATCH):
+                connection.execute(statement, rows[start : start + BATCH])
         return ids
 
     def flush(self) -> int:
@@ -437,12 +466,13 @@ class SignalArchive:
         sources = {s.source for s in signals}
         previous = {s: self._last_cycle.get(s) for s in sources}
         seen: set[RunKey] = set()
+        floors = self.floors
         for signal, digest in zip(signals, digests, strict=True):
-            kind = signal.kind.value
+            kind = _KIND_VALUES[signal.kind]
             key: RunKey = (signal.node, signal.gpu, kind, signal.code, signal.source, digest)
             run = self._open.get(key)
             value = signal.value
-            floor = self.floors.get(kind)
+            floor = floors.get(kind)
             below = floor is not None and value is not None and value < floor
             observed = signal.observed_at
             if (
@@ -450,16 +480,17 @@ class SignalArchive:
                 and key not in seen
                 and (run.value == value or (below and run.below_floor))
                 and run.last == previous[signal.source]
-                and now - run.first < (self.floor_max_run if run.below_floor else self.max_run)
+                and now < run.cut_at
                 and run.fits(observed, now)
             ):
-                if run.readings == 1 and now - observed != run.first - run.observed:
+                if run.readings == 1 and now - observed != run.lag:
                     run.step = observed - run.observed  # samples evenly spaced, polls not
                     retimed.append(run)
                 run.last = now
                 run.readings += 1
-                if below and run.value is not None and value is not None:
-                    run.value = max(run.value, value)
+                if below and run.value is not None and value is not None and value > run.value:
+                    run.value = value
+                    run.value_changed = True
                 seen.add(key)
                 continue
             if run is not None:
@@ -479,6 +510,8 @@ class SignalArchive:
                 1,
                 observed,
                 below,
+                cut_at=now + (self.floor_max_run if below else self.max_run),
+                lag=now - observed,
             )
             started.append(fresh)
             seen.add(key)
@@ -494,7 +527,7 @@ class SignalArchive:
         """The label set's digest; a series repeats its labels, so the last one is reused."""
         if not signal.labels and not signal.gpu_uuid:
             return ""
-        series = (signal.node, signal.gpu, signal.kind.value, signal.code, signal.source)
+        series = (signal.node, signal.gpu, _KIND_VALUES[signal.kind], signal.code, signal.source)
         cached = self._digests.get(series)
         if cached is not None and cached[0] == signal.labels and cached[1] == signal.gpu_uuid:
             return cached[2]

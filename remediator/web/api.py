@@ -25,6 +25,7 @@ from remediator.web.nodes import NODE_PAGE, NodeQuery, node_out
 from remediator.web.oncall import Asker, run_command, run_controller_command
 from remediator.web.paging import MAX_ID, fetch_page
 from remediator.web.problems import ERRORS, WebError
+from remediator.web.query import QueryTime
 from remediator.web.schemas import (
     PRINTABLE,
     AuditOut,
@@ -67,8 +68,8 @@ def audit_rows(request: Request, query: AuditQuery) -> tuple[AuditRecord, ...]:
 
 
 def node_query(
-    window_from: Annotated[datetime | None, Query(alias="from")] = None,
-    window_to: Annotated[datetime | None, Query(alias="to")] = None,
+    window_from: Annotated[QueryTime | None, Query(alias="from")] = None,
+    window_to: Annotated[QueryTime | None, Query(alias="to")] = None,
     remediations_cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
     signals_cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = NODE_PAGE,
@@ -86,12 +87,12 @@ def list_filters(
     signal_kind: SignalKind | None = None,
     xid: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
     policy: Text = None,
-    created_from: datetime | None = None,
-    created_to: datetime | None = None,
+    created_from: QueryTime | None = None,
+    created_to: QueryTime | None = None,
     dry_run: bool | None = None,
     in_flight_first: bool = True,
     finished_from: Annotated[
-        datetime | None, Query(description="finished (succeeded, failed, cancelled) since")
+        QueryTime | None, Query(description="finished (succeeded, failed, cancelled) since")
     ] = None,
     outcome: Annotated[
         Literal["repaired", "replaced"] | None, Query(description="how a success ended")

@@ -52,6 +52,7 @@ from remediator.web.oncall import client_address
 from remediator.web.optouts import make_optouts_router
 from remediator.web.planned_page import make_planned_router
 from remediator.web.problems import WebError
+from remediator.web.query import single_valued_query
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
 from remediator.web.signal_dispositions import make_dispositions_router
@@ -134,6 +135,7 @@ def create_app(deps: WebDeps) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url="/api/v1/openapi.json",
+        dependencies=[Depends(single_valued_query)],
     )
     app.add_middleware(BodyLimit, limit=deps.settings.web.max_body_bytes)
     app.state.deps = deps

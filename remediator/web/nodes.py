@@ -65,11 +65,12 @@ def read_status(deps: WebDeps, name: str) -> NodeStatusOut:
 
 
 def _window(query: NodeQuery, now: datetime) -> tuple[datetime, datetime | None]:
-    """[start, end); no end asked means up to now and whatever arrives meanwhile."""
+    """[start, end); no end asked means up to now and whatever arrives meanwhile. A start
+    equal to the end is a window with nothing in it, not a mistake."""
     end = _utc(query.end) if query.end else None
     start = _utc(query.start) if query.start else (end or now) - DEFAULT_WINDOW
-    if end is not None and start >= end:
-        raise WebError(422, "the window's start must come before its end")
+    if end is not None and start > end:
+        raise WebError(422, "the window's start must not come after its end")
     return start, end
 
 

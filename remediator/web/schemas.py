@@ -147,9 +147,18 @@ class RemediationPageOut(BaseModel):
     next_cursor: str | None
 
 
+# A row that concerns no remediation leaves the field out rather than null: a link from it
+# (to /remediations/{remediation_id}) then leads nowhere instead of to /remediations/None.
+OptionalRemediationId = Annotated[
+    int | None,
+    WithJsonSchema({"type": "integer", "description": "absent when no remediation is concerned"}),
+    Field(exclude_if=lambda value: value is None),
+]
+
+
 class SignalEntryOut(BaseModel):
     id: int
-    remediation_id: int | None
+    remediation_id: OptionalRemediationId = None
     signal: Signal
     value_text: str = Field(default="", description="the value with its unit, as shown")
     disposition: str | None = Field(
@@ -373,7 +382,7 @@ class AuditOut(BaseModel):
     token_id: str = Field(description="the token's fingerprint (first 8 hex of its SHA-256)")
     source: str = Field(description="the client address the command came from")
     command: str
-    remediation_id: int | None
+    remediation_id: OptionalRemediationId = None
     reason: str | None
     outcome: str = Field(description="done, refused or not_found")
     detail: str | None

@@ -4,7 +4,6 @@ threshold, no policy matches, …), so an accepted signal that opened nothing sa
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -14,6 +13,7 @@ from remediator.signals import bounds
 from remediator.web.access import Deps, require_reader
 from remediator.web.nodes import NODE_PAGE, NodeQuery, signal_entry_out, signals_page
 from remediator.web.problems import ERRORS
+from remediator.web.query import QueryTime
 from remediator.web.schemas import PRINTABLE, SignalEntryOut
 
 MAX_PAGE = 500
@@ -33,8 +33,8 @@ def make_dispositions_router() -> APIRouter:
     def list_signals(
         deps: Deps,
         node: Annotated[str, Query(max_length=253, pattern=f"^{bounds.NODE_NAME.pattern}$")],
-        window_from: Annotated[datetime | None, Query(alias="from")] = None,
-        window_to: Annotated[datetime | None, Query(alias="to")] = None,
+        window_from: Annotated[QueryTime | None, Query(alias="from")] = None,
+        window_to: Annotated[QueryTime | None, Query(alias="to")] = None,
         cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = NODE_PAGE,
     ) -> SignalPageOut:

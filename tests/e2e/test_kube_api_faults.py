@@ -136,7 +136,7 @@ def test_write_outage_and_throttling_mid_drain_pause_and_resume(
         api.fault({"type": "watch_gone", "duration_seconds": OUTAGE_SECONDS})
         wait_for(
             lambda: any(r["status"] == 500 for r in api.evictions()),
-            timeout=30,
+            timeout=120,
             what="an eviction during the outage",
         )
         # Paused in the grace step or the drain (both evict), not failed or held.
@@ -220,7 +220,7 @@ def test_a_leader_that_cannot_renew_stops_before_the_standby_acts(
         )
         wait_for(lambda: first.metric("remediator_is_leader") == 0, what="replica-a to step down")
         wait_for(lambda: second.metric("remediator_is_leader") == 1, what="replica-b to lead")
-        wait_for(lambda: bool(evictions_by("replica-b")), timeout=30, what="b's evictions")
+        wait_for(lambda: bool(evictions_by("replica-b")), timeout=120, what="b's evictions")
         api.fault({"type": "clear"})
         wait_for(in_state(repository, State.SUCCEEDED), timeout=90, what="the remediation")
     finally:

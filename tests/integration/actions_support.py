@@ -19,7 +19,9 @@ def until_settled(step: Callable[[], Outcome], timeout: float = 60.0) -> Outcome
         time.sleep(min(outcome.retry_after, 0.5))
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+def wait_for(
+    predicate: Callable[[], bool], timeout: float = 120.0, what: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -154,7 +154,7 @@ def test_grace_asks_the_handshake_workload_then_evicts_it_with_the_rest_of_its_c
     assert isinstance(notice(kube, TRAIN, asked_at), Waiting)
     assert len(events(sim, namespace, name, "CheckpointRequested")) == 1  # asked once only
 
-    done = until_settled(lambda: notice(kube, TRAIN, asked_at), timeout=30)
+    done = until_settled(lambda: notice(kube, TRAIN, asked_at), timeout=120)
     assert isinstance(done, Done) and done.facts["answered"] == [pod_key]
     (row,) = done.facts["pods"]
     assert row["state"] == "evicted" and 1 <= row["grace_seconds"] < 60

@@ -241,7 +241,7 @@ def test_slurmctld_down_holds_the_step_until_it_returns(
     finally:
         if restarted is not None:
             restarted.terminate()
-            restarted.wait(timeout=15)
+            restarted.wait(timeout=60)
 
 
 def test_slurmctld_stopped_after_the_requeue_holds_the_replacement(
@@ -272,7 +272,7 @@ def test_slurmctld_stopped_after_the_requeue_holds_the_replacement(
     finally:
         if restarted is not None:
             restarted.terminate()
-            restarted.wait(timeout=15)
+            restarted.wait(timeout=60)
 
 
 def test_a_fault_under_one_array_task_requeues_that_task_alone(

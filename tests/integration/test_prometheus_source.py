@@ -216,11 +216,11 @@ def test_stale_exporter_data_means_down_without_signals(
         prometheus = prometheus_factory([exporter.url])
         prometheus.wait_for("DCGM_FI_DEV_XID_ERRORS")
         source = source_for(prometheus.url, staleness_seconds=5)
-        fresh = poll_until(source, lambda r: r.health.up, timeout=30)
+        fresh = poll_until(source, lambda r: r.health.up, timeout=120)
         assert [(s.kind, s.code) for s in fresh.signals if s.kind is SignalKind.XID] == [
             (SignalKind.XID, 79)
         ]
-        stale = poll_until(source, lambda r: not r.health.up, timeout=30)
+        stale = poll_until(source, lambda r: not r.health.up, timeout=120)
         assert stale.signals == ()
         assert "stale" in (stale.health.error or "")
         source.close()
@@ -262,7 +262,7 @@ def test_narrowed_queries_answer_only_what_the_policies_act_on(stack: Stack) -> 
     # After the look-back it leaves the answer (a short look-back here, to see it happen).
     short = ReadingFilter(at_least=75.0, at_most=None, recent=timedelta(seconds=4))
     stack.source.set_interest(Interest(kinds=None, readings={SignalKind.THERMAL: short}))
-    gone = poll_until(stack.source, lambda r: r.health.up and thermal(r) == [], timeout=30)
+    gone = poll_until(stack.source, lambda r: r.health.up and thermal(r) == [], timeout=120)
     assert gone.health.detail["thermal_series"] == str(NODES * GPUS)
 
 

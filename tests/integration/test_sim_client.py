@@ -39,7 +39,7 @@ def core(api: client.ApiClient) -> Any:
     return client.CoreV1Api(api)
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()

@@ -32,7 +32,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimHandle]:
     handle.stop()
 
 
-def wait(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait(predicate: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
+from remediator.signals.model import Signal, SignalKind
 from tests.fixtures.web import OPERATOR_TOKEN, PUSH_TOKEN, Console
 
 pytestmark = pytest.mark.integration
@@ -120,3 +122,114 @@ def test_signals_errors_answer_like_every_other_route(client: TestClient) -> Non
         answer = response.json()
         assert isinstance(answer["reason"], str) and answer["reason"]
         assert isinstance(answer["detail"], list) and answer["detail"]
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_a_number_is_not_a_time(client: TestClient) -> None:
+    """A time is RFC 3339 text, as the schema says: a bare number (read as Unix seconds by
+    pydantic's lax mode) is refused, wherever a time is a query parameter."""
+    for query in (
+        "/api/v1/remediations?created_from=12345",
+        "/api/v1/remediations?created_to=1.5",
+        "/api/v1/remediations?finished_from=0",
+        "/api/v1/nodes/gpu-node-01?from=12345",
+        "/api/v1/nodes/gpu-node-01?to=1700000000",
+    ):
+        response = client.get(query, headers=OPERATOR)
+        assert response.status_code == 422, f"{query}: {response.text}"
+    good = client.get("/api/v1/remediations?created_from=2026-01-10T08:00:00Z", headers=OPERATOR)
+    assert good.status_code == 200, good.text
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_a_repeated_single_valued_parameter_is_refused(client: TestClient) -> None:
+    """`?q=a&q=b` is not one value: refused, never silently the last one. A list (`state`)
+    takes its repeats."""
+    for query in (
+        "/api/v1/remediations?q=gpu-node-01&q=gpu-node-02",
+        "/api/v1/remediations?limit=1&limit=2",
+        "/api/v1/audit?command=pause&command=resume",
+        "/api/v1/nodes/gpu-node-01?limit=1&limit=2",
+    ):
+        response = client.get(query, headers=OPERATOR)
+        assert response.status_code == 422, f"{query}: {response.text}"
+        assert "given 2 times" in response.text, response.text
+    listed = client.get("/api/v1/remediations?state=held&state=failed", headers=OPERATOR)
+    assert listed.status_code == 200, listed.text
+    assert {r["state"] for r in listed.json()["items"]} == {"held", "failed"}
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_no_answer_offers_a_null_remediation_id(client: TestClient, console: Console) -> None:
+    """A row that concerns no remediation (a controller command in the audit, a signal no
+    remediation took) leaves `remediation_id` out rather than null: the schema's links from
+    that field (to /remediations/{remediation_id}) never lead to /remediations/None."""
+    assert client.post(
+        "/api/v1/controller/pause", json={"reason": "maintenance"}, headers=OPERATOR
+    ).is_success
+    audit = client.get("/api/v1/audit", headers=OPERATOR).json()["items"]
+    pause = next(a for a in audit if a["command"] == "pause")
+    assert "remediation_id" not in pause, pause
+    console.repository.insert_signals(
+        [
+            Signal(
+                node="gpu-node-01",
+                kind=SignalKind.THERMAL,
+                source="dcgm",
+                observed_at=console.clock.now(),
+                gpu=0,
+                value=71.0,
+            )
+        ],
+        remediation_id=None,
+    )
+    node = client.get("/api/v1/nodes/gpu-node-01", headers=OPERATOR).json()
+    loose = [s for s in node["signals"] if s["signal"]["kind"] == "thermal"]
+    assert loose and all("remediation_id" not in s for s in loose), loose
+    assert all(isinstance(s["remediation_id"], int) for s in node["signals"] if s not in loose)
+    doc = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    for model in ("AuditOut", "SignalEntryOut"):
+        field = doc[model]["properties"]["remediation_id"]
+        assert field.get("type") == "integer" and "anyOf" not in field, (model, field)
+        assert "remediation_id" not in doc[model].get("required", []), model
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_the_push_schema_states_the_bounds_the_push_keeps(client: TestClient) -> None:
+    """Each kind's code and value range is in the request schema, so a request the schema
+    allows is one the push takes (a stateful run sent a thermal code of 2**63-1)."""
+    doc = client.get("/api/v1/openapi.json").json()
+    body = doc["paths"]["/api/v1/signals"]["post"]["requestBody"]["content"]["application/json"]
+    validator = jsonschema.Draft202012Validator(body["schema"])
+    base = {"node": "gpu-node-01", "source": "dcgm", "observed_at": "2026-01-10T08:00:00Z"}
+    for item in (
+        {**base, "kind": "thermal", "value": 80.0, "code": 2**63 - 1},
+        {**base, "kind": "thermal", "value": 250.0},
+        {**base, "kind": "xid", "code": 70_000},
+        {**base, "kind": "xid", "code": 0},
+        {**base, "kind": "ecc", "value": 1e300},
+        {**base, "kind": "ecc", "code": -1},
+    ):
+        assert list(validator.iter_errors([item])), item
+    for item in (
+        {**base, "kind": "thermal", "value": 80.0},
+        {**base, "kind": "xid", "code": 65_535},
+        {**base, "kind": "ecc", "value": 1e15, "code": 2**31 - 1},
+    ):
+        assert not list(validator.iter_errors([item])), item
+
+
+@pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
+def test_an_empty_window_answers_nothing_rather_than_an_error(client: TestClient) -> None:
+    """[T, T) is a window with nothing in it (a stateful run sent from = to); only a start
+    after the end is a mistake."""
+    window = "from=2026-01-10T08:00:00Z&to=2026-01-10T08:00:00Z"
+    signals = client.get(f"/api/v1/signals?node=gpu-node-01&{window}", headers=OPERATOR)
+    assert signals.status_code == 200, signals.text
+    assert signals.json()["items"] == []
+    node = client.get(f"/api/v1/nodes/gpu-node-01?{window}", headers=OPERATOR)
+    assert node.status_code == 200, node.text
+    assert node.json()["remediations"] == [] and node.json()["signals"] == []
+    backwards = "from=2026-01-10T09:00:00Z&to=2026-01-10T08:00:00Z"
+    refused = client.get(f"/api/v1/signals?node=gpu-node-01&{backwards}", headers=OPERATOR)
+    assert refused.status_code == 422, refused.text

@@ -25,8 +25,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from remediator.clock import Clock, SystemClock
+from remediator.signals import bounds
 from remediator.signals.admission import Admission, retry_after
-from remediator.signals.kinds import EVENT_KINDS
+from remediator.signals.kinds import EVENT_KINDS, SignalKind
 from remediator.signals.model import Signal
 from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager import (
@@ -177,6 +178,32 @@ def _inline(schema: Any, defs: dict[str, Any]) -> Any:
     return schema
 
 
+def _range(low: float, high: float, kind: str) -> dict[str, Any]:
+    return {"anyOf": [{"type": kind, "minimum": low, "maximum": high}, {"type": "null"}]}
+
+
+def _batch_schema() -> dict[str, Any]:
+    """A batch as the handler takes it: the Signal schema with the code and value ranges its
+    validator keeps (`bounds`), an XID's and a temperature's own by kind, which the model's
+    fields cannot state; so a request the schema allows is one the push takes."""
+    schema = TypeAdapter(list[Signal]).json_schema()
+    item = schema["$defs"]["Signal"]
+    item["properties"]["code"] = {**_range(*bounds.CODES, "integer"), "default": None}
+    item["properties"]["value"] = {**_range(*bounds.VALUES, "number"), "default": None}
+    by_kind = (
+        (SignalKind.XID, "code", _range(*bounds.XID_CODES, "integer")),
+        (SignalKind.THERMAL, "value", _range(*bounds.THERMAL_VALUES, "number")),
+    )
+    item["allOf"] = [
+        {
+            "if": {"properties": {"kind": {"const": kind.value}}, "required": ["kind"]},
+            "then": {"properties": {name: bound}},
+        }
+        for kind, name, bound in by_kind
+    ]
+    return schema
+
+
 def _body_doc(schema: dict[str, Any]) -> dict[str, Any]:
     """The request body for the OpenAPI document; the handlers validate it themselves so that
     a refused batch can name each bad item."""
@@ -281,7 +308,7 @@ def make_signals_router(
         "/api/v1/signals",
         status_code=202,
         responses=REFUSED,
-        openapi_extra=_body_doc(TypeAdapter(list[Signal]).json_schema()),
+        openapi_extra=_body_doc(_batch_schema()),
     )
     async def push_signals(request: Request) -> JSONResponse:
         """Accept a JSON list of signals; each bad item is refused with its reason."""

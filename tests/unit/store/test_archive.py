@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.backtest.recording import RecordingError, from_database, read_export, write_export
@@ -279,3 +279,45 @@ def test_a_maintenance_event_is_one_run_per_version_and_reads_back(
     ]
     assert {e.event_id for e in replayed} == {event.event_id}
     assert [e.window_start for e in replayed] == [event.window_start, *[moved.window_start] * 2]
+
+
+def test_a_run_s_row_is_written_once_open_and_closed_with_only_what_changed(
+    factory: sessionmaker[Session],
+) -> None:
+    """Open rows doubled the archive's writes (issue 23): a run's row is inserted when it
+    starts, and its end writes only what the open row does not hold (its end and count; the
+    value only when, under the floor, a higher reading came), one batched statement a cycle."""
+    statements: list[str] = []
+    engine = factory.kw["bind"]
+
+    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "signal_archive " in statement and not statement.lstrip().startswith("SELECT"):
+            statements.append(" ".join(statement.split()))
+
+    event.listen(engine, "before_cursor_execute", seen)
+    archive = SignalArchive(factory, "default", floors={"thermal": 70.0})
+    feed(archive, [[74.0, 55.0]] * 3)
+    event.remove(engine, "before_cursor_execute", seen)
+    # Two open rows in one statement (beside the first cycle's closing of a dead writer's rows).
+    assert [s.split()[0] for s in statements if "open IS" not in s] == ["INSERT"], statements
+
+    statements.clear()
+    event.listen(engine, "before_cursor_execute", seen)
+    at = T0 + 3 * POLL
+    archive.record([temp(75.0, at), temp(58.0, at, gpu=1)], NODES, at)
+    at += POLL
+    archive.record([temp(76.0, at), temp(58.0, at, gpu=1)], NODES, at)
+    event.remove(engine, "before_cursor_execute", seen)
+    updates = [s for s in statements if s.startswith("UPDATE")]
+    # 74.0's end, then 75.0's: one statement a cycle; 58.0 under the floor stays one run.
+    assert len(updates) == 2, statements
+    for update in updates:
+        columns = update.split(" SET ")[1].split(" WHERE ")[0]
+        assert sorted(c.split("=")[0].strip() for c in columns.split(",")) == [
+            "last_at",
+            "open",
+            "readings",
+        ], update
+    archive.flush()
+    found = sorted((r.gpu, r.value, r.readings) for r in runs(factory))
+    assert found == [(0, 74.0, 3), (0, 75.0, 1), (0, 76.0, 1), (1, 58.0, 5)]
