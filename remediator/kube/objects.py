@@ -188,6 +188,9 @@ class Pod:
     created_at: datetime | None = None
     running_since: datetime | None = None  # when it last became Ready while Running
     exit_code: int | None = None  # the first container's, once it terminated
+    # Why the pod cannot run where it is: the scheduler's Unschedulable message, or the kubelet's
+    # admission refusal (a Failed pod's reason, e.g. OutOfnvidia.com/gpu); "" when neither.
+    unschedulable: str = ""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Pod:
@@ -221,6 +224,7 @@ class Pod:
             created_at=parse_time(meta.get("creationTimestamp")),
             running_since=_running_since(status),
             exit_code=_exit_code(status),
+            unschedulable=_unschedulable(status),
         )
 
     @property
@@ -481,3 +485,17 @@ class EvictionOutcome:
     result: EvictionResult
     message: str = ""
     retry_after: float | None = None
+
+
+# A Failed pod's status.reason when the kubelet refused to admit it (not a program's failure).
+_ADMISSION_REASONS = ("OutOf", "NodeAffinity", "NodeSelectorMismatching", "UnexpectedAdmission")
+
+
+def _unschedulable(status: Mapping[str, Any]) -> str:
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "Unschedulable")
+    reason = str(status.get("reason") or "")
+    if status.get("phase") == "Failed" and reason.startswith(_ADMISSION_REASONS):
+        return f"{reason}: {status.get('message') or 'refused by the kubelet'}"
+    return ""

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from remediator.policy.schema import Checkpoint, Step
+from remediator.policy.schema import Checkpoint, Step, Validate
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,14 @@ class LadderStep:
     fallback: bool | None = None  # only taken when a repair fails (`on_failure`)
     stage: int | None = None  # which fallback in a chain (a fallback without one is the first)
     ladder: str | None = None  # the policy a named fallback's steps come from
+    checks: Mapping[str, Any] | None = None  # validate: the checks' settings (actions/burnin.py)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {
+            k: dict(v) if isinstance(v, Mapping) else v
+            for k, v in self.__dict__.items()
+            if v is not None
+        }
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> LadderStep:
@@ -46,6 +51,7 @@ class LadderStep:
             fallback=bool(raw["fallback"]) if raw.get("fallback") is not None else None,
             stage=_int(raw.get("stage")),
             ladder=raw.get("ladder"),
+            checks=dict(raw["checks"]) if raw.get("checks") is not None else None,
         )
 
 
@@ -73,6 +79,7 @@ def _rung(step: Step) -> LadderStep:
         level=getattr(step, "level", None),
         limit=getattr(step, "max_reboots", None),
         window_seconds=window.total_seconds() if window is not None else None,
+        checks=step.checks() if isinstance(step, Validate) else None,
     )
 
 

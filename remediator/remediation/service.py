@@ -54,7 +54,7 @@ from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.remediation.steps import STEPS, StepContext
-from remediator.remediation.steps.context import DEFAULT_JOBS, signal_text
+from remediator.remediation.steps.context import DEFAULT_JOBS, replacements, signal_text
 from remediator.slurm.engine import SlurmSteps, both
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
@@ -345,6 +345,8 @@ class RemediationService:
             last_progress=last_progress(record),
             operation_id=record.replacement_operation_id,
             hold_reason=record.hold_reason,
+            new_node=record.new_node,
+            replacements=replacements(record),
         )
         try:
             outcome, opt_out = self._act(record, ladder)

@@ -14,6 +14,7 @@ from remediator.remediation.steps import (
     replace,
     reset_gpu,
     uncordon,
+    validate,
     verify,
 )
 from remediator.remediation.steps.context import StepContext, StepExecutor
@@ -27,6 +28,7 @@ STEPS: dict[State, StepExecutor] = {
     State.DIAGNOSING: StepExecutor("diagnose", diagnose.run),
     State.UNCORDONING: StepExecutor("uncordon", uncordon.run),
     State.REPLACING: StepExecutor("replace", replace.run),
+    State.VALIDATING: StepExecutor("validate", validate.run),
     State.VERIFYING: StepExecutor("verify", verify.run),
 }
 

@@ -87,9 +87,25 @@ def signal_text(record: RemediationRecord) -> str:
 
 def replacement_key(record: RemediationRecord) -> str:
     """One key per replacement attempt: the same after a crash, a new one after a failed
-    operation was retried by a human (the provider would answer the failed one again)."""
+    operation was retried by a human (the provider would answer the failed one again) or after
+    the last new machine failed its validation (a new request for a new machine)."""
     failures = sum(1 for e in record.events if e.action == "replacement_failed")
-    return f"{record.idempotency_key}-{failures}"
+    again = sum(1 for e in record.events if e.action == "validate_failed" and e.to_state)
+    return f"{record.idempotency_key}-{failures}" + (f"-v{again}" if again else "")
+
+
+def replaced_node(record: RemediationRecord) -> str:
+    """The machine the current replacement takes out: the last new machine that failed its
+    validation, else the node the remediation is about."""
+    for event in reversed(record.events):
+        if event.action == "validate_failed" and event.detail.get("replaced_again"):
+            return str(event.detail["replaced_again"])
+    return record.node
+
+
+def replacements(record: RemediationRecord) -> int:
+    """Replacements this remediation has had (each brought a new machine)."""
+    return sum(1 for e in record.events if e.action == "replace_done" and e.to_state)
 
 
 def reboot_request(record: RemediationRecord) -> EventRecord | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from remediator.actions.outcome import Done, Failed, Outcome
 from remediator.actions.replace import replace_node
 from remediator.policy.ladder import LadderStep
-from remediator.remediation.steps.context import StepContext, replacement_key
+from remediator.remediation.steps.context import StepContext, replaced_node, replacement_key
 from remediator.slurm.engine import both
 from remediator.store.records import RemediationRecord
 
@@ -18,17 +18,18 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
 
 
 def _replace(record: RemediationRecord, ctx: StepContext) -> Outcome:
+    node = replaced_node(record)
     if record.pool is None:
-        return Failed(f"node {record.node} belongs to no node pool: nothing can replace it")
+        return Failed(f"node {node} belongs to no node pool: nothing can replace it")
     if record.dry_run:
         return Done(
-            f"dry run: would ask node pool {record.pool} to replace {record.node}",
-            {"pool": record.pool, "node": record.node, "dry_run": True},
+            f"dry run: would ask node pool {record.pool} to replace {node}",
+            {"pool": record.pool, "node": node, "dry_run": True},
         )
     return replace_node(
         ctx.provider,
         pool=record.pool,
-        node=record.node,
+        node=node,
         idempotency_key=replacement_key(record),
         reason=record.reason,
         started_at=ctx.entered(record),
