@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.demo.supervisor import Demo, DemoError, DemoOptions
-from remediator.sim.cli import CLOUDS
+from remediator.sim.cli import CLOUDS, doa_rate
 
 
 def _positive(text: str) -> float:
@@ -103,6 +103,13 @@ def register(subparsers: Any) -> None:
         "checkpointing jobs that remediator drains, signals, requeues and resumes",
     )
     parser.add_argument(
+        "--doa-rate",
+        type=doa_rate,
+        default=0.0,
+        metavar="R",
+        help="the fraction (0-1) of replacement nodes that arrive dead on arrival (default 0)",
+    )
+    parser.add_argument(
         "--clusters",
         type=int,
         default=1,
@@ -133,6 +140,7 @@ def _demo(args: argparse.Namespace) -> int:
         policies=args.policies,
         cloud=args.cloud,
         slurm=args.slurm,
+        doa_rate=args.doa_rate,
     )
     if args.clusters != 1:
         from remediator.demo.fleet import FleetDemo

@@ -79,6 +79,7 @@ class DemoOptions:
     policies: Path | None = None
     cloud: str = "http"
     slurm: bool = False  # a real Slurm beside the cluster, with checkpointing jobs on it
+    doa_rate: float = 0.0  # the fraction of replacement nodes that arrive dead
 
 
 def _die_with_parent() -> None:
@@ -311,6 +312,7 @@ class Demo:
                 "--namespace", GUARDED_NAMESPACE,
                 "--cloud", opts.cloud,
                 *(["--slurm"] if opts.slurm else []),
+                *(["--doa-rate", str(opts.doa_rate)] if opts.doa_rate else []),
                 # The controller runs under the shipped RBAC, as in a cluster (from a checkout).
                 *(["--rbac"] if DEFAULT_RBAC.is_dir() else []),
             ),

@@ -14,6 +14,17 @@ from remediator.sim.serve import ServeOptions, serve
 CLOUDS = ("http", "aws", "clusterapi", "gce")
 
 
+def doa_rate(text: str) -> float:
+    """A fraction of new nodes, 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a fraction between 0 and 1, not {text!r}") from exc
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a fraction between 0 and 1, not {text}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
     sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
@@ -82,6 +93,14 @@ def register(subparsers: Any) -> None:
         "for --cloud clusterapi) for requests carrying a ServiceAccount token this simulator "
         "issues (the ready file's `service_accounts`); other requests stay unrestricted",
     )
+    run.add_argument(
+        "--doa-rate",
+        type=doa_rate,
+        default=0.0,
+        metavar="R",
+        help="the fraction (0-1) of new nodes a cloud adds that arrive dead: an XID 79 or a GPU "
+        "missing, a slow NVLink, an InfiniBand port down or another driver (default 0)",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -109,5 +128,6 @@ def _serve(args: argparse.Namespace) -> int:
             cloud=args.cloud,
             slurm=args.slurm,
             rbac=args.rbac,
+            doa_rate=args.doa_rate,
         )
     )

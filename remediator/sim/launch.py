@@ -104,6 +104,7 @@ def start_sim(
     reboot_delay: float = 5.0,
     slurm: bool = False,
     rbac: Path | bool = True,
+    doa_rate: float = 0.0,
 ) -> SimHandle:
     """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
     controller's is `controller_kubeconfig`), a path other manifests, False none."""
@@ -134,6 +135,7 @@ def start_sim(
             cloud,
             *(["--slurm"] if slurm else []),
             *(["--rbac"] if rbac is True else ["--rbac", str(rbac)] if rbac else []),
+            *(["--doa-rate", str(doa_rate)] if doa_rate else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

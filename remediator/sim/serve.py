@@ -59,6 +59,7 @@ class ServeOptions:
     cloud: str = "http"
     slurm: bool = False  # a real slurmctld + one slurmd per node, beside the cluster
     rbac: Path | None = None  # RBAC manifests to enforce for the ServiceAccounts' tokens
+    doa_rate: float = 0.0  # the fraction of new nodes that arrive with a hardware fault
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -203,6 +204,7 @@ def serve(options: ServeOptions) -> int:
         node_root=options.node_root,
         kube_faults=kube_faults,
         reboot_seconds=options.reboot_seconds,
+        doa_rate=options.doa_rate,
     )
     socks = {
         "kube_url": bind(options.host, options.kube_port),

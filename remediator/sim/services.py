@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 from remediator.clock import Clock, SystemClock
 from remediator.sim.cloud.nodepool import NodePoolService, build_nodepool_app
 from remediator.sim.cloud.reboots import RebootService
+from remediator.sim.faults.arrivals import ArrivalFaults
 from remediator.sim.faults.inject import FaultInjector, build_inject_app
 from remediator.sim.faults.repair import DEFAULT_REBOOT_SECONDS, FaultRepairs
 from remediator.sim.kube.api.faults import KubeFaults
@@ -37,17 +38,23 @@ def build_cloud_apps(
     node_root: Path | None = None,
     kube_faults: KubeFaults | None = None,
     reboot_seconds: float = DEFAULT_REBOOT_SECONDS,
+    doa_rate: float = 0.0,
 ) -> CloudApps:
     """`clock` must be the one the cluster runs on (the system clock unless a test drives a
     FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
     also gets a host directory (kernel log, driver files) that faults write into. `kube_faults`
     are the Kubernetes API's fault rules and request log, for the inject API. A reboot keeps a
-    node NotReady for `reboot_seconds`."""
+    node NotReady for `reboot_seconds`. A fraction `doa_rate` of the nodes the clouds add
+    arrive with a hardware fault (sim/faults/arrivals.py)."""
     clock = clock or SystemClock()
     telemetry = Telemetry(cluster.store, clock)
     nodepool = NodePoolService(cluster, clock, provision_delay)
     cluster.on_tick(nodepool.advance)
-    hosts = SimHosts(node_root, cluster.store) if node_root is not None else None
+    hosts = (
+        SimHosts(node_root, cluster.store, hardware=telemetry.hardware)
+        if node_root is not None
+        else None
+    )
     repairs = FaultRepairs(cluster, telemetry, reboot_seconds)
 
     def applied(fault: object) -> None:
@@ -56,6 +63,9 @@ def build_cloud_apps(
             hosts.applied(fault)
 
     injector = FaultInjector(cluster, telemetry, nodepool, applied)
+    arrivals = ArrivalFaults(injector, doa_rate)
+    injector.arrivals = arrivals
+    cluster.on_node_added(arrivals.node_added)
     repairs.attach(injector)
     cluster.set_program_runner(HostPrograms(repairs).run)
     reboots = RebootService(nodepool, clock, repairs.reboot)

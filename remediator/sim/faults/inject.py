@@ -4,7 +4,11 @@
 NVLink error burst, an InfiniBand link down or symbol errors, a node condition, a GPU gone from
 the node; `clear` repairs it. The telemetry shows it at the next scrape, and the Node object
 changes where a real cluster's would (conditions; allocatable GPUs when one is lost).
-`POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave, `POST /v1/kube-faults` the
+A degraded NVLink fabric (`nvlink_slow`, a bandwidth fraction) and a driver or VBIOS that differs
+from the pool's (`versions`) change the machine's hardware profile (sim/node/hardware.py), which
+the host programs report; they survive a reboot, as the real faults do, until `clear`.
+`POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave (and, with `doa_next`, makes
+a pool's next new machine arrive broken, whichever cloud adds it), `POST /v1/kube-faults` the
 Kubernetes API (sim/kube/api/faults.py), whose every request `GET /v1/kube-requests` lists and
 counts (and `GET /v1/kube-forbidden` the ones its RBAC refused). All answer what was done, or
 400/404 with the reason.
@@ -20,7 +24,15 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -91,6 +103,34 @@ class GpuMissingFault(_Fault):
     persistent: bool = False
 
 
+class NvlinkSlowFault(_Fault):
+    """The node's NVLink fabric carries only `fraction` of its bandwidth (a degraded link or
+    NVSwitch): all_reduce_perf's bus bandwidth drops with it. Hardware: a reboot keeps it."""
+
+    type: Literal["nvlink_slow"]
+    fraction: float = Field(gt=0, le=1)
+
+
+class VersionsFault(_Fault):
+    """The machine runs a driver (and so a CUDA version) or a VBIOS other than the pool's. Given a
+    driver without a CUDA version, the CUDA version is the one that driver branch ships."""
+
+    type: Literal["versions"]
+    driver_version: str | None = Field(
+        default=None, pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", max_length=16
+    )
+    cuda_version: str | None = Field(default=None, pattern=r"^\d{2}\.\d$", max_length=8)
+    vbios_version: str | None = Field(
+        default=None, pattern=r"^[0-9A-Fa-f]{2}(\.[0-9A-Fa-f]{2}){4}$", max_length=16
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> VersionsFault:
+        if not (self.driver_version or self.cuda_version or self.vbios_version):
+            raise ValueError("give driver_version, cuda_version or vbios_version")
+        return self
+
+
 class ClearFault(_Fault):
     """Without `gpu`, the whole node: GPUs, links and injected conditions."""
 
@@ -106,10 +146,30 @@ Fault = Annotated[
     | IbSymbolFault
     | ConditionFault
     | GpuMissingFault
+    | NvlinkSlowFault
+    | VersionsFault
     | ClearFault,
     Field(discriminator="type"),
 ]
 FAULT = TypeAdapter(Fault)
+# Faults of broken hardware: a machine that arrives with one keeps it through resets and reboots.
+HARDWARE_FAULTS = frozenset({"xid", "gpu_missing"})
+
+
+def arrival_fault(raw: Any) -> dict[str, Any]:
+    """A node fault without its node, for a machine that does not exist yet: checked as the
+    fault it will become; an XID or a missing GPU is persistent unless it says otherwise."""
+    if not isinstance(raw, dict):
+        raise ValueError('fault must be an object, e.g. {"type": "xid", "gpu": 0, "code": 79}')
+    if "node" in raw:
+        raise ValueError("fault names no node: it happens to the pool's next new node")
+    if raw.get("type") == "clear":
+        raise ValueError("a new node cannot arrive with a clear")
+    template = dict(raw)
+    if template.get("type") in HARDWARE_FAULTS:
+        template.setdefault("persistent", True)
+    FAULT.validate_python({**template, "node": "new-node"})
+    return template
 
 
 class _Rule(BaseModel):
@@ -160,12 +220,41 @@ class FailNextRule(_Rule):
     message: str = "the cloud could not provision a replacement instance"
 
 
+class DoaNextRule(_Rule):
+    """The pool's next `count` new machines arrive dead: each gets `fault` (a node fault without
+    its node) the moment it registers, whichever cloud (node-pool API, AWS, Cluster API, GCE)
+    provisioned it."""
+
+    type: Literal["doa_next"]
+    pool: str = Field(min_length=1, max_length=253)
+    fault: dict[str, Any]
+    count: int = Field(default=1, ge=1, le=10_000)
+
+    @field_validator("fault", mode="before")
+    @classmethod
+    def _fault(cls, raw: Any) -> dict[str, Any]:
+        try:
+            return arrival_fault(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'fault'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ValueError(problems) from exc
+
+
 class ClearRule(_Rule):
     type: Literal["clear"]
 
 
 NodePoolRule = Annotated[
-    ErrorRule | ThrottleRule | DelayRule | SpareCapacityRule | FailNextRule | ClearRule,
+    ErrorRule
+    | ThrottleRule
+    | DelayRule
+    | SpareCapacityRule
+    | FailNextRule
+    | DoaNextRule
+    | ClearRule,
     Field(discriminator="type"),
 ]
 NODEPOOL_RULE = TypeAdapter(NodePoolRule)
@@ -174,9 +263,21 @@ NODEPOOL_RULE = TypeAdapter(NodePoolRule)
 class FaultCluster(Protocol):
     store: ObjectStore
 
+    def pools(self) -> dict[str, list[str]]: ...
+
     def set_node_condition(
         self, node: str, type: str, status: str, reason: str = "", message: str = ""
     ) -> None: ...
+
+
+class Arrivals(Protocol):
+    """The faults new machines arrive with (sim/faults/arrivals.py)."""
+
+    def doa_next(self, pool: str, fault: dict[str, Any], count: int) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class BadFault(Exception):
@@ -204,8 +305,10 @@ class FaultInjector:
         telemetry: Telemetry,
         nodepool: NodePoolService,
         on_applied: Callable[[Fault], None] | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
         self._on_applied = on_applied  # e.g. the node hosts' kernel log and driver files
+        self.arrivals = arrivals
         self._cluster = cluster
         self._telemetry = telemetry
         self._nodepool = nodepool
@@ -266,7 +369,25 @@ class FaultInjector:
                 f"GPU {fault.gpu} of node {node} is gone: its series vanished, "
                 f"allocatable {GPU_RESOURCE} is now {allocatable}"
             )
+        if isinstance(fault, NvlinkSlowFault):
+            profile = tel.hardware.slow_nvlink(node, fault.fraction)
+            return (
+                f"NVLink of node {node} carries {fault.fraction:g} of its bandwidth: "
+                f"all-reduce bus bandwidth {profile.nvlink_busbw:g} GB/s"
+            )
+        if isinstance(fault, VersionsFault):
+            profile = tel.hardware.versions(
+                node, fault.driver_version, fault.vbios_version, fault.cuda_version
+            )
+            tel.relabel(node)
+            return (
+                f"node {node} runs driver {profile.driver_version} (CUDA "
+                f"{profile.cuda_version}), VBIOS {profile.vbios_version}"
+            )
         tel.clear(node, fault.gpu)
+        if fault.gpu is None:
+            tel.hardware.repair(node)
+            tel.relabel(node)
         allocatable = self._sync_allocatable(node)
         if fault.gpu is not None:
             return f"cleared node {node} GPU {fault.gpu}; allocatable {GPU_RESOURCE} {allocatable}"
@@ -306,6 +427,12 @@ class FaultInjector:
 
     def active(self) -> list[dict[str, Any]]:
         faults = self._telemetry.active_faults()
+        nodes, _ = self._cluster.store.list("nodes")
+        for obj in nodes:
+            meta = obj.get("metadata") or {}
+            profile = self._telemetry.hardware.current(meta.get("name", ""))
+            if profile is not None and profile.uid == meta.get("uid"):
+                faults.extend(self._telemetry.hardware.faults(profile.node))
         with self._lock:
             for node in sorted(self._conditions):
                 if self._cluster.store.find("nodes", "", node) is None:
@@ -322,7 +449,8 @@ class FaultInjector:
         return faults
 
     def nodepool_faults(self) -> dict[str, Any]:
-        return self._nodepool.faults_json()
+        arrivals = self.arrivals.to_json() if self.arrivals else {}
+        return {**self._nodepool.faults_json(), **arrivals}
 
     def nodepool_rule(self, rule: NodePoolRule) -> str:
         pool = self._nodepool
@@ -357,7 +485,17 @@ class FaultInjector:
         if isinstance(rule, FailNextRule):
             pool.fail_next(rule.count, rule.code, rule.message)
             return f"the next {rule.count} replacement operations will fail with {rule.code}"
+        if isinstance(rule, DoaNextRule):
+            if self.arrivals is None:
+                raise BadFault(400, "unsupported", "this simulator adds no new machines")
+            if rule.pool not in self._cluster.pools():
+                raise BadFault(404, "pool_not_found", f'node pool "{rule.pool}" does not exist')
+            self.arrivals.doa_next(rule.pool, rule.fault, rule.count)
+            what = ", ".join(f"{k}={v}" for k, v in rule.fault.items())
+            return f"the next {rule.count} new nodes of pool {rule.pool} arrive with {what}"
         pool.update_faults(error_count=0, throttle_count=0, delay_count=0, fail_next=[])
+        if self.arrivals is not None:
+            self.arrivals.clear()
         return "node-pool faults cleared"
 
 
@@ -486,6 +624,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--ib-symbol-errors", type=int, metavar="COUNT", help="IB symbol errors")
     what.add_argument("--condition", metavar="TYPE=STATUS", help="set a node condition")
     what.add_argument("--gpu-missing", action="store_true", help="the GPU drops out of the node")
+    what.add_argument(
+        "--nvlink-slow",
+        type=float,
+        metavar="FRACTION",
+        help="the NVLink fabric carries this fraction (0-1] of its bandwidth",
+    )
+    what.add_argument(
+        "--versions",
+        action="store_true",
+        help="the node runs --driver-version and/or --vbios-version instead of the pool's",
+    )
     what.add_argument("--clear", action="store_true", help="repair the node (or --gpu)")
     what.add_argument(
         "--kube-fault",
@@ -493,6 +642,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='make the Kubernetes API misbehave, e.g. \'{"type": "error", "status": 503, '
         '"verbs": ["create"], "duration_seconds": 30}\' ({"type": "clear"} ends it)',
     )
+    what.add_argument(
+        "--nodepool-fault",
+        metavar="JSON",
+        help='make the cloud misbehave, e.g. \'{"type": "doa_next", "pool": "h100-train", '
+        '"fault": {"type": "xid", "gpu": 0, "code": 79}}\' ({"type": "clear"} ends it)',
+    )
+    parser.add_argument("--driver-version", help="with --versions: the driver the node runs")
+    parser.add_argument("--vbios-version", help="with --versions: the VBIOS its GPUs run")
     parser.add_argument(
         "--persistent",
         action="store_true",
@@ -529,6 +686,20 @@ def fault_body(args: argparse.Namespace) -> dict[str, Any]:
         body.update(type="condition", condition=kind, status=status)
     elif args.gpu_missing:
         body.update(type="gpu_missing", **gpu, **persistent)
+    elif args.nvlink_slow is not None:
+        body.update(type="nvlink_slow", fraction=args.nvlink_slow)
+    elif args.versions:
+        versions = {
+            k: v
+            for k, v in (
+                ("driver_version", args.driver_version),
+                ("vbios_version", args.vbios_version),
+            )
+            if v
+        }
+        if not versions:
+            raise ValueError("--versions needs --driver-version and/or --vbios-version")
+        body.update(type="versions", **versions)
     else:
         body.update(type="clear", **gpu)
     return body
@@ -538,6 +709,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.kube_fault is not None:
             body, endpoint = json.loads(args.kube_fault), "/v1/kube-faults"
+        elif args.nodepool_fault is not None:
+            body, endpoint = json.loads(args.nodepool_fault), "/v1/nodepool-faults"
         else:
             body, endpoint = fault_body(args), "/v1/faults"
     except ValueError as exc:

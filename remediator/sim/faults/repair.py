@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from remediator.sim.faults.inject import ClearFault, FaultInjector, GpuMissingFault, XidFault
 from remediator.sim.kube.controllers.cluster import SimCluster
-from remediator.sim.telemetry.exporters import Telemetry, xid_message
+from remediator.sim.telemetry.exporters import Inventory, Telemetry, xid_message
 
 DEFAULT_REBOOT_SECONDS = 5.0
 
@@ -65,6 +65,9 @@ class FaultRepairs:
 
     def gpu_count(self, node: str) -> int:
         return len(self._telemetry.node(node).gpus)
+
+    def inventory(self, node: str) -> Inventory:
+        return self._telemetry.inventory(node)
 
     def _clear_transient(self, node: str, gpus: list[int]) -> None:
         assert self._injector is not None, "attach the fault injector first"

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 GPUS_DIR = Path("proc/driver/nvidia/gpus")
+VBIOS = "96.00.99.00.01"  # an HGX H100's, when the caller has no hardware profile
 
 
 def proc_dir_name(pci_bus_id: str) -> str:
@@ -13,13 +14,13 @@ def proc_dir_name(pci_bus_id: str) -> str:
     return pci_bus_id.lower()[-12:]
 
 
-def information(model: str, uuid: str, pci_bus_id: str, minor: int) -> str:
+def information(model: str, uuid: str, pci_bus_id: str, minor: int, vbios: str = VBIOS) -> str:
     """The file as the 5xx drivers print it (tab-aligned `Key: value` lines)."""
     return (
         f"Model: \t\t {model}\n"
         f"IRQ:   \t\t {200 + minor}\n"
         f"GPU UUID: \t {uuid}\n"
-        "Video BIOS: \t 96.00.99.00.01\n"
+        f"Video BIOS: \t {vbios}\n"
         "Bus Type: \t PCIe\n"
         "DMA Size: \t 52 bits\n"
         "DMA Mask: \t 0xfffffffffffff\n"
@@ -29,11 +30,13 @@ def information(model: str, uuid: str, pci_bus_id: str, minor: int) -> str:
     )
 
 
-def attach(host_root: Path, model: str, uuid: str, pci_bus_id: str, minor: int) -> None:
+def attach(
+    host_root: Path, model: str, uuid: str, pci_bus_id: str, minor: int, vbios: str = VBIOS
+) -> None:
     entry = host_root / GPUS_DIR / proc_dir_name(pci_bus_id)
     entry.mkdir(parents=True, exist_ok=True)
     tmp = entry / ".information.tmp"
-    tmp.write_text(information(model, uuid, pci_bus_id, minor))
+    tmp.write_text(information(model, uuid, pci_bus_id, minor, vbios))
     tmp.replace(entry / "information")
 
 

@@ -15,9 +15,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from remediator.sim.faults.inject import ClearFault, GpuMissingFault, XidFault
+from remediator.sim.faults.inject import ClearFault, GpuMissingFault, VersionsFault, XidFault
 from remediator.sim.kube.api.store import ObjectStore, WatchEvent
 from remediator.sim.node import driver
+from remediator.sim.node.hardware import Hardware, Profile
 from remediator.sim.node.kernel_log import (
     KERN_ERR,
     KERN_INFO,
@@ -27,9 +28,7 @@ from remediator.sim.node.kernel_log import (
     xid_line,
 )
 from remediator.sim.telemetry.exporters import (
-    DRIVER_VERSION,
     XID_OFF_BUS,
-    gpu_uuid,
     node_gpu_count,
     node_model,
     pci_bus_id,
@@ -43,11 +42,14 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69, 94})
 
 
 class SimHosts:
-    def __init__(self, root: Path, store: ObjectStore, seed: int = 0) -> None:
+    def __init__(
+        self, root: Path, store: ObjectStore, seed: int = 0, hardware: Hardware | None = None
+    ) -> None:
         self.root = root
+        self._hardware = hardware or Hardware()
         self._lock = threading.Lock()
         self._logs: dict[str, KernelLog] = {}
-        self._models: dict[str, tuple[str, int]] = {}
+        self._models: dict[str, tuple[Profile, int]] = {}
         self._rng = random.Random(seed)
         root.mkdir(parents=True, exist_ok=True)
         nodes, version = store.list("nodes")
@@ -70,8 +72,10 @@ class SimHosts:
                 self._logs.pop(name, None)  # a node re-created under this name boots afresh
 
     def _boot(self, node: dict[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name", "")
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
         gpus, model = node_gpu_count(node), node_model(node)
+        profile = self._hardware.profile(name, meta.get("uid", ""), model, gpus)
         with self._lock:
             if not name or name in self._logs:
                 return
@@ -84,16 +88,20 @@ class SimHosts:
             driver.detach_all(host)
             log = KernelLog(host / KMSG)
             self._logs[name] = log
-            self._models[name] = (model, gpus)
+            self._models[name] = (profile, gpus)
         log.write(f"Linux version 6.8.0-sim ({name})", KERN_INFO)
-        log.write(f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {DRIVER_VERSION}", KERN_INFO)
+        driver_line = f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {profile.driver_version}"
+        log.write(driver_line, KERN_INFO)
         for index in range(gpus):
             self._attach(name, index)
 
     def _attach(self, node: str, index: int) -> None:
-        model, _ = self._models[node]
-        address, gpu_id = pci_bus_id(index), gpu_uuid(node, index)
-        driver.attach(self.host_root(node), model, gpu_id, address, index)
+        profile, _ = self._models[node]
+        gpu = profile.gpu(index)
+        address, gpu_id = gpu.pci_bus_id, gpu.uuid
+        driver.attach(
+            self.host_root(node), profile.model, gpu_id, address, index, profile.vbios_version
+        )
         self._logs[node].write(attach_line(address, gpu_id), KERN_INFO)
 
     def applied(self, fault: object) -> None:
@@ -112,7 +120,25 @@ class SimHosts:
         elif isinstance(fault, GpuMissingFault):
             driver.detach(self.host_root(node), pci_bus_id(fault.gpu))
         elif isinstance(fault, ClearFault):
+            if fault.gpu is None:
+                self._reflash(node)
             _, gpus = self._models[node]
             for index in range(gpus) if fault.gpu is None else (fault.gpu,):
                 if not driver.attached(self.host_root(node), pci_bus_id(index)):
                     self._attach(node, index)
+        elif isinstance(fault, VersionsFault):
+            self._reflash(node)
+
+    def _reflash(self, node: str) -> None:
+        """The machine's VBIOS changed (or was restored): the driver's files say so."""
+        profile = self._hardware.current(node)
+        if profile is None:
+            return
+        with self._lock:
+            self._models[node] = (profile, len(profile.gpus))
+        host = self.host_root(node)
+        for gpu in profile.gpus:
+            if driver.attached(host, gpu.pci_bus_id):
+                driver.attach(
+                    host, profile.model, gpu.uuid, gpu.pci_bus_id, gpu.index, profile.vbios_version
+                )

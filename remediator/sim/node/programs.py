@@ -1,12 +1,18 @@
 """The host programs a remediation Job runs on a simulated node: `nvidia-smi --gpu-reset -i N`,
-`dcgmi diag -r LEVEL -j`, and a host reboot. The simulated kubelet asks `HostPrograms.run` what a
-started container does; a command it does not know keeps running, as every workload pod does.
+`dcgmi diag -r LEVEL -j`, a host reboot, and the validation programs — `nvidia-smi` (its table and
+`--query-gpu` CSV, sim/node/smi.py), `all_reduce_perf` (sim/node/nccl.py) and `ibstat`
+(sim/node/ibstat.py) — all reading the node's hardware profile (sim/node/hardware.py) and the
+faults it carries. The simulated kubelet asks `HostPrograms.run` what a started container does; a
+command it does not know keeps running, as every workload pod does.
 
 The DCGM JSON follows the layout of DCGM 3.x `dcgmi diag -j` (see docs/repair.md): a top-level
 "DCGM GPU Diagnostic" object with "test_categories", each a category with "tests", each test with
-per-GPU "results" (`gpu_ids`, `status`, `warnings`), plus the driver version and device ids. A GPU
-that still carries a fault fails every per-GPU test of the run — a simplification: a real run
-fails the tests that exercise the broken part.
+per-GPU "results" (`gpu_ids`, `status`, `warnings`), plus the driver version, the device ids and
+the boards' serials. The tests of each level are DCGM 3.3's: level 1 the deployment checks, 2 adds
+PCIe and GPU Memory, 3 the Diagnostic, Targeted Stress, Targeted Power and Memory Bandwidth
+plugins, 4 Pulse Test and Memtest (the EUD plugin, which needs a separate package, is left out).
+A GPU that still carries a fault fails every per-GPU test of the run — a simplification: a real
+run fails the tests that exercise the broken part.
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from remediator.sim.kube.controllers.context import ProgramRun
-from remediator.sim.telemetry.exporters import DRIVER_VERSION, pci_bus_id
+from remediator.sim.node import ibstat, nccl, smi
+from remediator.sim.node.hardware import DRIVER_VERSION, Profile, pci_bus_id
+from remediator.sim.telemetry.exporters import Inventory
 
 DCGM_VERSION = "3.3.5"
 RESET_SECONDS = 0.3
-DIAG_SECONDS = {1: 0.5, 2: 1.0, 3: 2.0}
+DIAG_SECONDS = {1: 0.5, 2: 1.0, 3: 2.0, 4: 3.0}
 REBOOT_COMMAND_SECONDS = 0.2
+SMI_SECONDS = 0.1
+IBSTAT_SECONDS = 0.1
+ALL_REDUCE_SECONDS = 1.0
 # (category, test, per GPU) by the level that first runs it.
 DIAG_TESTS: dict[int, tuple[tuple[str, str, bool], ...]] = {
     1: (
@@ -44,6 +55,7 @@ DIAG_TESTS: dict[int, tuple[tuple[str, str, bool], ...]] = {
         ("Stress", "Memory Bandwidth", True),
         ("Hardware", "Diagnostic", True),
     ),
+    4: (("Hardware", "Pulse Test", True), ("Stress", "Memtest", True)),
 }
 
 
@@ -59,6 +71,10 @@ class NodeRepairs(Protocol):
         ...
 
     def gpu_count(self, node: str) -> int: ...
+
+    def inventory(self, node: str) -> Inventory:
+        """The machine's hardware profile and which of its parts are gone or down now."""
+        ...
 
 
 def container_command(pod: Mapping[str, Any]) -> list[str]:
@@ -86,7 +102,9 @@ def _option(argv: Sequence[str], *names: str) -> str | None:
     return None
 
 
-def diag_report(level: int, gpus: int, faulty: Mapping[int, str]) -> dict[str, Any]:
+def diag_report(
+    level: int, gpus: int, faulty: Mapping[int, str], profile: Profile | None = None
+) -> dict[str, Any]:
     """The `dcgmi diag -r LEVEL -j` document for a node whose `faulty` GPUs fail."""
     categories: dict[str, list[dict[str, Any]]] = {}
     for lvl in range(1, level + 1):
@@ -109,16 +127,19 @@ def diag_report(level: int, gpus: int, faulty: Mapping[int, str]) -> dict[str, A
             else:
                 results = [{"status": "Pass"}]
             categories.setdefault(category, []).append({"name": test, "results": results})
-    return {
+    report: dict[str, Any] = {
         "DCGM GPU Diagnostic": {
             "test_categories": [
                 {"category": name, "tests": tests} for name, tests in categories.items()
             ],
             "version": DCGM_VERSION,
         },
-        "Driver Version Detected": DRIVER_VERSION,
-        "GPU Device IDs": ["2330"] * gpus,
+        "Driver Version Detected": profile.driver_version if profile else DRIVER_VERSION,
+        "GPU Device IDs": [profile.spec.device_id if profile else "2330"] * gpus,
     }
+    if profile is not None:
+        report["GPU Device Serials"] = {str(g.index): g.serial for g in profile.gpus[:gpus]}
+    return report
 
 
 class HostPrograms:
@@ -132,6 +153,12 @@ class HostPrograms:
             return self._reset(argv, node)
         if "dcgmi" in words and "diag" in argv:
             return self._diag(argv, node)
+        if "nvidia-smi" in words:
+            return self._smi(argv[words.index("nvidia-smi") :], node)
+        if "all_reduce_perf" in words:
+            return self._all_reduce(argv[words.index("all_reduce_perf") :], node)
+        if "ibstat" in words:
+            return self._ibstat(argv[words.index("ibstat") :], node)
         if any(w in ("reboot", "systemctl") for w in words) and "reboot" in argv:
             return self._reboot(node)
         if any(re.fullmatch(r"echo\s+b\s*>\s*/proc/sysrq-trigger", a) for a in argv):
@@ -153,12 +180,37 @@ class HostPrograms:
 
     def _diag(self, argv: Sequence[str], node: str) -> ProgramRun:
         raw = _option(argv, "-r", "--run") or "1"
-        level = int(raw) if raw in ("1", "2", "3") else 1
-        report = diag_report(level, self._repairs.gpu_count(node), self._repairs.faulty_gpus(node))
+        names = {"quick": "1", "short": "1", "medium": "2", "long": "3", "xlong": "4"}
+        raw = names.get(raw, raw)
+        level = int(raw) if raw in ("1", "2", "3", "4") else 1
+        report = diag_report(
+            level,
+            self._repairs.gpu_count(node),
+            self._repairs.faulty_gpus(node),
+            self._repairs.inventory(node).profile,
+        )
         # dcgmi prints the JSON and exits non-zero when a test failed (DCGM_ST_NVVS_ERROR).
         failed = any(node_fails(report))
         output = json.dumps(report, indent=4) + "\n"
         return ProgramRun(226 if failed else 0, output, DIAG_SECONDS[level])
+
+    def _present(self, inventory: Inventory) -> list[int]:
+        return [g.index for g in inventory.profile.gpus if g.index not in inventory.absent_gpus]
+
+    def _smi(self, argv: Sequence[str], node: str) -> ProgramRun:
+        inventory = self._repairs.inventory(node)
+        result = smi.run(argv, inventory.profile, self._present(inventory))
+        return ProgramRun(result.exit_code, result.output, SMI_SECONDS)
+
+    def _all_reduce(self, argv: Sequence[str], node: str) -> ProgramRun:
+        inventory = self._repairs.inventory(node)
+        result = nccl.run(argv, inventory.profile, self._present(inventory), node)
+        return ProgramRun(result.exit_code, result.output, ALL_REDUCE_SECONDS)
+
+    def _ibstat(self, argv: Sequence[str], node: str) -> ProgramRun:
+        inventory = self._repairs.inventory(node)
+        result = ibstat.run(argv, inventory.profile, inventory.down_ports)
+        return ProgramRun(result.exit_code, result.output, IBSTAT_SECONDS)
 
     def _reboot(self, node: str) -> ProgramRun:
         def down() -> None:

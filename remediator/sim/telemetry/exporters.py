@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import random
 import threading
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +31,14 @@ from starlette.routing import Route
 from remediator.clock import Clock
 from remediator.sim.kube.api.store import Obj, ObjectStore, WatchEvent
 
+# Re-exported: the GPU identities the simulator's users (agents, benches) have named from here.
+from remediator.sim.node.hardware import DEFAULT_MODEL, Hardware, Profile
+from remediator.sim.node.hardware import DRIVER_VERSION as DRIVER_VERSION
+from remediator.sim.node.hardware import gpu_uuid as gpu_uuid
+from remediator.sim.node.hardware import pci_bus_id as pci_bus_id
+
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
-DRIVER_VERSION = "550.127.08"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # dcgm-exporter's err_msg texts (NVIDIA's XID catalog names) for the codes a fleet meets most.
@@ -86,9 +89,6 @@ XID_MESSAGES: dict[int, str] = {
 UNKNOWN_XID = "Unknown Error"
 XID_OFF_BUS = 79
 
-# HGX H100 baseboard PCI addresses, in GPU index order.
-HGX_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
-
 # Clock event reason bits (nvmlClocksEventReasons).
 CLOCKS_SW_POWER_CAP = 0x4
 CLOCKS_SW_THERMAL = 0x20
@@ -98,8 +98,6 @@ HW_THERMAL_CELSIUS = 92.0
 
 IB_STATE_ACTIVE, IB_STATE_DOWN = 4, 1
 IB_PHYS_LINK_UP, IB_PHYS_DISABLED = 5, 3
-
-_UUID_NAMESPACE = uuid.UUID("5f3f3c52-8a3c-4d61-9a39-3e0f6c1b7a10")
 
 # (name, type, help) in dcgm-exporter's words. Index constants below address these rows.
 GPU_FAMILIES: tuple[tuple[str, str, str], ...] = (
@@ -232,16 +230,6 @@ def xid_message(code: int) -> str:
     return XID_MESSAGES.get(code, UNKNOWN_XID)
 
 
-def gpu_uuid(node: str, index: int) -> str:
-    """Stable per node name and index, so a series keeps its identity across restarts."""
-    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/{index}')}"
-
-
-def pci_bus_id(index: int) -> str:
-    bus = HGX_BUS_IDS[index] if index < len(HGX_BUS_IDS) else f"{0x20 + index * 0x10:02X}"
-    return f"00000000:{bus}:00.0"
-
-
 def clock_event_reasons(temp: float, power_capped: bool) -> int:
     reasons = CLOCKS_SW_POWER_CAP if power_capped else 0
     if temp >= SW_THERMAL_CELSIUS:
@@ -368,6 +356,15 @@ class NodeState:
     ports: list[IbPortState]
 
 
+@dataclass(frozen=True)
+class Inventory:
+    """A machine and its parts' state: GPUs gone from the bus, InfiniBand ports down."""
+
+    profile: Profile
+    absent_gpus: frozenset[int]
+    down_ports: frozenset[str]
+
+
 def node_gpu_count(node: Obj) -> int:
     status = node.get("status") or {}
     raw = (status.get("capacity") or {}).get(GPU_RESOURCE) or (status.get("allocatable") or {}).get(
@@ -385,20 +382,27 @@ def node_model(node: Obj) -> str:
     return product.replace("-", " ") if product else DEFAULT_MODEL
 
 
-def new_node_state(name: str, uid: str, gpus: int, model: str, born: float, seed: int) -> NodeState:
+def gpu_labels(profile: Profile, index: int, name: str) -> str:
+    """dcgm-exporter's label set for one GPU, from the machine's hardware profile."""
+    gpu = profile.gpus[index]
+    return (
+        f'gpu="{index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",'
+        f'device="nvidia{index}",modelName="{profile.model}",Hostname="{name}",'
+        f'DCGM_FI_DRIVER_VERSION="{profile.driver_version}"'
+    )
+
+
+def new_node_state(
+    name: str, uid: str, gpus: int, model: str, born: float, seed: int, profile: Profile
+) -> NodeState:
     """Seeded per node name: the same fleet drifts the same way in every run."""
     rng = random.Random(f"{seed}/{name}")
     gpu_states = []
     for index in range(gpus):
-        labels = (
-            f'gpu="{index}",UUID="{gpu_uuid(name, index)}",pci_bus_id="{pci_bus_id(index)}",'
-            f'device="nvidia{index}",modelName="{model}",Hostname="{name}",'
-            f'DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
-        )
         gpu_states.append(
             GpuState(
                 index=index,
-                labels=labels,
+                labels=gpu_labels(profile, index, name),
                 base_temp=rng.uniform(46.0, 60.0),
                 memory_offset=rng.uniform(4.0, 9.0),
                 base_util=rng.uniform(82.0, 96.0),
@@ -408,14 +412,14 @@ def new_node_state(name: str, uid: str, gpus: int, model: str, born: float, seed
             )
         )
     ports = []
-    for index in range(gpus):
-        device = f"mlx5_{index}"
+    for hca in profile.ib_ports:
+        device = hca.device
         noisy = rng.random() < 0.05
         ports.append(
             IbPortState(
                 device=device,
-                port="1",
-                labels=f'device="{device}",port="1",node="{name}"',
+                port=str(hca.port),
+                labels=f'device="{device}",port="{hca.port}",node="{name}"',
                 rx_rate=rng.uniform(8e9, 30e9),
                 tx_rate=rng.uniform(8e9, 30e9),
                 wait_rate=rng.uniform(1e4, 5e5),
@@ -515,8 +519,15 @@ class Telemetry:
     """
 
     def __init__(
-        self, store: ObjectStore, clock: Clock, seed: int = 0, step_seconds: float = 1.0
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        seed: int = 0,
+        step_seconds: float = 1.0,
+        hardware: Hardware | None = None,
     ) -> None:
+        # The machines' identities and versions, which the host programs read too.
+        self.hardware = hardware or Hardware()
         self._store = store
         self._clock = clock
         self._seed = seed
@@ -546,7 +557,8 @@ class Telemetry:
             gpus, model = node_gpu_count(node), node_model(node)
             state = self._nodes.get(name)
             if state is None or state.uid != uid or (state.gpu_count, state.model) != (gpus, model):
-                state = new_node_state(name, uid, gpus, model, t, self._seed)
+                profile = self.hardware.profile(name, uid, model, gpus)
+                state = new_node_state(name, uid, gpus, model, t, self._seed, profile)
             present[name] = state
         self._nodes = present
         return [present[name] for name in sorted(present)]
@@ -560,14 +572,9 @@ class Telemetry:
             state = self._nodes.get(name)
             meta = found.get("metadata") or {}
             if state is None or state.uid != meta.get("uid", ""):
-                state = new_node_state(
-                    name,
-                    meta.get("uid", ""),
-                    node_gpu_count(found),
-                    node_model(found),
-                    self.now(),
-                    self._seed,
-                )
+                uid, gpus, model = meta.get("uid", ""), node_gpu_count(found), node_model(found)
+                profile = self.hardware.profile(name, uid, model, gpus)
+                state = new_node_state(name, uid, gpus, model, self.now(), self._seed, profile)
                 self._nodes[name] = state
             return state
 
@@ -683,6 +690,27 @@ class Telemetry:
                         port.set_up(True, t)
             self._version += 1
 
+    def inventory(self, node: str) -> Inventory:
+        """The machine and what of it works now: what the host programs report."""
+        with self._lock:
+            state = self.node(node)
+            profile = self.hardware.profile(node, state.uid, state.model, state.gpu_count)
+            return Inventory(
+                profile=profile,
+                absent_gpus=frozenset(g.index for g in state.gpus if not g.healthy_on_bus),
+                down_ports=frozenset(p.device for p in state.ports if p.up_since is None),
+            )
+
+    def relabel(self, node: str) -> None:
+        """The machine's versions changed (a different driver): its series say so."""
+        with self._lock:
+            state = self.node(node)
+            profile = self.hardware.profile(node, state.uid, state.model, state.gpu_count)
+            for gpu in state.gpus:
+                gpu.labels = gpu_labels(profile, gpu.index, node)
+                gpu.static = None
+            self._version += 1
+
     def unhealthy_gpus(self, node: str) -> int:
         """GPUs the device plugin would no longer offer: gone from the node or off the bus."""
         with self._lock:
@@ -693,8 +721,11 @@ class Telemetry:
             faults: list[dict[str, Any]] = []
             for name in sorted(self._nodes):
                 state = self._nodes[name]
-                if self._store.find("nodes", "", name) is None:
-                    continue  # gone since the last scrape; its faults went with it
+                found = self._store.find("nodes", "", name)
+                if found is None or (found.get("metadata") or {}).get("uid", "") != state.uid:
+                    # Gone since the last scrape, or a new machine under the name (a GCE MIG
+                    # recreates instances under their names): the old one's faults went with it.
+                    continue
                 for gpu in state.gpus:
                     where = {"node": name, "gpu": gpu.index}
                     if gpu.missing:

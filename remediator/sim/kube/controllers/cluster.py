@@ -131,6 +131,7 @@ class SimCluster:
             self.store.subscribe(resource, self._inbox.append)
         self._unschedulable: set[Key] = set()
         self._tick_callbacks: list[Callable[[datetime], None]] = []
+        self._added_callbacks: list[Callable[[Obj], None]] = []
         self._pool_taints: dict[str, list[Obj]] = {}
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -165,7 +166,15 @@ class SimCluster:
                 self._ctx.after(
                     self._clock.now() + timedelta(seconds=ready_after), NODE_READY, name
                 )
+            for callback in list(self._added_callbacks):
+                callback(created)
             return created
+
+    def on_node_added(self, callback: Callable[[Obj], None]) -> None:
+        """Called with each node a cloud adds after the fleet was seeded: a new machine, which
+        may arrive broken (sim/faults/arrivals.py)."""
+        with self._lock:
+            self._added_callbacks.append(callback)
 
     def remove_node(self, name: str) -> None:
         """The machine is gone: the Node object goes, and pod GC deletes its pods at once."""
