@@ -270,6 +270,9 @@ class Controller:
             repair_poll_seconds=settings.repair.poll_seconds,
             slurm=self._slurm_steps(settings),
             pool_label=settings.pool_label,
+            provider_kind=lambda pool: (
+                settings.pool_providers.get(pool or "", settings.provider).type
+            ),
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read

@@ -59,6 +59,20 @@ class ControllerMetrics:
             buckets=STEP_BUCKETS,
             registry=registry,
         )
+        self.validations = Counter(
+            "remediator_validations",
+            "Validation runs (burn-in) by pool, GPU model, provider, whether the node was a new "
+            "machine, and result: a failed new machine is dead on arrival.",
+            ["pool", "gpu_model", "provider", "new_machine", "result"],
+            registry=registry,
+        )
+        self.validation_check = Histogram(
+            "remediator_validation_check_seconds",
+            "Time each validation check took, its Jobs' run included.",
+            ["check"],
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        )
         self.oldest_open = Gauge(
             "remediator_oldest_open_remediation_seconds",
             "Age of the oldest remediation in each open state.",
@@ -173,6 +187,26 @@ class ControllerMetrics:
             self.finished.labels(outcome, seen.after.policy).inc()
         if seen.after.outcome is not None:
             self.resolved.labels(seen.after.outcome, seen.after.policy).inc()
+        if seen.before.state is State.VALIDATING:
+            self._validated(seen.after)
+
+    def _validated(self, after: RemediationRecord) -> None:
+        last = next((e for e in reversed(after.events) if e.to_state is not None), None)
+        if last is None or last.action not in ("validate_done", "validate_failed"):
+            return
+        detail = last.detail
+        self.validations.labels(
+            str(detail.get("pool") or ""),
+            str(detail.get("gpu_model") or ""),
+            str(detail.get("provider") or ""),
+            "true" if detail.get("new_machine") else "false",
+            "passed" if last.action == "validate_done" else "failed",
+        ).inc()
+        for check in detail.get("checks") or ():
+            if isinstance(check, dict) and check.get("seconds") is not None:
+                self.validation_check.labels(str(check.get("check"))).observe(
+                    float(check["seconds"])
+                )
 
     def opened(self, records: Iterable[RemediationRecord]) -> None:
         for record in records:

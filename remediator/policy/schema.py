@@ -341,6 +341,9 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
+        steps = {s.action for s in self.actions}
+        if "uncordon" in steps and "replace" in steps:
+            raise ValueError("a ladder ends in uncordon (repaired) or in replace, not both")
         ranks = [STEP_ORDER.index(s.action) for s in self.actions if s.action != "notify"]
         if ranks != sorted(set(ranks)):
             raise ValueError(

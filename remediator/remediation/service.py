@@ -142,6 +142,7 @@ class RemediationService:
         repair_poll_seconds: float = 2.0,
         slurm: SlurmSteps | None = None,
         pool_label: str = "",
+        provider_kind: Callable[[str | None], str] = lambda _pool: "",
     ) -> None:
         self._repo = repository
         self._pool_label = pool_label
@@ -174,6 +175,7 @@ class RemediationService:
             jobs=jobs,
             repair_poll=repair_poll_seconds,
             slurm=slurm,
+            provider_kind=provider_kind,
         )
 
     # -- driving -----------------------------------------------------------------------------

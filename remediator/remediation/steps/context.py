@@ -44,6 +44,8 @@ class StepContext:
     jobs: JobSettings = DEFAULT_JOBS
     repair_poll: float = 2.0
     slurm: SlurmSteps | None = None
+    # Which kind of provider serves a pool (http, aws, clusterapi, gce): the DOA figures' label.
+    provider_kind: Callable[[str | None], str] = lambda _pool: ""
     # (remediation, entry into the step) whose spare capacity was checked already.
     capacity_checked: set[tuple[int, datetime]] = field(default_factory=set)
 

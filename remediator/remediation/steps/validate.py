@@ -71,7 +71,12 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
         )
     started = ctx.entered(record)
     timeout = step.timeout_seconds or DEFAULT_TIMEOUT
-    facts: dict[str, Any] = {"node": node, "new_machine": new_machine, "pool": record.pool}
+    facts: dict[str, Any] = {
+        "node": node,
+        "new_machine": new_machine,
+        "pool": record.pool,
+        "provider": ctx.provider_kind(record.pool),
+    }
     joined = _joined(ctx, node)
     if joined is None:
         if (ctx.clock.now() - started).total_seconds() > timeout:
