@@ -87,3 +87,71 @@ def pool_inventories(runs: tuple[ValidationRun, ...]) -> dict[str, Mapping[str, 
         if run.passed and run.inventory and run.node not in seen:
             seen[run.node] = run.inventory
     return seen
+
+
+@dataclass(frozen=True)
+class DoaRate:
+    """Of `new_machines` validated, `failed` arrived bad."""
+
+    key: str
+    new_machines: int
+    failed: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.failed / self.new_machines if self.new_machines else 0.0
+
+
+@dataclass(frozen=True)
+class CheckTime:
+    check: str
+    count: int
+    median: float
+    p90: float
+
+
+@dataclass(frozen=True)
+class ValidationFigures:
+    runs: int
+    overall: DoaRate
+    by_pool: tuple[DoaRate, ...]
+    by_model: tuple[DoaRate, ...]
+    by_provider: tuple[DoaRate, ...]
+    check_times: tuple[CheckTime, ...]
+
+
+def _rates(runs: list[ValidationRun], key: str) -> tuple[DoaRate, ...]:
+    groups: dict[str, list[ValidationRun]] = {}
+    for run in runs:
+        groups.setdefault(str(run.detail.get(key) or "unknown"), []).append(run)
+    return tuple(
+        DoaRate(name, len(group), sum(1 for r in group if not r.passed))
+        for name, group in sorted(groups.items())
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def validation_figures(runs: tuple[ValidationRun, ...]) -> ValidationFigures:
+    """Dead-on-arrival rates (new machines that failed their validation) by pool, GPU model and
+    provider, and how long each check took (every run, repaired nodes' included)."""
+    new = [r for r in runs if r.new_machine]
+    seconds: dict[str, list[float]] = {}
+    for run in runs:
+        for check in run.detail.get("checks") or ():
+            if isinstance(check, Mapping) and check.get("seconds") is not None:
+                seconds.setdefault(str(check.get("check")), []).append(float(check["seconds"]))
+    return ValidationFigures(
+        runs=len(runs),
+        overall=DoaRate("all", len(new), sum(1 for r in new if not r.passed)),
+        by_pool=_rates(new, "pool"),
+        by_model=_rates(new, "gpu_model"),
+        by_provider=_rates(new, "provider"),
+        check_times=tuple(
+            CheckTime(name, len(values), _quantile(values, 0.5), _quantile(values, 0.9))
+            for name, values in sorted(seconds.items())
+        ),
+    )
