@@ -171,13 +171,14 @@ def _run_check(
     else:
         started_at = begun[check].at
     runs: dict[str, JobRun] = {}
+    blocked = ""
     for program, argv in argvs.items():
         name = job_name(STEP, str(record.id), round_of(record), f"{check}-{program}")
         job = render_job(
             ctx.jobs, name=name, node=node, step=STEP, remediation=str(record.id), command=argv
         )
-        runs[program] = run_job(ctx.kube, ctx.jobs, job)
-    blocked = _unschedulable(ctx, runs)
+        runs[program], why = _follow(ctx, run_job(ctx.kube, ctx.jobs, job))
+        blocked = blocked or why
     if blocked:
         return Held(
             f"validation Job cannot run on {node}: {blocked}",
@@ -195,15 +196,20 @@ def _run_check(
     return _record(record, ctx, node, verdict, seconds)
 
 
-def _unschedulable(ctx: StepContext, runs: Mapping[str, JobRun]) -> str:
-    """Why a validation Job's pod cannot run on the node, if it cannot."""
-    for run in runs.values():
-        if run.state is JobState.SUCCEEDED:
-            continue
-        for pod in ctx.kube.list_pods(ctx.jobs.namespace, f"job-name={run.name}"):
-            if pod.unschedulable:
-                return f"{run.name}: {pod.unschedulable}"
-    return ""
+def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
+    """A running Job as its pod shows it: finished as soon as the pod has (the Job's own status
+    follows a moment later, and the check should not wait a poll for it), or why its pod cannot
+    run on the node."""
+    if run.state is not JobState.RUNNING:
+        return run, ""
+    for pod in ctx.kube.list_pods(ctx.jobs.namespace, f"job-name={run.name}"):
+        if pod.unschedulable:
+            return run, f"{run.name}: {pod.unschedulable}"
+        if pod.phase in ("Succeeded", "Failed"):
+            state = JobState.SUCCEEDED if pod.phase == "Succeeded" else JobState.FAILED
+            log = ctx.kube.read_pod_log(ctx.jobs.namespace, pod.name)
+            return JobRun(run.name, state, pod.exit_code, log), ""
+    return run, ""
 
 
 def _verdict(
