@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -188,22 +189,20 @@ class ControllerMetrics:
         if seen.after.outcome is not None:
             self.resolved.labels(seen.after.outcome, seen.after.policy).inc()
         if seen.before.state is State.VALIDATING:
-            self._validated(seen.after)
+            self._validated(seen.action, seen.detail)
 
-    def _validated(self, after: RemediationRecord) -> None:
-        last = next((e for e in reversed(after.events) if e.to_state is not None), None)
-        if last is None or last.action not in ("validate_done", "validate_failed"):
+    def _validated(self, action: str, detail: Mapping[str, Any]) -> None:
+        if action not in ("validate_done", "validate_failed"):
             return
-        detail = last.detail
         self.validations.labels(
             str(detail.get("pool") or ""),
             str(detail.get("gpu_model") or ""),
             str(detail.get("provider") or ""),
             "true" if detail.get("new_machine") else "false",
-            "passed" if last.action == "validate_done" else "failed",
+            "passed" if action == "validate_done" else "failed",
         ).inc()
         for check in detail.get("checks") or ():
-            if isinstance(check, dict) and check.get("seconds") is not None:
+            if isinstance(check, Mapping) and check.get("seconds") is not None:
                 self.validation_check.labels(str(check.get("check"))).observe(
                     float(check["seconds"])
                 )

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from remediator.actions.drain import Drainer
 from remediator.actions.jobs import JobSettings
@@ -77,6 +77,9 @@ class TransitionSeen:
     before: RemediationRecord
     after: RemediationRecord
     seconds_in_state: float
+    # The transition's own timeline line (`after` may be read without its events).
+    action: str = ""
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _noop(_: TransitionSeen) -> None:
@@ -476,7 +479,7 @@ class RemediationService:
             seconds_in_state=max(0.0, spent),
             actor=self.actor,
         )
-        self.on_transition(TransitionSeen(record, after, max(0.0, spent)))
+        self.on_transition(TransitionSeen(record, after, max(0.0, spent), move.action, detail))
         self._notify(record, after, move)
         return after
 
