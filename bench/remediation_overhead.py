@@ -1,13 +1,17 @@
 """Controller overhead in an end-to-end XID 79 remediation, on both of the shipped ladder's
 paths: how much of the time from the signal to the finished remediation is the controller's
 own, beyond what the workload, the node and the node pool take. Target: median under 2 s on each
-path.
+path; and the validate step's own overhead (its time minus its checks' programs' run time)
+under 2 s, reported separately.
 
 The shipped `xid-79-fallen-off-bus` ladder is notify → cordon → checkpoint → drain → reboot →
-diagnose (DCGM level 2) → uncordon, with `on_failure: replace`. So the path depends on the fault:
+diagnose (DCGM level 2) → validate → uncordon, with `on_failure: replace`. So the path depends on
+the fault:
 
-    repair   a transient fault (the reboot clears it): reboot, diagnostics pass, uncordon
-    replace  a persistent fault (broken hardware): reboot, diagnostics fail, replace, verify
+    repair   a transient fault (the reboot clears it): reboot, diagnostics pass, validate (DCGM
+             level 2), uncordon
+    replace  a persistent fault (broken hardware): reboot, diagnostics fail, replace, validate
+             the new machine (DCGM level 3), verify
 
 Method: the real CLI twice, as a user runs it: `remediator sim serve` (a 24-node fleet, reboot
 5 s, replacement provisioning 3 s) and `remediator run` with the shipped policies (budgets opened
@@ -25,7 +29,10 @@ sample starts after it. The paths alternate. Per sample:
     reboot      the simulator's reboot delay   (the node's own time to come back)
     diagnose    the simulated `dcgmi diag -r 2` run time
     provision   the simulator's provisioning delay (replace path only)
+    validate    the validation checks' programs' simulated run time: inventory (nvidia-smi
+                twice and ibstat, side by side), `dcgmi diag` at the step's level, all_reduce_perf
     overhead    total - the simulated times of the path taken
+    validate overhead   time in `validating` - validate (the step's own cost, the target's figure)
 
 Each sample checks that its remediation took the path it models (the states it went through,
 its outcome and its new node) and the bench stops with an error otherwise: an overhead computed
@@ -53,7 +60,12 @@ from typing import Any
 import httpx
 
 from remediator.sim.launch import SimHandle, start_sim
-from remediator.sim.node.programs import DIAG_SECONDS
+from remediator.sim.node.programs import (
+    ALL_REDUCE_SECONDS,
+    DIAG_SECONDS,
+    IBSTAT_SECONDS,
+    SMI_SECONDS,
+)
 from remediator.store.db import upgrade
 
 TOKEN = "bench-token"
@@ -61,6 +73,8 @@ NODES = 24
 PROVISION_SECONDS = 3.0
 REBOOT_SECONDS = 5.0
 DIAG_LEVEL = 2  # the shipped ladder's `diagnose: level: 2`
+# The shipped validate step: DCGM level 2 on a repaired node, 3 on a new machine.
+VALIDATE_LEVEL = {"repair": 2, "replace": 3}
 CHECKPOINT_SECONDS = "sim.remediator.io/checkpoint-seconds"
 SHUTDOWN_SECONDS = "sim.remediator.io/shutdown-seconds"
 HANDSHAKE = "remediator.io/checkpoint-handshake"
@@ -69,6 +83,7 @@ STEPS = (
     "draining",
     "rebooting",
     "diagnosing",
+    "validating",
     "uncordoning",
     "replacing",
     "verifying",
@@ -76,11 +91,15 @@ STEPS = (
 # The states each path must go through, and those it must not.
 PATHS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "repair": (
-        frozenset({"checkpointing", "draining", "rebooting", "diagnosing", "uncordoning"}),
+        frozenset(
+            {"checkpointing", "draining", "rebooting", "diagnosing", "validating", "uncordoning"}
+        ),
         frozenset({"replacing"}),
     ),
     "replace": (
-        frozenset({"checkpointing", "draining", "rebooting", "diagnosing", "replacing"}),
+        frozenset(
+            {"checkpointing", "draining", "rebooting", "diagnosing", "replacing", "validating"}
+        ),
         frozenset({"uncordoning"}),
     ),
 }
@@ -113,6 +132,10 @@ class Sample:
     @property
     def overhead(self) -> float:
         return self.total - sum(self.simulated.values())
+
+    @property
+    def validate_overhead(self) -> float:
+        return self.steps.get("validating", 0.0) - self.simulated["validate"]
 
 
 class Controller:
@@ -259,7 +282,14 @@ def sample(
     }
     if path == "replace":
         simulated["provision"] = PROVISION_SECONDS
+    simulated["validate"] = validation_seconds(VALIDATE_LEVEL[path])
     return Sample(path, node, entered["succeeded"] - pushed, simulated, steps)
+
+
+def validation_seconds(level: int) -> float:
+    """The checks run one after another; the inventory's three programs side by side."""
+    inventory = max(SMI_SECONDS, SMI_SECONDS, IBSTAT_SECONDS)
+    return inventory + DIAG_SECONDS[level] + ALL_REDUCE_SECONDS
 
 
 def main() -> int:
@@ -334,12 +364,13 @@ def report(samples: list[Sample]) -> None:
     counts = ", ".join(f"{sum(s.path == p for s in samples)} {p}" for p in paths)
     print(f"XID 79 remediations ({counts}), {NODES}-node simulated fleet, shipped policies")
     print()
-    parts = ["checkpoint", "shutdown", "reboot", "diagnose", "provision"]
-    columns = ["total", *parts, "overhead", "detect", *STEPS]
+    parts = ["checkpoint", "shutdown", "reboot", "diagnose", "provision", "validate"]
+    columns = ["total", *parts, "overhead", "validate overhead", "detect", *STEPS]
     print("| path | node | " + " | ".join(f"{c} s" for c in columns) + " |")
     print("| --- | --- | " + " | ".join("---:" for _ in columns) + " |")
     for s in samples:
         values = [s.total, *(s.simulated.get(p, 0.0) for p in parts), s.overhead]
+        values.append(s.validate_overhead)
         values += [s.steps.get(step, 0.0) for step in ("detect", *STEPS)]
         print(f"| {s.path} | {s.node} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
     print()
@@ -348,6 +379,12 @@ def report(samples: list[Sample]) -> None:
         print(
             f"{path}: total median {statistics.median(totals):.2f} s "
             f"p90 {percentile(totals, 0.9):.2f} s"
+        )
+    for path in paths:
+        checks = [s.validate_overhead for s in samples if s.path == path]
+        print(
+            f"{path}: validate step overhead median {statistics.median(checks):.2f} s "
+            f"p90 {percentile(checks, 0.9):.2f} s (target < 2 s beyond its checks' own time)"
         )
     for path in paths:
         overheads = [s.overhead for s in samples if s.path == path]

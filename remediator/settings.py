@@ -276,6 +276,11 @@ class Settings(BaseSettings):
         return env_settings, init_settings
 
 
+def provider_kind(settings: Settings, pool: str | None) -> str:
+    """Which kind of provider serves `pool` (http, aws, clusterapi, gce)."""
+    return settings.pool_providers.get(pool or "", settings.provider).type
+
+
 def load_settings(path: Path | None) -> Settings:
     """Read the YAML config (when given) under the environment; errors name the file and field."""
     data: dict[str, Any] = {}

@@ -294,6 +294,9 @@ class Controller:
             pool_label=settings.pool_label,
             opt_outs=self.opt_outs,
             max_opt_out_hold=self._max_opt_out_hold,
+            provider_kind=lambda pool: (
+                settings.pool_providers.get(pool or "", settings.provider).type
+            ),
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read

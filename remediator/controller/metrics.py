@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -96,6 +97,20 @@ class ControllerMetrics:
             "remediator_step_duration_seconds",
             "Time spent in each work step.",
             ["step"],
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        )
+        self.validations = Counter(
+            "remediator_validations",
+            "Validation runs (burn-in) by pool, GPU model, provider, whether the node was a new "
+            "machine, and result: a failed new machine is dead on arrival.",
+            ["pool", "gpu_model", "provider", "new_machine", "result"],
+            registry=registry,
+        )
+        self.validation_check = Histogram(
+            "remediator_validation_check_seconds",
+            "Time each validation check took, its Jobs' run included.",
+            ["check"],
             buckets=STEP_BUCKETS,
             registry=registry,
         )
@@ -198,6 +213,24 @@ class ControllerMetrics:
             self.finished.labels(outcome, seen.after.policy).inc()
         if seen.after.outcome is not None:
             self.resolved.labels(seen.after.outcome, seen.after.policy).inc()
+        if seen.before.state is State.VALIDATING:
+            self._validated(seen.action, seen.detail)
+
+    def _validated(self, action: str, detail: Mapping[str, Any]) -> None:
+        if action not in ("validate_done", "validate_failed"):
+            return
+        self.validations.labels(
+            str(detail.get("pool") or ""),
+            str(detail.get("gpu_model") or ""),
+            str(detail.get("provider") or ""),
+            "true" if detail.get("new_machine") else "false",
+            "passed" if action == "validate_done" else "failed",
+        ).inc()
+        for check in detail.get("checks") or ():
+            if isinstance(check, Mapping) and check.get("seconds") is not None:
+                self.validation_check.labels(str(check.get("check"))).observe(
+                    float(check["seconds"])
+                )
 
     def opened(self, records: Iterable[RemediationRecord]) -> None:
         for record in records:

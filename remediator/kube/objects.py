@@ -190,6 +190,9 @@ class Pod:
     exit_code: int | None = None  # the first container's, once it terminated
     # Label key → when the newest managedFields entry owning it was written (absent: unknown).
     label_set_at: Mapping[str, datetime] = field(default_factory=dict)
+    # Why the pod cannot run where it is: the scheduler's Unschedulable message, or the kubelet's
+    # admission refusal (a Failed pod's reason, e.g. OutOfnvidia.com/gpu); "" when neither.
+    unschedulable: str = ""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Pod:
@@ -224,6 +227,7 @@ class Pod:
             running_since=_running_since(status),
             exit_code=_exit_code(status),
             label_set_at=label_times(meta.get("managedFields")),
+            unschedulable=_unschedulable(status),
         )
 
     @property
@@ -503,3 +507,17 @@ class EvictionOutcome:
     result: EvictionResult
     message: str = ""
     retry_after: float | None = None
+
+
+# A Failed pod's status.reason when the kubelet refused to admit it (not a program's failure).
+_ADMISSION_REASONS = ("OutOf", "NodeAffinity", "NodeSelectorMismatching", "UnexpectedAdmission")
+
+
+def _unschedulable(status: Mapping[str, Any]) -> str:
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "Unschedulable")
+    reason = str(status.get("reason") or "")
+    if status.get("phase") == "Failed" and reason.startswith(_ADMISSION_REASONS):
+        return f"{reason}: {status.get('message') or 'refused by the kubelet'}"
+    return ""

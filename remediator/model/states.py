@@ -24,6 +24,9 @@ class State(StrEnum):
     DIAGNOSING = "diagnosing"
     UNCORDONING = "uncordoning"
     REPLACING = "replacing"
+    # Burn-in before a node takes work: a new machine (after REPLACING) or a repaired one
+    # (before UNCORDONING) runs its checks fenced; a failure replaces it (again) or escalates.
+    VALIDATING = "validating"
     VERIFYING = "verifying"
     HELD = "held"
     SUCCEEDED = "succeeded"
@@ -41,13 +44,14 @@ _WORK = frozenset(
         State.DIAGNOSING,
         State.UNCORDONING,
         State.REPLACING,
+        State.VALIDATING,
         State.VERIFYING,
     }
 )
 # A repair that fails may escalate to a replacement (`on_failure: replace`) or to another
 # repair, the first step of a named fallback ladder (`on_failure: <policy>`).
 _REPAIR = frozenset({State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING})
-_REPAIR_END = frozenset({State.REPLACING, State.HELD, State.FAILED})
+_REPAIR_END = frozenset({State.REPLACING, State.HELD, State.FAILED, State.VALIDATING})
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.DETECTED}),
@@ -91,8 +95,15 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.DIAGNOSING: frozenset(
         _REPAIR_END | _REPAIR - {State.DIAGNOSING} | {State.UNCORDONING, State.SUCCEEDED}
     ),
+    # Passed: the new machine is verified, the repaired node uncordoned. Failed: a new machine
+    # is replaced again (or held at max_replacements), a repaired one goes to its fallback.
+    State.VALIDATING: frozenset(
+        _REPAIR_END - {State.VALIDATING}
+        | _REPAIR
+        | {State.VERIFYING, State.UNCORDONING, State.SUCCEEDED}
+    ),
     State.UNCORDONING: frozenset({State.SUCCEEDED, State.HELD, State.FAILED}),
-    State.REPLACING: frozenset({State.VERIFYING, State.HELD, State.FAILED}),
+    State.REPLACING: frozenset({State.VALIDATING, State.VERIFYING, State.HELD, State.FAILED}),
     State.VERIFYING: frozenset({State.SUCCEEDED, State.FAILED}),
     State.HELD: frozenset(_WORK | {State.SUCCEEDED, State.FAILED}),
     # Or straight to succeeded: the node left and its pool replaced it by itself (an Auto

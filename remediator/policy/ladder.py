@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from remediator.policy.schema import Checkpoint, Step
+from remediator.policy.schema import Checkpoint, Step, Validate
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,14 @@ class LadderStep:
     stage: int | None = None  # which fallback in a chain (a fallback without one is the first)
     ladder: str | None = None  # the policy a named fallback's steps come from
     via: str | None = None  # reboot: "maintenance" triggers the cloud's announced event
+    checks: Mapping[str, Any] | None = None  # validate: the checks' settings (actions/burnin.py)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {
+            k: dict(v) if isinstance(v, Mapping) else v
+            for k, v in self.__dict__.items()
+            if v is not None
+        }
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> LadderStep:
@@ -48,6 +53,7 @@ class LadderStep:
             stage=_int(raw.get("stage")),
             ladder=raw.get("ladder"),
             via=raw.get("via"),
+            checks=dict(raw["checks"]) if raw.get("checks") is not None else None,
         )
 
 
@@ -76,6 +82,7 @@ def _rung(step: Step) -> LadderStep:
         limit=getattr(step, "max_reboots", None),
         window_seconds=window.total_seconds() if window is not None else None,
         via="maintenance" if getattr(step, "via", None) == "maintenance" else None,
+        checks=step.checks() if isinstance(step, Validate) else None,
     )
 
 

@@ -215,6 +215,59 @@ class Diagnose(_Strict):
     timeout: Duration = timedelta(minutes=30)
 
 
+class InventoryPins(_Strict):
+    """Values every node of the pool must show, whatever the rest of the pool runs; what is not
+    pinned is compared with the majority of the pool's validated nodes."""
+
+    gpu_count: int | None = Field(default=None, ge=1, le=1024)
+    gpu_model: str | None = Field(default=None, min_length=1)
+    driver: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)*$")
+    cuda: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)*$")
+    vbios: str | None = Field(default=None, min_length=1)
+    ib_active: int | None = Field(default=None, ge=0, le=64)
+    ib_rate: int | None = Field(default=None, ge=1)
+
+
+class Validate(_Strict):
+    """Burn-in before a node takes work, after `replace` (the new machine) or a repair (before
+    `uncordon`): the node stays fenced while checks run as Jobs on it — inventory against the
+    pool's baseline, DCGM diagnostics (`dcgm_level` after a repair, `dcgm_level_new` on a new
+    machine), and an NCCL all-reduce whose bus bandwidth must reach the GPU model's floor.
+    A new machine that fails is replaced again, at most `max_replacements` times per
+    remediation, then held for a human; a repaired node that fails goes to `on_failure`."""
+
+    action: Literal["validate"]
+    dcgm_level: Literal[1, 2, 3, 4] = 2
+    dcgm_level_new: Literal[1, 2, 3, 4] = 3
+    inventory: bool = True
+    pins: InventoryPins = InventoryPins()
+    nccl: bool = True
+    # GPU model (as nvidia-smi names it) → the lowest acceptable all-reduce bus bandwidth, GB/s.
+    busbw_floor: dict[Annotated[str, Field(min_length=1)], Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict
+    )
+    max_replacements: int = Field(default=2, ge=0, le=10)
+    timeout: Duration = timedelta(minutes=30)
+
+    @model_validator(mode="after")
+    def _floors(self) -> Validate:
+        if self.nccl and not self.busbw_floor:
+            raise ValueError("nccl needs busbw_floor (GPU model → GB/s), or set nccl: false")
+        return self
+
+    def checks(self) -> dict[str, Any]:
+        """As stored on the ladder (actions/burnin.py Checks)."""
+        return {
+            "dcgm_level": self.dcgm_level,
+            "dcgm_level_new": self.dcgm_level_new,
+            "inventory": self.inventory,
+            "pins": self.pins.model_dump(exclude_none=True),
+            "nccl": self.nccl,
+            "busbw_floor": dict(self.busbw_floor),
+            "max_replacements": self.max_replacements,
+        }
+
+
 class Uncordon(_Strict):
     """Return the node to service: remove our cordon and taint (never a human's)."""
 
@@ -231,7 +284,8 @@ Step = Annotated[
     | Reboot
     | Diagnose
     | Uncordon
-    | Replace,
+    | Replace
+    | Validate,
     Field(discriminator="action"),
 ]
 
@@ -244,8 +298,9 @@ STEP_ORDER = (
     "reset_gpu",
     "reboot",
     "diagnose",
-    "uncordon",
     "replace",
+    "validate",
+    "uncordon",
 )
 REPAIR_STEPS = frozenset({"reset_gpu", "reboot", "diagnose"})
 REPLACE = "replace"  # `on_failure: replace`: the replace step, not a policy of that name
@@ -314,6 +369,9 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
+        steps = {s.action for s in self.actions}
+        if "uncordon" in steps and "replace" in steps:
+            raise ValueError("a ladder ends in uncordon (repaired) or in replace, not both")
         ranks = [STEP_ORDER.index(s.action) for s in self.actions if s.action != "notify"]
         if ranks != sorted(set(ranks)):
             raise ValueError(
@@ -340,8 +398,12 @@ class Policy(_Strict):
             raise ValueError("a ladder ends in uncordon (repaired) or in replace, not both")
         if steps & REPAIR_STEPS and "drain" not in steps:
             raise ValueError("reset_gpu, reboot and diagnose need a drain before them")
-        if "uncordon" in steps and "diagnose" not in steps:
-            raise ValueError("uncordon needs diagnose before it: no node goes back unchecked")
+        if "uncordon" in steps and not steps & {"diagnose", "validate"}:
+            raise ValueError(
+                "uncordon needs diagnose or validate before it: no node goes back unchecked"
+            )
+        if "validate" in steps and not steps & (REPAIR_STEPS | {"replace"}):
+            raise ValueError("validate needs a repair or a replace step before it")
         if self.on_failure is not None:
             if not steps & REPAIR_STEPS:
                 raise ValueError("on_failure needs a reset_gpu, reboot or diagnose step to follow")

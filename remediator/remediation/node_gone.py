@@ -8,7 +8,8 @@ is left to retry, cordon or uncordon, so the remediation ends and stops fencing 
 * otherwise cancelled with the outcome `node gone`.
 
 Queued ones are closed by the intake (`node … has left the cluster`); one replacing or verifying
-is left to its provider operation, whose own old node is expected to go. An empty node list is
+is left to its provider operation, whose own old node is expected to go (validating too: a
+new machine is on trial in its place). An empty node list is
 never taken to mean every node left."""
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from remediator.store.repository import Repository
 log = logging.getLogger(__name__)
 
 NODE_GONE = "node gone"
-# States whose node may rightly be gone: the replacement removed it.
-REPLACEMENT_STATES = frozenset({State.REPLACING, State.VERIFYING})
+# States whose node may rightly be gone: the replacement removed it (a new machine is being
+# validated in its place).
+REPLACEMENT_STATES = frozenset({State.REPLACING, State.VALIDATING, State.VERIFYING})
 # Closed by the intake, before any step ran.
 LEFT_TO_INTAKE = frozenset({State.QUEUED})
 

@@ -46,6 +46,7 @@ STEP_STATES: dict[str, State] = {
     "diagnose": State.DIAGNOSING,
     "uncordon": State.UNCORDONING,
     "replace": State.REPLACING,
+    "validate": State.VALIDATING,
 }
 # The timeline and metric name of the work done in each work state.
 STEP_NAMES: dict[State, str] = {
@@ -57,10 +58,15 @@ STEP_NAMES: dict[State, str] = {
     State.DIAGNOSING: "diagnose",
     State.UNCORDONING: "uncordon",
     State.REPLACING: "replace",
+    State.VALIDATING: "validate",
     State.VERIFYING: "verify",
 }
-# Repairs whose failure goes to the ladder's fallback (`on_failure: replace`) when it has one.
-REPAIR_STATES = frozenset({State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING})
+# Repairs whose failure goes to the ladder's fallback (`on_failure: replace`) when it has one
+# (a validation of a repaired node too; one of a new machine replaces it again instead).
+REPAIR_STATES = frozenset(
+    {State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING, State.VALIDATING}
+)
+DEFAULT_MAX_REPLACEMENTS = 2
 REPAIRED = "repaired"
 REPLACED = "replaced"
 
@@ -77,6 +83,16 @@ def work_states(ladder: Sequence[LadderStep]) -> tuple[State, ...]:
     if State.REPLACING in ordered:
         ordered.append(State.VERIFYING)
     return tuple(ordered)
+
+
+def validates(ladder: Sequence[LadderStep]) -> bool:
+    return step_of(ladder, "validate") is not None
+
+
+def max_replacements(ladder: Sequence[LadderStep]) -> int:
+    step = step_of(ladder, "validate")
+    raw = (step.checks or {}).get("max_replacements") if step is not None else None
+    return DEFAULT_MAX_REPLACEMENTS if raw is None else int(raw)
 
 
 def next_work_state(ladder: Sequence[LadderStep], after: State) -> State | None:
@@ -148,6 +164,10 @@ class Situation:
     last_progress: str | None = None
     operation_id: str | None = None
     hold_reason: str | None = None
+    # The machine a replacement brought (validated in place of the old node), and how many
+    # replacements this remediation has had.
+    new_node: str | None = None
+    replacements: int = 0
 
 
 @dataclass(frozen=True)
@@ -242,6 +262,9 @@ def _done(s: Situation, outcome: Done) -> Plan:
         fields["outcome"] = None if s.dry_run else REPLACED
         return Move(State.SUCCEEDED, f"{step}_done", detail, fields)
     if s.state is State.REPLACING:
+        after = State.VALIDATING if validates(s.ladder) else State.VERIFYING
+        return Move(after, f"{step}_done", detail, fields)
+    if s.state is State.VALIDATING and s.new_node:
         return Move(State.VERIFYING, f"{step}_done", detail, fields)
     if s.state is State.UNCORDONING:
         fields["outcome"] = None if s.dry_run else REPAIRED
@@ -322,6 +345,8 @@ def _fail(s: Situation, reason: str, facts: Mapping[str, Any] | None = None) -> 
     detail = {"reason": reason, **(facts or {})}
     fields: dict[str, Any] = {"error": reason, "attempts": 0}
     action = f"{STEP_NAMES.get(s.state, s.state.value)}_failed"
+    if s.state is State.VALIDATING and s.new_node:
+        return _new_machine_failed(s, action, detail)
     if s.state in REPAIR_STATES and escalates(s.ladder):
         # The repair did not take: the node is drained already, so go on with the fallback.
         detail["escalated_to"] = escalation_name(s.ladder)
@@ -338,6 +363,23 @@ def _fail(s: Situation, reason: str, facts: Mapping[str, Any] | None = None) -> 
         fields["replacement_operation_id"] = None
         action = "replacement_failed"
     return Move(State.FAILED, action, detail, fields)
+
+
+def _new_machine_failed(s: Situation, action: str, detail: dict[str, Any]) -> Plan:
+    """A replacement that fails its burn-in is replaced in turn, up to max_replacements per
+    remediation; then a human gets it, fenced, with the evidence."""
+    limit = max_replacements(s.ladder)
+    detail["replacements"] = s.replacements
+    detail["max_replacements"] = limit
+    if s.replacements < limit:
+        detail["replaced_again"] = s.new_node
+        fields = {"attempts": 0, "error": None, "replacement_operation_id": None}
+        return Move(State.REPLACING, action, detail, fields)
+    reason = (
+        f"replacement {s.new_node} failed validation after {s.replacements} replacement(s) "
+        f"(max_replacements {limit}): {detail['reason']}"
+    )
+    return Move(State.HELD, action, detail, {"hold_reason": reason, "attempts": 0})
 
 
 def _facts(outcome: Outcome) -> dict[str, Any]:

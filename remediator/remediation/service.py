@@ -19,27 +19,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
-from remediator.actions.checkpoint import give_notice, plan_grace, rest_of_clock
-from remediator.actions.diagnose import diagnose
-from remediator.actions.drain import Drainer, OnTimeout
-from remediator.actions.jobs import DEFAULT_TEMPLATE, JobSettings
+from remediator.actions.drain import Drainer
+from remediator.actions.jobs import JobSettings
 from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out, recorded_jobs
-from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.actions.pods import OPT_OUT_LABEL, movable
+from remediator.actions.outcome import Done, Held, Outcome
+from remediator.actions.pods import OPT_OUT_LABEL
 from remediator.actions.quarantine import ANN_REMEDIATION_ID, QUARANTINE_TAINT, Why, quarantine
-from remediator.actions.reboot import current_node, judge_reboot, request_reboot
 from remediator.actions.release import release
-from remediator.actions.replace import check_capacity, replace_node
-from remediator.actions.reset_gpu import reset_gpus
-from remediator.actions.uncordon import uncordon
-from remediator.actions.verify import verify_replacement
 from remediator.clock import Clock
 from remediator.errors import (
     ApiUnavailable,
@@ -51,7 +43,7 @@ from remediator.errors import (
     TransientError,
 )
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import Node, Pod
+from remediator.kube.objects import Node
 from remediator.model.disruption import evictions, rescheduled
 from remediator.model.optout import DEFAULT_MAX_HOLD, escalation_due, span
 from remediator.model.states import State
@@ -61,31 +53,17 @@ from remediator.providers.base import NodePoolProvider
 from remediator.remediation import planner
 from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.node_gone import end_gone
-from remediator.remediation.planned import maintenance_event
 from remediator.remediation.planner import Move, Situation, Stay
-from remediator.slurm.engine import SlurmSteps, both, together
+from remediator.remediation.steps import STEPS, StepContext
+from remediator.remediation.steps.context import DEFAULT_JOBS, replacements, signal_text
+from remediator.slurm.engine import SlurmSteps, both
 from remediator.store.optouts import OptOutBook
-from remediator.store.records import EventRecord, RemediationRecord
+from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GRACE_SECONDS = 120.0
-DEFAULT_MIN_GRACE_SECONDS = 30.0
-DEFAULT_DRAIN_TIMEOUT = 600.0
 MAX_MOVES_PER_TICK = 12
-# How often a released capacity hold looks for a spare node again.
-CAPACITY_POLL_SECONDS = 5.0
-DEFAULT_RESET_TIMEOUT = 300.0
-DEFAULT_REBOOT_TIMEOUT = 900.0
-DEFAULT_DIAG_TIMEOUT = 1800.0
-DEFAULT_DIAG_LEVEL = 2
-DEFAULT_JOBS = JobSettings(
-    "remediator",
-    "remediator-repair",
-    "nvcr.io/nvidia/cloud-native/dcgm:3.3.5-1-ubuntu22.04",
-    DEFAULT_TEMPLATE,
-)
 # The states that need no action until a human (or the console) moves them on.
 HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
 
@@ -101,6 +79,9 @@ class TransitionSeen:
     before: RemediationRecord
     after: RemediationRecord
     seconds_in_state: float
+    # The transition's own timeline line (`after` may be read without its events).
+    action: str = ""
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _noop(_: TransitionSeen) -> None:
@@ -150,51 +131,6 @@ def last_queued_action(record: RemediationRecord) -> str | None:
     return None
 
 
-def released_into_current(record: RemediationRecord) -> bool:
-    """The remediation entered its current state by a human's release."""
-    moves = [e for e in record.events if e.to_state is not None]
-    return bool(moves) and moves[-1].action == "released" and moves[-1].to_state is record.state
-
-
-def replacement_key(record: RemediationRecord) -> str:
-    """One key per replacement attempt: the same after a crash, a new one after a failed
-    operation was retried by a human (the provider would answer the failed one again)."""
-    failures = sum(1 for e in record.events if e.action == "replacement_failed")
-    return f"{record.idempotency_key}-{failures}"
-
-
-def attempt_of(record: RemediationRecord, step: str) -> int:
-    """Which try of `step` this is: a human's retry after a failure runs a new Job."""
-    return sum(1 for e in record.events if e.action == f"{step}_failed")
-
-
-def reboot_request(record: RemediationRecord) -> EventRecord | None:
-    """The reboot asked for since the remediation last entered REBOOTING (its boot id before)."""
-    since = entered_at(record, State.REBOOTING)
-    for event in reversed(record.events):
-        if event.action == "reboot_requested" and event.at >= since:
-            return event
-    return None
-
-
-def reboot_accepted(record: RemediationRecord, requested: EventRecord) -> bool:
-    return any(e.action == "reboot_accepted" and e.at >= requested.at for e in record.events)
-
-
-def faulty_gpus(record: RemediationRecord) -> list[int]:
-    return sorted({s.gpu for s in record.signals if s.gpu is not None})
-
-
-def signal_text(record: RemediationRecord) -> str:
-    if not record.signals:
-        return record.signal_kind
-    first = record.signals[0]
-    text = first.kind.value if first.code is None else f"{first.kind.value} {first.code}"
-    if first.gpu is not None:
-        text += f" on GPU {first.gpu}"
-    return text
-
-
 class RemediationService:
     def __init__(
         self,
@@ -217,6 +153,7 @@ class RemediationService:
         pool_label: str = "",
         opt_outs: OptOutBook | None = None,
         max_opt_out_hold: Callable[[], timedelta] = _default_hold,
+        provider_kind: Callable[[str | None], str] = lambda _pool: "",
     ) -> None:
         self._repo = repository
         self._opt_outs = opt_outs
@@ -226,15 +163,12 @@ class RemediationService:
         self._provider = provider
         self._clock = clock
         self.actor = actor
-        self._drainer = drainer or Drainer(kube, clock)
         self._notifier = notifier
         self._opt_out_label = opt_out_label
         self._cluster = cluster
         self.on_transition = on_transition
         self._on_illegal = on_illegal
         self._may_act = may_act
-        self._jobs = jobs
-        self._repair_poll = repair_poll_seconds
         self._slurm = slurm
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -244,7 +178,18 @@ class RemediationService:
         self._waiting_guard = threading.Lock()
         self._woken: set[int] = set()
         self.on_wake: Callable[[], None] = _nothing
-        self._capacity_checked: set[tuple[int, datetime]] = set()
+        self._steps = StepContext(
+            repo=repository,
+            kube=kube,
+            provider=provider,
+            clock=clock,
+            actor=actor,
+            drainer=drainer or Drainer(kube, clock),
+            jobs=jobs,
+            repair_poll=repair_poll_seconds,
+            slurm=slurm,
+            provider_kind=provider_kind,
+        )
 
     # -- driving -----------------------------------------------------------------------------
 
@@ -360,7 +305,8 @@ class RemediationService:
             self._woken.discard(remediation_id)
         with self._locks_guard:
             self._locks.pop(remediation_id, None)
-        self._capacity_checked = {k for k in self._capacity_checked if k[0] != remediation_id}
+        checked = self._steps.capacity_checked
+        self._steps.capacity_checked = {k for k in checked if k[0] != remediation_id}
 
     # -- queued ------------------------------------------------------------------------------
 
@@ -414,6 +360,8 @@ class RemediationService:
             last_progress=last_progress(record),
             operation_id=record.replacement_operation_id,
             hold_reason=record.hold_reason,
+            new_node=record.new_node,
+            replacements=replacements(record),
         )
         try:
             outcome, opt_out = self._act(record, ladder)
@@ -430,62 +378,21 @@ class RemediationService:
     def _act(
         self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
     ) -> tuple[Outcome | None, Outcome | None]:
-        """Run the current state's action (idempotent); (outcome, opt-out check)."""
-        state, node = record.state, record.node
-        if state is State.QUARANTINED:
-            why = Why(str(record.id), record.policy, signal_text(record))
-            outcome = quarantine(self._kube, node, why, dry_run=record.dry_run)
-            fence = self._slurm_for(record)
-            if fence is not None:
-                outcome = both(outcome, partial(fence.quarantine, record))
-            opt_out = None
-            more = planner.next_work_state(ladder, state) is not None
+        """Run the current state's executor from the step table (idempotent); (outcome, opt-out
+        check). The opt-out check follows a done quarantine: the opt-out hold is ours."""
+        if record.state is State.HELD_BY_OPT_OUT:
+            return None, self._check_opt_out(record)
+        executor = STEPS.get(record.state)
+        if executor is None:
+            return None, None
+        step = planner.step_of(ladder, executor.name) or LadderStep(executor.name)
+        outcome = executor.run(record, step, self._steps)
+        opt_out = None
+        if record.state is State.QUARANTINED:
+            more = planner.next_work_state(ladder, record.state) is not None
             if isinstance(outcome, Done) and more and not opt_out_overridden(record):
                 opt_out = self._check_opt_out(record)
-            return outcome, opt_out
-        if state is State.HELD_BY_OPT_OUT:
-            return None, self._check_opt_out(record)
-        if state is State.CHECKPOINTING:
-            return self._with_slurm_jobs(record, ladder, "checkpoint", self._checkpoint), None
-        if state is State.DRAINING:
-            return self._with_slurm_jobs(record, ladder, "drain", self._drain), None
-        if state is State.RESETTING_GPU:
-            return self._reset_gpu(record, ladder), None
-        if state is State.REBOOTING:
-            return self._reboot(record, ladder), None
-        if state is State.DIAGNOSING:
-            return self._diagnose(record, ladder), None
-        if state is State.UNCORDONING:
-            if record.dry_run:
-                return Done(
-                    "dry run: nothing was fenced, nothing to return", {"dry_run": True}
-                ), None
-            back = uncordon(self._kube, node, str(record.id))
-            returning = self._slurm_for(record)
-            if returning is None:
-                return back, None
-            # A repaired node goes back to Slurm too (only if the drain was ours).
-            return both(back, lambda: returning.after_verify(record)), None
-        if state is State.REPLACING:
-            slurm = self._slurm_for(record)
-            if slurm is None:
-                return self._replace(record), None
-            return both(slurm.before_replace(record), lambda: self._replace(record)), None
-        if state is State.VERIFYING:
-            slurm = self._slurm_for(record)
-            if slurm is None:
-                return self._verify(record), None
-            return both(self._verify(record), lambda: slurm.after_verify(record)), None
-        return None, None
-
-    def _grace_bounds(self, ladder: tuple[LadderStep, ...]) -> tuple[float, float] | None:
-        """(min_grace, max_grace) of the ladder's grace step; None when it has none."""
-        step = planner.step_of(ladder, "checkpoint")
-        if step is None:
-            return None
-        top = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
-        floor = step.min_grace_seconds
-        return (min(DEFAULT_MIN_GRACE_SECONDS, top) if floor is None else floor), top
+        return outcome, opt_out
 
     # -- Slurm (only when `slurm.enabled`; never in a dry run) -------------------------------
 
@@ -549,246 +456,6 @@ class RemediationService:
             f"escalated to on-call at {escalated_at.isoformat(timespec='seconds')} (held longer "
             f"than max_opt_out_hold {span(limit)}): {outcome.reason}",
             {**outcome.facts, "escalated": True},
-        )
-
-    def _with_slurm_jobs(
-        self,
-        record: RemediationRecord,
-        ladder: tuple[LadderStep, ...],
-        action: str,
-        kube_side: Callable[[RemediationRecord, tuple[LadderStep, ...]], Outcome],
-    ) -> Outcome:
-        """The node's Slurm jobs are signalled and requeued within the step's grace, side by
-        side with the pods' checkpoints; at the drain (when the ladder has no checkpoint) the
-        jobs go first."""
-        slurm = self._slurm_for(record)
-        if slurm is None:
-            return kube_side(record, ladder)
-        step = planner.step_of(ladder, action) or LadderStep(action)
-        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
-        state = State.CHECKPOINTING if action == "checkpoint" else State.DRAINING
-        jobs = slurm.vacate(record, entered_at(record, state), grace, self._clock.now())
-        if action == "checkpoint":
-            return together(kube_side(record, ladder), jobs)
-        return both(jobs, lambda: kube_side(record, ladder))
-
-    def _checkpoint(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        low, high = self._grace_bounds(ladder) or (DEFAULT_MIN_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)
-        started = entered_at(record, State.CHECKPOINTING)
-        now = self._clock.now()
-        if record.dry_run:
-            plan = plan_grace(self._kube.list_pods_on_node(record.node), started, now, low, high)
-            return Done(
-                f"dry run: would ask {len(plan.saving)} workload(s) to checkpoint and evict "
-                f"{len(plan.evict)} within a grace of {low:.0f} to {high:.0f}s",
-                {
-                    "node": record.node,
-                    "would_ask": list(plan.saving),
-                    "would_evict": sorted(p.key for p, _ in plan.evict),
-                    "dry_run": True,
-                },
-            )
-        refused = self._capacity_refused(record, ladder)
-        if refused is not None:
-            return refused
-        return give_notice(
-            self._kube,
-            self._drainer,
-            record.node,
-            started_at=started,
-            min_grace=low,
-            max_grace=high,
-            now=now,
-        )
-
-    def _drain(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        step = planner.step_of(ladder, "drain") or LadderStep("drain")
-        grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
-        started = entered_at(record, State.DRAINING)
-        if record.dry_run:
-            pods = movable(self._kube.list_pods_on_node(record.node))
-            return Done(
-                f"dry run: would evict {len(pods)} pod(s) with a {grace:.0f}s grace period",
-                {"node": record.node, "would_evict": sorted(p.key for p in pods), "dry_run": True},
-            )
-        refused = self._capacity_refused(record, ladder)
-        if refused is not None:
-            return refused
-        return self._drainer.drain(
-            record.node,
-            started_at=started,
-            grace_seconds=int(grace),
-            timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
-            on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
-            grace_for=self._rest_of_grace(record, ladder),
-        )
-
-    def _capacity_refused(
-        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
-    ) -> Outcome | None:
-        """Before the first eviction (the grace step's, else the drain's): draining a node that
-        nobody can replace only loses work. Checked once per entry into that step."""
-        first = State.CHECKPOINTING if planner.step_of(ladder, "checkpoint") else State.DRAINING
-        replaces = planner.step_of(ladder, "replace") is not None
-        if record.state is not first or not replaces or not record.pool:
-            return None
-        checked = (record.id, entered_at(record, first))
-        if checked in self._capacity_checked:
-            return None
-        capacity = check_capacity(self._provider, record.pool)
-        if isinstance(capacity, Held) and released_into_current(record):
-            # On-call released the capacity hold: wait for a spare node instead of bouncing
-            # straight back into the hold the human just lifted.
-            reason = f"{capacity.reason}; released by on-call: waiting for a spare node"
-            return Waiting(reason, CAPACITY_POLL_SECONDS, capacity.facts)
-        if not isinstance(capacity, Done):
-            return capacity
-        self._capacity_checked.add(checked)
-        return None
-
-    def _rest_of_grace(
-        self, record: RemediationRecord, ladder: tuple[LadderStep, ...]
-    ) -> Callable[[Pod], int] | None:
-        """After a grace step, the drain continues each pod's clock from that step's start
-        instead of granting a second grace."""
-        bounds = self._grace_bounds(ladder)
-        if bounds is None:
-            return None
-        started, now = entered_at(record, State.CHECKPOINTING), self._clock.now()
-        return lambda pod: rest_of_clock(pod, started, now, *bounds)
-
-    def _reset_gpu(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        step = planner.step_of(ladder, "reset_gpu") or LadderStep("reset_gpu")
-        gpus = faulty_gpus(record)
-        if record.dry_run:
-            return Done(f"dry run: would reset GPU {gpus} of {record.node}", {"dry_run": True})
-        return reset_gpus(
-            self._kube,
-            self._jobs,
-            remediation=str(record.id),
-            attempt=attempt_of(record, "reset_gpu"),
-            node=record.node,
-            gpus=gpus,
-            started_at=entered_at(record, State.RESETTING_GPU),
-            now=self._clock.now(),
-            timeout_seconds=step.timeout_seconds or DEFAULT_RESET_TIMEOUT,
-            poll_seconds=self._repair_poll,
-        )
-
-    def _reboots_within(self, node: str, seconds: float) -> int:
-        """Reboots asked for on this node (by any remediation) within the last `seconds`."""
-        since = self._clock.now() - timedelta(seconds=seconds)
-        count = 0
-        for past in self._repo.node_history(node).remediations:
-            if past.updated_at < since:
-                continue
-            full = self._repo.get(past.id)
-            events = full.events if full is not None else ()
-            count += sum(1 for e in events if e.action == "reboot_requested" and e.at >= since)
-        return count
-
-    def _reboot(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        """Record the boot id, then ask (idempotently); afterwards only wait for a new boot id.
-        A restart finds the request on the timeline and never asks for a second reboot."""
-        step = planner.step_of(ladder, "reboot") or LadderStep("reboot")
-        if record.dry_run:
-            return Done(f"dry run: would reboot {record.node}", {"dry_run": True})
-        attempt = attempt_of(record, "reboot")
-        requested = reboot_request(record)
-        if requested is None:
-            if step.limit is not None and step.window_seconds is not None:
-                done = self._reboots_within(record.node, step.window_seconds)
-                if done >= step.limit:
-                    hours = step.window_seconds / 3600
-                    return Failed(
-                        f"{record.node} was rebooted {done} times within {hours:g}h "
-                        f"(at most {step.limit}): no reboot loops",
-                        {"node": record.node, "reboots": done, "limit": step.limit},
-                    )
-            node = self._kube.get_node(record.node)
-            self._repo.append_event(
-                record.id,
-                action="reboot_requested",
-                actor=self.actor,
-                detail={"node": record.node, "boot_id": node.boot_id, "attempt": attempt},
-            )
-            record = self._repo.get(record.id) or record
-            requested = reboot_request(record)
-            assert requested is not None
-        if not reboot_accepted(record, requested):
-            how = request_reboot(
-                self._provider,
-                self._kube,
-                self._jobs,
-                pool=record.pool,
-                node=record.node,
-                key=f"{record.idempotency_key}-reboot-{attempt}",
-                reason=record.reason,
-                remediation=str(record.id),
-                attempt=attempt,
-                maintenance=maintenance_event(record) if step.via == "maintenance" else None,
-            )
-            self._repo.append_event(
-                record.id, action="reboot_accepted", actor=self.actor, detail=how
-            )
-        return judge_reboot(
-            current_node(self._kube, record.node),
-            name=record.node,
-            boot_id_before=str(requested.detail.get("boot_id") or ""),
-            started_at=requested.at,
-            now=self._clock.now(),
-            timeout_seconds=step.timeout_seconds or DEFAULT_REBOOT_TIMEOUT,
-            poll_seconds=self._repair_poll,
-        )
-
-    def _diagnose(self, record: RemediationRecord, ladder: tuple[LadderStep, ...]) -> Outcome:
-        step = planner.step_of(ladder, "diagnose") or LadderStep("diagnose")
-        level = step.level or DEFAULT_DIAG_LEVEL
-        if record.dry_run:
-            return Done(f"dry run: would run DCGM level {level} diagnostics", {"dry_run": True})
-        return diagnose(
-            self._kube,
-            self._jobs,
-            remediation=str(record.id),
-            attempt=attempt_of(record, "diagnose"),
-            node=record.node,
-            level=level,
-            started_at=entered_at(record, State.DIAGNOSING),
-            now=self._clock.now(),
-            timeout_seconds=step.timeout_seconds or DEFAULT_DIAG_TIMEOUT,
-            poll_seconds=self._repair_poll,
-        )
-
-    def _replace(self, record: RemediationRecord) -> Outcome:
-        if record.pool is None:
-            return Failed(f"node {record.node} belongs to no node pool: nothing can replace it")
-        if record.dry_run:
-            return Done(
-                f"dry run: would ask node pool {record.pool} to replace {record.node}",
-                {"pool": record.pool, "node": record.node, "dry_run": True},
-            )
-        return replace_node(
-            self._provider,
-            pool=record.pool,
-            node=record.node,
-            idempotency_key=replacement_key(record),
-            reason=record.reason,
-            started_at=entered_at(record, State.REPLACING),
-            now=self._clock.now(),
-            operation_id=record.replacement_operation_id,
-        )
-
-    def _verify(self, record: RemediationRecord) -> Outcome:
-        if record.dry_run:
-            return Done("dry run: nothing was changed, nothing to verify", {"dry_run": True})
-        if not record.new_node:
-            return Failed("the replacement named no new node to verify")
-        return verify_replacement(
-            self._kube,
-            old_node=record.node,
-            new_node=record.new_node,
-            started_at=entered_at(record, State.VERIFYING),
-            now=self._clock.now(),
         )
 
     # -- persisting --------------------------------------------------------------------------
@@ -876,7 +543,7 @@ class RemediationService:
             seconds_in_state=max(0.0, spent),
             actor=self.actor,
         )
-        self.on_transition(TransitionSeen(record, after, max(0.0, spent)))
+        self.on_transition(TransitionSeen(record, after, max(0.0, spent), move.action, detail))
         self._notify(record, after, move)
         return after
 

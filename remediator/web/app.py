@@ -56,6 +56,7 @@ from remediator.web.query import single_valued_query
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
 from remediator.web.signal_dispositions import make_dispositions_router
+from remediator.web.validations_page import make_validations_router
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -216,6 +217,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_shadow_router())
     app.include_router(make_optouts_router())
     app.include_router(make_planned_router())
+    app.include_router(make_validations_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)

@@ -24,6 +24,7 @@ from remediator.remediation import commands
 from remediator.signals.model import SignalKind
 from remediator.store.audit import AuditQuery
 from remediator.store.records import RemediationFilter, RemediationRecord
+from remediator.store.validations import validation_figures, validation_runs
 from remediator.web import charts, console, csrf, sessions, views
 from remediator.web.access import (
     Deps,
@@ -149,6 +150,9 @@ def make_pages_router() -> APIRouter:
         )
         repair = repo.time_to_repair(since=now - timedelta(days=7), window=REPAIR_SAMPLE)
         active = deps.policies.active
+        doa = validation_figures(
+            validation_runs(repo.session_factory, repo.cluster, since=now - OUTCOME_WINDOW)
+        ).overall
         return render(
             request,
             "overview.html",
@@ -191,6 +195,7 @@ def make_pages_router() -> APIRouter:
                 unit=" GPU-h",
             ),
             repair=charts.repair_times(repair.overall, repair.by_step),
+            doa=doa,
             pool_limit=active.settings.max_unhealthy.per_pool if active else None,
             live=True,
             switches=audit_rows(

@@ -33,7 +33,7 @@ def test_a_full_repair_ladder_with_a_fallback_is_valid() -> None:
     [
         (["cordon", "drain", "diagnose", "uncordon", "replace"], {}, "not both"),
         (["cordon", "reboot", "diagnose", "uncordon"], {}, "need a drain"),
-        (["cordon", "drain", "reboot", "uncordon"], {}, "uncordon needs diagnose"),
+        (["cordon", "drain", "reboot", "uncordon"], {}, "uncordon needs diagnose or validate"),
         (["cordon", "drain", "replace"], {"on_failure": "replace"}, "on_failure needs"),
         (["cordon", "drain", "diagnose", "uncordon"], {"on_failure": "Retry!"}, "lowercase"),
         (["cordon", "drain", "diagnose", "uncordon"], {"on_failure": "p"}, "fallback loop"),

@@ -98,3 +98,30 @@ def test_succeeded_remediations_count_by_outcome() -> None:
     assert resolved("repaired") == 1 and resolved("replaced") == 1
     step = {"step": "uncordon"}
     assert registry.get_sample_value("remediator_step_duration_seconds_count", step) == 2
+
+
+def test_each_validation_counts_by_pool_model_provider_and_result() -> None:
+    """From the transition's own line: the record the store hands back may carry no events (the
+    real CLI test found the counter empty when it read them from `after`)."""
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    before = record(1, State.VALIDATING, NOW)
+    after = replace(record(1, State.REPLACING, NOW), events=())
+    detail = {
+        "pool": "h100-train",
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "provider": "aws",
+        "new_machine": True,
+        "checks": [{"check": "dcgm", "passed": False, "seconds": 2.5}],
+    }
+    metrics.transition(TransitionSeen(before, after, 5.0, "validate_failed", detail))
+    labels = {
+        "pool": "h100-train",
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "provider": "aws",
+        "new_machine": "true",
+        "result": "failed",
+    }
+    assert registry.get_sample_value("remediator_validations_total", labels) == 1
+    check = {"check": "dcgm"}
+    assert registry.get_sample_value("remediator_validation_check_seconds_sum", check) == 2.5

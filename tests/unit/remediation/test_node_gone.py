@@ -10,7 +10,7 @@ from typing import Any
 from remediator.kube.objects import Node, NodeCondition
 from remediator.model.states import State
 from remediator.remediation.intake import Inventory, cluster_state
-from remediator.remediation.node_gone import successor
+from remediator.remediation.node_gone import gone_ones, successor
 from remediator.store.records import RemediationRecord
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -66,3 +66,13 @@ def test_the_successor_is_the_first_node_of_the_pool_that_joined_after_the_reque
     assert claimed is not None and claimed.name == "second"
     assert successor(gone, nodes[:2], POOL, claimed=frozenset()) is None
     assert successor(replace(gone, pool=None), nodes, POOL, claimed=frozenset()) is None
+
+
+def test_a_new_machine_on_trial_keeps_its_remediation_open_and_counted() -> None:
+    """Validating a replacement: the old node is rightly gone, the remediation is not over (the
+    DOA end-to-end test found it cancelled as "node gone" mid-validation) and the pool is still
+    one short until the new machine passes."""
+    trial = record("old", "train", State.VALIDATING, new_node="new")
+    assert gone_ones([trial], frozenset({"new", "a"})) == []
+    state = cluster_state(Inventory.from_nodes([node("a", "train")], POOL), [trial])
+    assert state.unhealthy == {"train": frozenset({"old"})}

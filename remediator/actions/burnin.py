@@ -1,0 +1,228 @@
+"""Burn-in verdicts: each validation check's programs' output → pass or fail with the evidence.
+Pure functions over the parsed reports and the policy's settings; output that does not parse
+fails its check with the raw tail, never passes it. The Jobs that produce the output are run
+by the validate step (remediation/steps/validate.py) through actions/jobs.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediator.actions.dcgm import DiagUnreadable, parse_diag
+from remediator.actions.inventory import (
+    BASELINE_KEYS,
+    Baseline,
+    Inventory,
+    InventoryUnreadable,
+    parse_ibstat,
+    parse_query_gpu,
+    parse_smi_header,
+    query_gpu_command,
+)
+from remediator.actions.jobs import tail
+from remediator.actions.nccl import NcclUnreadable, parse_all_reduce
+
+INVENTORY = "inventory"
+DCGM = "dcgm"
+NCCL = "nccl"
+CHECK_ORDER = (INVENTORY, DCGM, NCCL)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: str
+    passed: bool
+    reason: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "passed": self.passed, "reason": self.reason, **self.evidence}
+
+
+@dataclass(frozen=True)
+class Checks:
+    """A validate step's settings, as stored in the ladder (`LadderStep.checks`)."""
+
+    dcgm_level: int = 2
+    dcgm_level_new: int = 3
+    nccl: bool = True
+    busbw_floor: Mapping[str, float] = field(default_factory=dict)
+    inventory: bool = True
+    pins: Mapping[str, Any] = field(default_factory=dict)
+    max_replacements: int = 2
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any] | None) -> Checks:
+        raw = raw or {}
+        return cls(
+            dcgm_level=int(raw.get("dcgm_level", 2)),
+            dcgm_level_new=int(raw.get("dcgm_level_new", 3)),
+            nccl=bool(raw.get("nccl", True)),
+            busbw_floor={str(k): float(v) for k, v in (raw.get("busbw_floor") or {}).items()},
+            inventory=bool(raw.get("inventory", True)),
+            pins=dict(raw.get("pins") or {}),
+            max_replacements=int(raw.get("max_replacements", 2)),
+        )
+
+    def enabled(self) -> tuple[str, ...]:
+        wanted = {INVENTORY: self.inventory, DCGM: True, NCCL: self.nccl}
+        return tuple(c for c in CHECK_ORDER if wanted[c])
+
+
+def programs(check: str, *, dcgm_level: int, gpus: int) -> dict[str, list[str]]:
+    """The Jobs of one check: program name → the container's command."""
+    if check == INVENTORY:
+        return {"gpus": query_gpu_command(), "smi": ["nvidia-smi"], "ib": ["ibstat"]}
+    if check == DCGM:
+        return {"diag": ["dcgmi", "diag", "-r", str(dcgm_level), "-j"]}
+    if check == NCCL:
+        return {"allreduce": ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", str(gpus)]}
+    raise ValueError(f"unknown validation check {check!r}")
+
+
+def _unreadable(check: str, program: str, error: Exception, output: str) -> Verdict:
+    return Verdict(
+        check,
+        False,
+        f"{check}: {program} output unreadable: {error}",
+        {"program": program, "raw_tail": tail(output, 1000)},
+    )
+
+
+def read_inventory(outputs: Mapping[str, str]) -> Inventory | Verdict:
+    """The inventory from its three programs' output, or the failing verdict that says which
+    one did not parse."""
+    try:
+        gpus = parse_query_gpu(outputs.get("gpus", ""))
+    except InventoryUnreadable as exc:
+        return _unreadable(INVENTORY, "nvidia-smi --query-gpu", exc, outputs.get("gpus", ""))
+    try:
+        _, cuda = parse_smi_header(outputs.get("smi", ""))
+    except InventoryUnreadable as exc:
+        return _unreadable(INVENTORY, "nvidia-smi", exc, outputs.get("smi", ""))
+    try:
+        ports = parse_ibstat(outputs.get("ib", ""))
+    except InventoryUnreadable as exc:
+        return _unreadable(INVENTORY, "ibstat", exc, outputs.get("ib", ""))
+    return Inventory(gpus, cuda, ports)
+
+
+def baseline_of(summaries: Sequence[Mapping[str, Any]], pins: Mapping[str, Any]) -> Baseline | None:
+    """What a node of the pool should show: each pinned value, else what a strict majority of
+    the pool's validated nodes showed. None when there is neither (the pool's first node)."""
+    values: dict[str, Any] = {}
+    disagreeing: list[str] = []
+    for key in BASELINE_KEYS:
+        if key in pins:
+            values[key] = pins[key]
+            continue
+        seen = Counter(
+            str(s[key]) if not isinstance(s[key], int) else s[key]
+            for s in summaries
+            if s.get(key) is not None
+        )
+        if not seen:
+            continue
+        value, count = seen.most_common(1)[0]
+        if count * 2 > sum(seen.values()):
+            values[key] = value
+        else:
+            disagreeing.append(key)
+    if not values:
+        return None
+    source = "pinned in the policy" if not summaries else f"majority of {len(summaries)} node(s)"
+    if pins and summaries:
+        source = f"pins, else the majority of {len(summaries)} node(s)"
+    return Baseline(values, source, len(summaries), tuple(disagreeing))
+
+
+def inventory_verdict(inventory: Inventory, baseline: Baseline | None) -> Verdict:
+    summary = inventory.summary
+    evidence: dict[str, Any] = {"inventory": summary, "gpus": inventory.identity()}
+    problems = [
+        f"IB {p.ca} port {p.port} is {p.state}"
+        for p in inventory.ib_ports
+        if p.state != "Active" and p.link_layer in ("", "InfiniBand")
+    ]
+    if baseline is None:
+        evidence["baseline"] = None
+        if problems:
+            return Verdict(INVENTORY, False, "inventory: " + "; ".join(problems), evidence)
+        return Verdict(
+            INVENTORY,
+            True,
+            "inventory: the pool has no baseline yet and the policy pins nothing: "
+            f"recorded as found ({summary['gpu_count']} x {summary['gpu_model']}, driver "
+            f"{summary['driver']}, CUDA {summary['cuda']})",
+            evidence,
+        )
+    evidence["baseline"] = dict(baseline.values)
+    evidence["baseline_source"] = baseline.source
+    for key, want in baseline.values.items():
+        have = summary.get(key)
+        if str(have) != str(want):
+            problems.append(f"{key} is {have}, the pool's baseline {want}")
+    if problems:
+        return Verdict(INVENTORY, False, "inventory: " + "; ".join(problems), evidence)
+    return Verdict(
+        INVENTORY, True, f"inventory matches the pool's baseline ({baseline.source})", evidence
+    )
+
+
+def dcgm_verdict(output: str, level: int, exit_code: int | None) -> Verdict:
+    try:
+        report = parse_diag(output)
+    except DiagUnreadable as exc:
+        return _unreadable(DCGM, "dcgmi diag", exc, output)
+    evidence: dict[str, Any] = {"level": level, "results": len(report.verdicts)}
+    failures = report.failures
+    if failures:
+        named = sorted(
+            {v.test + (f" on GPU {v.gpu}" if v.gpu is not None else "") for v in failures}
+        )
+        evidence["failed"] = [v.to_json() for v in failures]
+        return Verdict(DCGM, False, f"DCGM level {level}: {'; '.join(named)}", evidence)
+    if exit_code not in (None, 0):
+        evidence["exit_code"] = exit_code
+        return Verdict(
+            DCGM, False, f"dcgmi exited {exit_code} without naming a failing test", evidence
+        )
+    return Verdict(
+        DCGM, True, f"DCGM level {level} passed ({len(report.verdicts)} results)", evidence
+    )
+
+
+def nccl_verdict(output: str, model: str | None, floors: Mapping[str, float]) -> Verdict:
+    try:
+        report = parse_all_reduce(output)
+    except NcclUnreadable as exc:
+        return _unreadable(NCCL, "all_reduce_perf", exc, output)
+    evidence: dict[str, Any] = {**report.to_json(), "gpu_model": model}
+    if report.wrong:
+        return Verdict(
+            NCCL, False, f"all_reduce_perf: {report.wrong} wrong value(s) in the results", evidence
+        )
+    floor = floors.get(model or "")
+    evidence["floor_gbps"] = floor
+    busbw = report.peak.busbw
+    if floor is None:
+        return Verdict(
+            NCCL,
+            False,
+            f"all_reduce_perf: the policy has no busbw_floor for GPU model {model!r} "
+            f"(measured {busbw:g} GB/s)",
+            evidence,
+        )
+    if busbw < floor:
+        return Verdict(
+            NCCL,
+            False,
+            f"all_reduce_perf: bus bandwidth {busbw:g} GB/s at {report.peak.size} B is under the "
+            f"{model} floor of {floor:g} GB/s",
+            evidence,
+        )
+    return Verdict(
+        NCCL, True, f"all_reduce_perf: bus bandwidth {busbw:g} GB/s ≥ floor {floor:g}", evidence
+    )

@@ -1,0 +1,82 @@
+"""Reboot: record the boot id, then ask (idempotently); afterwards only wait for a new boot id.
+A restart finds the request on the timeline and never asks for a second reboot."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from remediator.actions.outcome import Done, Failed, Outcome
+from remediator.actions.reboot import current_node, judge_reboot, request_reboot
+from remediator.policy.ladder import LadderStep
+from remediator.remediation.planned import maintenance_event
+from remediator.remediation.steps.context import StepContext, attempt_of, reboot_request
+from remediator.store.records import EventRecord, RemediationRecord
+
+DEFAULT_REBOOT_TIMEOUT = 900.0
+
+
+def reboots_within(ctx: StepContext, node: str, seconds: float) -> int:
+    """Reboots asked for on this node (by any remediation) within the last `seconds`."""
+    since = ctx.clock.now() - timedelta(seconds=seconds)
+    count = 0
+    for past in ctx.repo.node_history(node).remediations:
+        if past.updated_at < since:
+            continue
+        full = ctx.repo.get(past.id)
+        events = full.events if full is not None else ()
+        count += sum(1 for e in events if e.action == "reboot_requested" and e.at >= since)
+    return count
+
+
+def reboot_accepted(record: RemediationRecord, requested: EventRecord) -> bool:
+    return any(e.action == "reboot_accepted" and e.at >= requested.at for e in record.events)
+
+
+def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
+    if record.dry_run:
+        return Done(f"dry run: would reboot {record.node}", {"dry_run": True})
+    attempt = attempt_of(record, "reboot")
+    requested = reboot_request(record)
+    if requested is None:
+        if step.limit is not None and step.window_seconds is not None:
+            done = reboots_within(ctx, record.node, step.window_seconds)
+            if done >= step.limit:
+                hours = step.window_seconds / 3600
+                return Failed(
+                    f"{record.node} was rebooted {done} times within {hours:g}h "
+                    f"(at most {step.limit}): no reboot loops",
+                    {"node": record.node, "reboots": done, "limit": step.limit},
+                )
+        node = ctx.kube.get_node(record.node)
+        ctx.repo.append_event(
+            record.id,
+            action="reboot_requested",
+            actor=ctx.actor,
+            detail={"node": record.node, "boot_id": node.boot_id, "attempt": attempt},
+        )
+        record = ctx.repo.get(record.id) or record
+        requested = reboot_request(record)
+        assert requested is not None
+    if not reboot_accepted(record, requested):
+        how = request_reboot(
+            ctx.provider,
+            ctx.kube,
+            ctx.jobs,
+            pool=record.pool,
+            node=record.node,
+            key=f"{record.idempotency_key}-reboot-{attempt}",
+            reason=record.reason,
+            remediation=str(record.id),
+            attempt=attempt,
+            maintenance=maintenance_event(record) if step.via == "maintenance" else None,
+        )
+        ctx.repo.append_event(record.id, action="reboot_accepted", actor=ctx.actor, detail=how)
+    return judge_reboot(
+        current_node(ctx.kube, record.node),
+        name=record.node,
+        boot_id_before=str(requested.detail.get("boot_id") or ""),
+        started_at=requested.at,
+        now=ctx.clock.now(),
+        timeout_seconds=step.timeout_seconds or DEFAULT_REBOOT_TIMEOUT,
+        poll_seconds=ctx.repair_poll,
+    )

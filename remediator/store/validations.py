@@ -1,0 +1,157 @@
+"""Validation results as the timeline holds them: each run of the validate step ends in one
+transition out of VALIDATING (`validate_done` or `validate_failed`) whose detail carries the
+node, whether it was a new machine, its inventory and each check's verdict and time. Read here
+for a pool's baseline (the inventories of its validated nodes) and for the DOA figures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediator.model.states import State
+from remediator.store.db import session_scope
+from remediator.store.models import Remediation, RemediationEvent
+
+PASSED = "validate_done"
+FAILED = "validate_failed"
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    remediation_id: int
+    pool: str | None
+    at: datetime
+    passed: bool
+    detail: Mapping[str, Any]
+
+    @property
+    def node(self) -> str:
+        return str(self.detail.get("node") or "")
+
+    @property
+    def new_machine(self) -> bool:
+        return bool(self.detail.get("new_machine"))
+
+    @property
+    def inventory(self) -> Mapping[str, Any]:
+        raw = self.detail.get("inventory")
+        return raw if isinstance(raw, Mapping) else {}
+
+
+def validation_runs(
+    factory: sessionmaker[Session],
+    cluster: str,
+    *,
+    pool: str | None = None,
+    since: datetime | None = None,
+    limit: int = 2000,
+) -> tuple[ValidationRun, ...]:
+    """The newest validation runs first."""
+    query = (
+        select(RemediationEvent, Remediation.pool)
+        .join(Remediation, Remediation.id == RemediationEvent.remediation_id)
+        .where(
+            RemediationEvent.cluster == cluster,
+            RemediationEvent.from_state == State.VALIDATING.value,
+            RemediationEvent.action.in_((PASSED, FAILED)),
+        )
+        .order_by(RemediationEvent.at.desc(), RemediationEvent.id.desc())
+        .limit(limit)
+    )
+    if pool is not None:
+        query = query.where(Remediation.pool == pool)
+    if since is not None:
+        query = query.where(RemediationEvent.at >= since)
+    with session_scope(factory) as session:
+        return tuple(
+            ValidationRun(
+                event.remediation_id,
+                row_pool,
+                event.at,
+                event.action == PASSED,
+                dict(event.detail or {}),
+            )
+            for event, row_pool in session.execute(query)
+        )
+
+
+def pool_inventories(runs: tuple[ValidationRun, ...]) -> dict[str, Mapping[str, Any]]:
+    """Node → its latest passed inventory (runs newest first)."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for run in runs:
+        if run.passed and run.inventory and run.node not in seen:
+            seen[run.node] = run.inventory
+    return seen
+
+
+@dataclass(frozen=True)
+class DoaRate:
+    """Of `new_machines` validated, `failed` arrived bad."""
+
+    key: str
+    new_machines: int
+    failed: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.failed / self.new_machines if self.new_machines else 0.0
+
+
+@dataclass(frozen=True)
+class CheckTime:
+    check: str
+    count: int
+    median: float
+    p90: float
+
+
+@dataclass(frozen=True)
+class ValidationFigures:
+    runs: int
+    overall: DoaRate
+    by_pool: tuple[DoaRate, ...]
+    by_model: tuple[DoaRate, ...]
+    by_provider: tuple[DoaRate, ...]
+    check_times: tuple[CheckTime, ...]
+
+
+def _rates(runs: list[ValidationRun], key: str) -> tuple[DoaRate, ...]:
+    groups: dict[str, list[ValidationRun]] = {}
+    for run in runs:
+        groups.setdefault(str(run.detail.get(key) or "unknown"), []).append(run)
+    return tuple(
+        DoaRate(name, len(group), sum(1 for r in group if not r.passed))
+        for name, group in sorted(groups.items())
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def validation_figures(runs: tuple[ValidationRun, ...]) -> ValidationFigures:
+    """Dead-on-arrival rates (new machines that failed their validation) by pool, GPU model and
+    provider, and how long each check took (every run, repaired nodes' included)."""
+    new = [r for r in runs if r.new_machine]
+    seconds: dict[str, list[float]] = {}
+    for run in runs:
+        for check in run.detail.get("checks") or ():
+            if isinstance(check, Mapping) and check.get("seconds") is not None:
+                seconds.setdefault(str(check.get("check")), []).append(float(check["seconds"]))
+    return ValidationFigures(
+        runs=len(runs),
+        overall=DoaRate("all", len(new), sum(1 for r in new if not r.passed)),
+        by_pool=_rates(new, "pool"),
+        by_model=_rates(new, "gpu_model"),
+        by_provider=_rates(new, "provider"),
+        check_times=tuple(
+            CheckTime(name, len(values), _quantile(values, 0.5), _quantile(values, 0.9))
+            for name, values in sorted(seconds.items())
+        ),
+    )

@@ -1,0 +1,192 @@
+"""Burn-in end to end with the controller's real jobs against the simulator, whose nodes run
+the real programs' output formats (dcgmi, all_reduce_perf, nvidia-smi, ibstat):
+- a persistent XID 79 whose first replacement arrives dead (`doa_next`) ends `succeeded` on the
+  second replacement: two replacement operations, the failed validation with its evidence on the
+  timeline, and the bad machine fenced from the moment it was known until it left;
+- a repaired node with a slow NVLink fails its validation and goes on to replacement."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediator.model.states import State
+from tests.fixtures.sim import SimHandle
+from tests.integration.engine_support import Engine, start_engine, wait_for, xid
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+POOL = "h100-train"
+H100 = "NVIDIA H100 80GB HBM3"
+SETTINGS = """
+max_unhealthy:
+  per_pool: {percent: 100}
+  cluster: {percent: 100}
+max_concurrent: 10
+storm_breaker: {enabled: false}
+default_cooldown: 1h
+"""
+REPLACE = f"""
+policies:
+  - name: xid-79
+    description: The GPU has fallen off the bus.
+    why: A GPU off the bus is dead to every job on the node.
+    match: {{kind: xid, codes: [79]}}
+    priority: 100
+    actions:
+      - action: cordon
+      - action: drain
+        grace: 1s
+        timeout: 1m
+        on_timeout: force
+      - action: replace
+      - action: validate
+        dcgm_level_new: 2
+        busbw_floor: {{"{H100}": 400}}
+"""
+REPAIR = f"""
+policies:
+  - name: nvlink-repair
+    description: NVLink errors; a reboot may clear them.
+    why: A link that errs slows every collective of the node.
+    match: {{kind: xid, codes: [74]}}
+    priority: 100
+    on_failure: replace
+    actions:
+      - action: cordon
+      - action: drain
+        grace: 1s
+        timeout: 1m
+        on_timeout: force
+      - action: reboot
+        timeout: 2m
+      - action: validate
+        dcgm_level: 1
+        busbw_floor: {{"{H100}": 400}}
+      - action: uncordon
+"""
+
+
+def policies(tmp: Path, text: str) -> Path:
+    directory = tmp / "policies"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "p.yaml").write_text(text)
+    (directory / "settings.yaml").write_text(SETTINGS)
+    return directory
+
+
+def pool_node(sim: SimHandle) -> str:
+    names = sim.kubectl("get", "nodes", "-l", f"simcloud.io/nodepool={POOL}", "-o", "name")
+    return names.split()[0].removeprefix("node/")
+
+
+class Watcher:
+    """Samples every node of the pool while the test runs: who was ever seen schedulable."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.schedulable: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                nodes = self._engine.controller.kube.list_nodes(f"simcloud.io/nodepool={POOL}")
+            except Exception:  # a missed sample only weakens the check
+                continue
+            for node in nodes:
+                fenced = node.unschedulable or any(
+                    t.key.startswith(("remediator.io/", "node.kubernetes.io/")) for t in node.taints
+                )
+                if node.ready and not fenced:
+                    self.schedulable.add(node.name)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def started(
+    sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
+) -> Iterator[Callable[[str], Engine]]:
+    engines: list[Engine] = []
+
+    def start(text: str) -> Engine:
+        sim = sim_factory(nodes=4, provision_delay=1.0, reboot_delay=1.0)
+        engine = start_engine(sim, migrated_database_url, policies(tmp_path, text))
+        engines.append(engine)
+        return engine
+
+    yield start
+    for engine in engines:
+        engine.close()
+
+
+def actions(events: Any, name: str) -> list[Any]:
+    return [e for e in events if e.action == name]
+
+
+def test_a_dead_on_arrival_replacement_is_replaced_again(started: Callable[[str], Engine]) -> None:
+    engine = started(REPLACE)
+    node = pool_node(engine.sim)
+    engine.nodepool_fault(
+        {"type": "doa_next", "pool": POOL, "fault": {"type": "xid", "gpu": 2, "code": 79}}
+    )
+    watcher = Watcher(engine)
+    try:
+        engine.fault({"type": "xid", "node": node, "gpu": 0, "code": 79})
+        engine.push(xid(node))
+        done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    finally:
+        watcher.stop()
+    assert done.state is State.SUCCEEDED, (done.error, done.hold_reason)
+
+    replaced = actions(done.events, "replace_done")
+    assert len(replaced) == 2
+    ops = {e.detail["operation_id"] for e in replaced}
+    assert len(ops) == 2, "two replacement operations"
+    bad, good = (e.detail["new_node"] for e in replaced)
+    assert replaced[1].detail["node"] == bad, "the second replacement takes out the bad machine"
+
+    (failed,) = actions(done.events, "validate_failed")
+    assert failed.detail["node"] == bad and failed.detail["replaced_again"] == bad
+    assert "GPU 2" in failed.detail["reason"], failed.detail
+    checks = [c for c in failed.detail["checks"] if not c["passed"]]
+    assert checks and checks[0]["seconds"] >= 0
+    lines = [e.detail for e in actions(done.events, "validation_check") if e.detail["node"] == bad]
+    assert any(not line["passed"] for line in lines)
+
+    (passed,) = actions(done.events, "validate_done")
+    assert passed.detail["node"] == good and passed.detail["new_machine"] is True
+    assert {c["check"] for c in passed.detail["checks"]} == {"inventory", "dcgm", "nccl"}
+    assert passed.detail["inventory"]["gpu_count"] == 8
+
+    assert bad not in watcher.schedulable, "the bad machine was never schedulable"
+    assert engine.node(bad) is None
+    final = engine.node(good)
+    assert final is not None and not final["spec"].get("unschedulable")
+
+
+def test_a_slow_nvlink_repair_fails_validation_and_goes_on_to_replacement(
+    started: Callable[[str], Engine],
+) -> None:
+    engine = started(REPAIR)
+    node = pool_node(engine.sim)
+    engine.fault({"type": "nvlink_slow", "node": node, "fraction": 0.5})
+    engine.push(xid(node, code=74))
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert done.state is State.SUCCEEDED, (done.error, done.hold_reason)
+    (failed,) = actions(done.events, "validate_failed")
+    assert failed.to_state is State.REPLACING and failed.detail["escalated_to"] == "replace"
+    assert "under the" in failed.detail["reason"] and H100 in failed.detail["reason"]
+    moves = [e.to_state for e in done.events if e.to_state is not None]
+    assert moves[-4:] == [State.REPLACING, State.VALIDATING, State.VERIFYING, State.SUCCEEDED]
+    assert done.outcome == "replaced"
+    wait_for(lambda: engine.node(node) is None, what=f"{node} to leave")
