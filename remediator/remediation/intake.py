@@ -42,6 +42,7 @@ from remediator.policy.evaluate import (
     evaluate,
     explain,
 )
+from remediator.policy.fleet_breaker import fleet_verdict
 from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
 from remediator.policy.schema import Policy
@@ -53,6 +54,7 @@ from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
 from remediator.signals.sources.node_conditions import is_abnormal
 from remediator.store.archive import ArchiveUnavailable, NodeSnapshot, SignalArchive
+from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -209,8 +211,10 @@ class Intake:
         actor: str,
         fold_window: timedelta = DEFAULT_FOLD_WINDOW,
         archive: SignalArchive | None = None,
+        fleet: FleetBreakerStore | None = None,
     ) -> None:
         self._repo = repository
+        self._fleet = fleet
         self._archive = archive
         self._actor = actor
         self._folder = SignalFolder(fold_window)
@@ -382,10 +386,14 @@ class Intake:
         status = self._repo.controller_status()
         tripped: str | None = None
         admission: Admission[Decision | RemediationRecord]
+        fleet_hold = self._fleet_breaker(decisions, queued, inventory, policies, now)
         if status.paused:
             reason = f"automation paused by {status.paused_by}: {status.pause_reason}"
             paused = tuple(Held(c, reason, HoldCause.PAUSE) for c in candidates)
             admission = Admission((), paused, breaker_of(status))
+        elif fleet_hold is not None:
+            stopped = tuple(Held(c, fleet_hold, HoldCause.BREAKER) for c in candidates)
+            admission = Admission((), stopped, breaker_of(status))
         else:
             admission = admit(
                 candidates,
@@ -412,6 +420,53 @@ class Intake:
             elif (record := self._open(candidate, policies, held)) is not None:
                 newly_queued.append(record)
         return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
+
+    def report_fleet_size(
+        self, inventory: Inventory, policies: PolicySet | None, now: datetime
+    ) -> None:
+        """This cluster's node count for the fleet breaker's base, every heartbeat, so a
+        cluster with no fault yet still counts in the fleet (else the first cluster to see
+        faults would take its own nodes for the whole fleet)."""
+        if policies is None or self._fleet is None or not policies.settings.fleet_breaker.enabled:
+            return
+        since = now - policies.settings.fleet_breaker.window
+        self._fleet.record(self._repo.cluster, len(inventory.pools), (), since)
+
+    def _fleet_breaker(
+        self,
+        decisions: Sequence[Decision],
+        queued: Sequence[RemediationRecord],
+        inventory: Inventory,
+        policies: PolicySet,
+        now: datetime,
+    ) -> str | None:
+        """The fleet breaker's hold, when this cluster takes part and it is tripped (or trips
+        now). This cluster's new disruptive faults join the shared window first, counted as
+        the storm breaker counts them: known nodes, not already queued."""
+        config = policies.settings.fleet_breaker
+        if not config.enabled or self._fleet is None:
+            return None
+        counted = {r.node for r in queued}
+        faulted = {
+            d.node
+            for d in decisions
+            if d.disruptive
+            and d.node not in counted
+            and (not inventory.pools or d.node in inventory.pools)
+        }
+        since = now - config.window
+        self._fleet.record(self._repo.cluster, len(inventory.pools), faulted, since)
+        status = self._fleet.status()
+        if not status.tripped:
+            faults, nodes = self._fleet.window(since)
+            verdict = fleet_verdict(config, faults, nodes, now)
+            if not verdict.trip:
+                return None
+            reason = verdict.reason or "fleet breaker tripped"
+            if self._fleet.trip(reason=reason, by_cluster=self._repo.cluster):
+                log.error("fleet breaker tripped by cluster %s: %s", self._repo.cluster, reason)
+            status = self._fleet.status()
+        return f"fleet breaker tripped: {status.reason or 'a storm across the fleet'}"
 
     def _record_breaker(self, status: ControllerStatus, breaker: BreakerState) -> str | None:
         """Persist the fault window when it changed, and the trip when it happened now."""

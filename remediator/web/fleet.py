@@ -38,6 +38,7 @@ from remediator.signals.sources.push import InboxUnavailable, SignalInbox
 from remediator.store.audit import AuditLog
 from remediator.store.db import make_session_factory
 from remediator.store.fleet import ClusterFigures, FleetQueries
+from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
@@ -46,6 +47,7 @@ from remediator.web.access import Reader
 from remediator.web.app import SECURITY_HEADERS, create_app
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
+from remediator.web.fleet_breaker import FleetBreakerOut, breaker_out
 from remediator.web.fleet_figures import make_figures_router
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class Fleet:
         self.clock: Clock = clock or SystemClock()
         self.session_factory = make_session_factory(engine)
         self.queries = FleetQueries(self.session_factory)
+        self.breaker = FleetBreakerStore(self.session_factory, self.clock)
         self.registry = CollectorRegistry()
         self._policies = NoPolicies()
         self._inbox = NoInbox(capacity=1)
@@ -168,6 +171,7 @@ class ClusterOut(BaseModel):
 
 class ClustersOut(BaseModel):
     items: list[ClusterOut]
+    fleet_breaker: FleetBreakerOut
 
 
 class WaitingOut(BaseModel):
@@ -239,7 +243,10 @@ def make_fleet_router(fleet: Fleet) -> APIRouter:
         """Every cluster of the shared database your token may see, with its figures."""
         now = fleet.clock.now()
         figures = fleet.queries.figures(now, visible_to(principal))
-        return ClustersOut(items=[cluster_out(f, now) for f in figures])
+        return ClustersOut(
+            items=[cluster_out(f, now) for f in figures],
+            fleet_breaker=breaker_out(fleet.breaker.status()),
+        )
 
     @router.get("/api/v1/fleet/waiting", tags=["fleet"])
     def fleet_waiting(principal: Reader) -> FleetWaitingOut:
@@ -265,6 +272,8 @@ def make_fleet_router(fleet: Fleet) -> APIRouter:
             sources_down=[],
             clusters=figures,
             waiting=waiting,
+            fleet_breaker_state=fleet.breaker.status(),
+            may_reset_fleet=principal.can_act and principal.clusters is None,
         )
 
     return router
