@@ -49,14 +49,13 @@ from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
 from remediator.web.fleet_breaker import FleetBreakerOut, breaker_out
 from remediator.web.fleet_figures import make_figures_router
+from remediator.web.pending import silence
 
 log = logging.getLogger(__name__)
 
 # The console's own rows (its login sessions) are kept under a name no cluster can have.
 FLEET_SCOPE = "fleet:console"
 CLUSTER_COOKIE = "remediator_cluster"
-# A controller heartbeats every 10 s; past this its cluster's commands wait for it.
-CONTROLLER_SILENT_AFTER = timedelta(seconds=30)
 # Routes that are the fleet's, or no cluster's.
 FLEET_PATHS = ("/fleet", "/api/v1/clusters", "/api/v1/fleet")
 CLUSTERLESS_PATHS = (
@@ -135,18 +134,6 @@ class Fleet:
         """Why commands on `cluster` are not being carried out, or None."""
         status = self.for_cluster(cluster)[0].repository.controller_status()
         return silence(cluster, status.leader_seen_at, now)
-
-
-def silence(cluster: str, seen_at: datetime | None, now: datetime) -> str | None:
-    if seen_at is None:
-        return f"controller of cluster {cluster} never seen: commands wait until it runs"
-    quiet = (now - seen_at).total_seconds()
-    if quiet <= CONTROLLER_SILENT_AFTER.total_seconds():
-        return None
-    return (
-        f"controller of cluster {cluster} not seen for {int(quiet)} s: commands wait until it "
-        "returns"
-    )
 
 
 # -- the API's shapes ------------------------------------------------------------------------
