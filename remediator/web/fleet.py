@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
@@ -154,6 +154,11 @@ class ClusterOut(BaseModel):
     controller_problem: str | None
     sources_down: list[str]
     registered: bool
+    pending_command: str | None = Field(
+        default=None,
+        description="a pause, resume or breaker reset the cluster's controller has not been "
+        "seen since (it carries it out on its next cycle)",
+    )
 
 
 class ClustersOut(BaseModel):
@@ -196,6 +201,19 @@ def cluster_out(figures: ClusterFigures, now: datetime) -> ClusterOut:
         controller_problem=silence(figures.cluster, seen, now),
         sources_down=list(figures.sources_down),
         registered=figures.registered,
+        pending_command=cluster_pending(figures, now),
+    )
+
+
+def cluster_pending(figures: ClusterFigures, now: datetime) -> str | None:
+    """A cluster-wide command waits until its controller is seen after it."""
+    at, seen = figures.last_command_at, figures.leader_seen_at
+    if at is None or figures.last_command is None or (seen is not None and seen > at):
+        return None
+    waited = int(max(0.0, (now - at).total_seconds()))
+    return (
+        f"{figures.last_command} by {figures.last_command_by or 'someone'} {waited} s ago: "
+        f"waiting for the controller of cluster {figures.cluster}"
     )
 
 

@@ -64,7 +64,7 @@ def pending_command(
     if command is None:
         return None
     controller_seen_at = seen_at()
-    acted = controller_seen_at is not None and controller_seen_at >= last.at
+    acted = controller_seen_at is not None and controller_seen_at > last.at
     if record.state in TERMINAL and acted:
         return None
     return PendingOut(

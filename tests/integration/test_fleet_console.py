@@ -394,3 +394,37 @@ def test_a_command_shows_pending_until_the_owning_leader_acts_and_names_a_silent
     )
     page = shared.client.get(f"/remediations/{held}", headers=_auth(FLEET_OPERATOR))
     assert "controller of cluster bravo not seen for 60 s" in page.text
+
+
+def test_a_clusters_pause_is_pending_in_the_overview_until_its_controller_is_seen(
+    shared: Shared,
+) -> None:
+    asked = shared.client.post(
+        "/api/v1/controller/pause?cluster=alpha",
+        headers=_auth(FLEET_OPERATOR) | {"X-Remediator-Actor": "ana"},
+        json={"reason": "driver rollout"},
+    )
+    assert asked.status_code == 200, asked.text
+    shared.clock.advance(5)
+    rows = {
+        c["name"]: c
+        for c in shared.client.get("/api/v1/clusters", headers=_auth(FLEET_OPERATOR)).json()[
+            "items"
+        ]
+    }
+    assert rows["alpha"]["pending_command"].startswith("pause by ana (operator token ")
+    assert rows["alpha"]["pending_command"].endswith(
+        " 5 s ago: waiting for the controller of cluster alpha"
+    )
+    assert rows["bravo"]["pending_command"] is None
+    page = shared.client.get("/fleet", headers=_auth(FLEET_OPERATOR))
+    assert "pending: pause by ana" in page.text
+
+    shared.repos["alpha"].record_leader("alpha-0")  # its next cycle: it has seen the pause
+    rows = {
+        c["name"]: c
+        for c in shared.client.get("/api/v1/clusters", headers=_auth(FLEET_OPERATOR)).json()[
+            "items"
+        ]
+    }
+    assert rows["alpha"]["pending_command"] is None
