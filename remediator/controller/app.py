@@ -74,6 +74,7 @@ from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import make_engine, make_session_factory
+from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.optouts import OptOutBook
 from remediator.store.records import RemediationFilter, RemediationRecord
@@ -320,8 +321,13 @@ class Controller:
             if archive.enabled
             else None
         )
+        self.fleet_breaker = FleetBreakerStore(self.repository.session_factory, self.clock)
         self.intake = Intake(
-            self.repository, actor=self.actor, archive=self.archive, pods=pods_from(self.kube)
+            self.repository,
+            actor=self.actor,
+            archive=self.archive,
+            pods=pods_from(self.kube),
+            fleet=self.fleet_breaker,
         )
         self.inventory: Inventory | None = None
         self._inventory_at = 0.0
@@ -631,6 +637,8 @@ class Controller:
 
     def heartbeat(self) -> None:
         self.repository.record_leader(self.identity)
+        if self.is_leader() and self.inventory is not None:
+            self.intake.report_fleet_size(self.inventory, self.policies.active, self.clock.now())
 
     def prune_archive(self) -> None:
         if self.archive is not None:
@@ -716,6 +724,7 @@ class Controller:
         silent_after = timedelta(seconds=self.settings.agent_silent_after_seconds)
         self.metrics.agents(self.heartbeats.statuses(), now, silent_after)
         self.metrics.refresh(fencing, self.repository.controller_status(), now)
+        self.metrics.fleet_breaker_tripped.set(1 if self.fleet_breaker.status().tripped else 0)
 
     # -- the web console ---------------------------------------------------------------------
 

@@ -123,6 +123,11 @@ class ControllerMetrics:
         self.breaker_tripped = Gauge(
             "remediator_breaker_tripped", "1 while the storm breaker is tripped.", registry=registry
         )
+        self.fleet_breaker_tripped = Gauge(
+            "remediator_fleet_breaker_tripped",
+            "1 while the fleet-wide breaker (shared by every cluster of the database) is tripped.",
+            registry=registry,
+        )
         self.queued = Gauge(
             "remediator_remediations_queued",
             "Remediations decided but queued, by what holds them (budget, breaker, pause).",

@@ -504,10 +504,34 @@ def _window_names(value: dict[str, MaintenanceWindow]) -> dict[str, MaintenanceW
     return value
 
 
+class FleetBreaker(_Strict):
+    """Off by default. On, this cluster takes part in the breaker of every cluster sharing its
+    database: its new faults and its node count go to the shared window, and once
+    `max_new_faults` of the fleet's nodes (the stricter of count and percent) newly faulted
+    within `window`, every taking-part cluster queues its decisions until a human resets it
+    from the fleet console. The cluster's own `storm_breaker` is unchanged."""
+
+    enabled: bool = False
+    max_new_faults: Annotated[Limit, BeforeValidator(_count_limit)] = Limit(percent=5, min=3)
+    window: Duration = timedelta(minutes=10)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> FleetBreaker:
+        limit = self.max_new_faults
+        if limit.count is None and limit.percent is None:
+            raise ValueError("max_new_faults needs a count or a percent")
+        if limit.count == 0:
+            raise ValueError("max_new_faults.count must be at least 1")
+        if self.window <= timedelta(0):
+            raise ValueError("window must be longer than zero")
+        return self
+
+
 class GlobalSettings(_Strict):
     max_unhealthy: MaxUnhealthy = MaxUnhealthy()
     max_concurrent: int = Field(default=5, ge=0)
     storm_breaker: StormBreaker = StormBreaker()
+    fleet_breaker: FleetBreaker = FleetBreaker()
     default_cooldown: Duration = timedelta(hours=1)
     dry_run: bool = False
     # Opt-outs (docs/optouts.md): the longest one a person may record, and how long a faulty

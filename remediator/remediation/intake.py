@@ -43,6 +43,7 @@ from remediator.policy.evaluate import (
     evaluate,
     explain,
 )
+from remediator.policy.fleet_breaker import fleet_verdict
 from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
 from remediator.policy.planned import Moment, admit_planned
@@ -68,6 +69,7 @@ from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
 from remediator.signals.sources.node_conditions import is_abnormal
 from remediator.store.archive import ArchiveUnavailable, NodeSnapshot, SignalArchive
+from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.records import (
     ControllerStatus,
     NewRemediation,
@@ -234,9 +236,11 @@ class Intake:
         fold_window: timedelta = DEFAULT_FOLD_WINDOW,
         archive: SignalArchive | None = None,
         pods: PodAnnotations = no_pods,
+        fleet: FleetBreakerStore | None = None,
     ) -> None:
         self._repo = repository
         self._pods = pods
+        self._fleet = fleet
         self._archive = archive
         self._actor = actor
         self._folder = SignalFolder(fold_window)
@@ -415,9 +419,13 @@ class Intake:
         candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         tripped: str | None = None
         admission: Admission[Decision | RemediationRecord]
+        fleet_hold = self._fleet_breaker(decisions, queued, inventory, policies, now)
         if status.paused:
             holds = tuple(Held(c, paused, HoldCause.PAUSE) for c in candidates)
             admission = Admission((), holds, breaker_of(status))
+        elif fleet_hold is not None:
+            stopped = tuple(Held(c, fleet_hold, HoldCause.BREAKER) for c in candidates)
+            admission = Admission((), stopped, breaker_of(status))
         else:
             admission = admit(
                 candidates,
@@ -590,6 +598,53 @@ class Intake:
         self._repo.append_event(
             record.id, action=PLANNED_ACTION, actor=self._actor, detail=planned_detail(moment)
         )
+
+    def report_fleet_size(
+        self, inventory: Inventory, policies: PolicySet | None, now: datetime
+    ) -> None:
+        """This cluster's node count for the fleet breaker's base, every heartbeat, so a
+        cluster with no fault yet still counts in the fleet (else the first cluster to see
+        faults would take its own nodes for the whole fleet)."""
+        if policies is None or self._fleet is None or not policies.settings.fleet_breaker.enabled:
+            return
+        since = now - policies.settings.fleet_breaker.window
+        self._fleet.record(self._repo.cluster, len(inventory.pools), (), since)
+
+    def _fleet_breaker(
+        self,
+        decisions: Sequence[Decision],
+        queued: Sequence[RemediationRecord],
+        inventory: Inventory,
+        policies: PolicySet,
+        now: datetime,
+    ) -> str | None:
+        """The fleet breaker's hold, when this cluster takes part and it is tripped (or trips
+        now). This cluster's new disruptive faults join the shared window first, counted as
+        the storm breaker counts them: known nodes, not already queued."""
+        config = policies.settings.fleet_breaker
+        if not config.enabled or self._fleet is None:
+            return None
+        counted = {r.node for r in queued}
+        faulted = {
+            d.node
+            for d in decisions
+            if d.disruptive
+            and d.node not in counted
+            and (not inventory.pools or d.node in inventory.pools)
+        }
+        since = now - config.window
+        self._fleet.record(self._repo.cluster, len(inventory.pools), faulted, since)
+        status = self._fleet.status()
+        if not status.tripped:
+            faults, nodes = self._fleet.window(since)
+            verdict = fleet_verdict(config, faults, nodes, now)
+            if not verdict.trip:
+                return None
+            reason = verdict.reason or "fleet breaker tripped"
+            if self._fleet.trip(reason=reason, by_cluster=self._repo.cluster):
+                log.error("fleet breaker tripped by cluster %s: %s", self._repo.cluster, reason)
+            status = self._fleet.status()
+        return f"fleet breaker tripped: {status.reason or 'a storm across the fleet'}"
 
     def _record_breaker(self, status: ControllerStatus, breaker: BreakerState) -> str | None:
         """Persist the fault window when it changed, and the trip when it happened now."""

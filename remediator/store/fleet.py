@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,6 +55,10 @@ class ClusterFigures:
     leader_seen_at: datetime | None = None
     sources_down: tuple[str, ...] = field(default_factory=tuple)
     registered: bool = False
+    # The newest cluster-wide command (pause, resume, reset-breaker): who, and when.
+    last_command: str | None = None
+    last_command_by: str | None = None
+    last_command_at: datetime | None = None
 
 
 class FleetQueries:
@@ -127,6 +132,7 @@ class FleetQueries:
                     leader_seen_at=state.leader_seen_at if state else None,
                     sources_down=tuple(sorted(down.get(name, ()))),
                     registered=name in registered,
+                    **_last_command(state),
                 )
             )
         return tuple(result)
@@ -171,6 +177,21 @@ class FleetQueries:
                 select(Remediation.cluster).where(Remediation.id == remediation_id)
             )
             return found
+
+
+def _last_command(state: ControllerState | None) -> dict[str, Any]:
+    """The newest of the pause/resume and the breaker reset, as the console wrote them."""
+    if state is None:
+        return {}
+    found: list[tuple[datetime, str, str | None]] = []
+    if state.paused_at is not None:
+        found.append((state.paused_at, "pause" if state.paused else "resume", state.paused_by))
+    if state.breaker_reset_at is not None:
+        found.append((state.breaker_reset_at, "reset-breaker", state.breaker_reset_by))
+    if not found:
+        return {}
+    at, command, by = max(found, key=lambda item: item[0])
+    return {"last_command": command, "last_command_by": by, "last_command_at": at}
 
 
 UNKNOWN_MODEL = "unknown"

@@ -453,3 +453,43 @@ class OptOut(Base):
     expired_noted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_opt_outs_cluster_scope_target", "cluster", "scope", "target"),)
+
+
+class FleetBreaker(Base):
+    """The fleet-wide breaker, one row for the whole shared database: tripped by whichever
+    controller first sees the fleet's fault window over its limit, reset only by a human."""
+
+    __tablename__ = "fleet_breaker"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tripped: Mapped[bool] = mapped_column(Boolean, default=False)
+    tripped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    tripped_by: Mapped[str | None] = mapped_column(String(128))  # the cluster that saw it first
+    reason: Mapped[str | None] = mapped_column(Text)
+    reset_by: Mapped[str | None] = mapped_column(String(256))
+    reset_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reset_reason: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FleetFault(Base):
+    """A node newly faulted, as its cluster's controller counted it for the fleet breaker's
+    shared window (rows older than the window are pruned by the controller that writes)."""
+
+    __tablename__ = "fleet_faults"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_fleet_faults_at", "at"),)
+
+
+class FleetNodeCount(Base):
+    """Each taking-part cluster's node count: the fleet breaker's denominator."""
+
+    __tablename__ = "fleet_node_counts"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    nodes: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -45,6 +45,7 @@ from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
 from remediator.web.doctor_page import make_doctor_router
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
+from remediator.web.fleet_breaker import make_fleet_breaker_router
 from remediator.web.heartbeat_lane import HeartbeatLane
 from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
@@ -211,6 +212,7 @@ def create_app(deps: WebDeps) -> FastAPI:
         )
     )
     app.include_router(make_intake_router())
+    app.include_router(make_fleet_breaker_router())
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.include_router(make_doctor_router())

@@ -13,6 +13,7 @@ from remediator.store.records import RemediationRecord
 from remediator.web import views
 from remediator.web.agent_views import agent_out
 from remediator.web.deps import WebDeps
+from remediator.web.pending import pending_command
 from remediator.web.schemas import (
     ControllerOut,
     EventOut,
@@ -137,6 +138,9 @@ def remediation_detail(
         xid_explanation=views.xid_explanation(record.xid_code),
         gpu_hours_out_of_service=_rounded(views.gpu_hours(span, now)) if span else None,
         gpu_hours_disrupted=_rounded(views.disrupted_gpu_hours(span, now)) if span else None,
+        pending=pending_command(
+            record, lambda: deps.repository.controller_status().leader_seen_at, now
+        ),
     )
 
 

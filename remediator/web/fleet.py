@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +38,7 @@ from remediator.signals.sources.push import InboxUnavailable, SignalInbox
 from remediator.store.audit import AuditLog
 from remediator.store.db import make_session_factory
 from remediator.store.fleet import ClusterFigures, FleetQueries
+from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
@@ -46,15 +47,15 @@ from remediator.web.access import Reader
 from remediator.web.app import SECURITY_HEADERS, create_app
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
+from remediator.web.fleet_breaker import FleetBreakerOut, breaker_out
 from remediator.web.fleet_figures import make_figures_router
+from remediator.web.pending import silence
 
 log = logging.getLogger(__name__)
 
 # The console's own rows (its login sessions) are kept under a name no cluster can have.
 FLEET_SCOPE = "fleet:console"
 CLUSTER_COOKIE = "remediator_cluster"
-# A controller heartbeats every 10 s; past this its cluster's commands wait for it.
-CONTROLLER_SILENT_AFTER = timedelta(seconds=30)
 # Routes that are the fleet's, or no cluster's.
 FLEET_PATHS = ("/fleet", "/api/v1/clusters", "/api/v1/fleet")
 CLUSTERLESS_PATHS = (
@@ -97,6 +98,7 @@ class Fleet:
         self.clock: Clock = clock or SystemClock()
         self.session_factory = make_session_factory(engine)
         self.queries = FleetQueries(self.session_factory)
+        self.breaker = FleetBreakerStore(self.session_factory, self.clock)
         self.registry = CollectorRegistry()
         self._policies = NoPolicies()
         self._inbox = NoInbox(capacity=1)
@@ -134,18 +136,6 @@ class Fleet:
         return silence(cluster, status.leader_seen_at, now)
 
 
-def silence(cluster: str, seen_at: datetime | None, now: datetime) -> str | None:
-    if seen_at is None:
-        return f"controller of cluster {cluster} never seen: commands wait until it runs"
-    quiet = (now - seen_at).total_seconds()
-    if quiet <= CONTROLLER_SILENT_AFTER.total_seconds():
-        return None
-    return (
-        f"controller of cluster {cluster} not seen for {int(quiet)} s: commands wait until it "
-        "returns"
-    )
-
-
 # -- the API's shapes ------------------------------------------------------------------------
 
 
@@ -164,10 +154,16 @@ class ClusterOut(BaseModel):
     controller_problem: str | None
     sources_down: list[str]
     registered: bool
+    pending_command: str | None = Field(
+        default=None,
+        description="a pause, resume or breaker reset the cluster's controller has not been "
+        "seen since (it carries it out on its next cycle)",
+    )
 
 
 class ClustersOut(BaseModel):
     items: list[ClusterOut]
+    fleet_breaker: FleetBreakerOut
 
 
 class WaitingOut(BaseModel):
@@ -205,6 +201,19 @@ def cluster_out(figures: ClusterFigures, now: datetime) -> ClusterOut:
         controller_problem=silence(figures.cluster, seen, now),
         sources_down=list(figures.sources_down),
         registered=figures.registered,
+        pending_command=cluster_pending(figures, now),
+    )
+
+
+def cluster_pending(figures: ClusterFigures, now: datetime) -> str | None:
+    """A cluster-wide command waits until its controller is seen after it."""
+    at, seen = figures.last_command_at, figures.leader_seen_at
+    if at is None or figures.last_command is None or (seen is not None and seen > at):
+        return None
+    waited = int(max(0.0, (now - at).total_seconds()))
+    return (
+        f"{figures.last_command} by {figures.last_command_by or 'someone'} {waited} s ago: "
+        f"waiting for the controller of cluster {figures.cluster}"
     )
 
 
@@ -239,7 +248,10 @@ def make_fleet_router(fleet: Fleet) -> APIRouter:
         """Every cluster of the shared database your token may see, with its figures."""
         now = fleet.clock.now()
         figures = fleet.queries.figures(now, visible_to(principal))
-        return ClustersOut(items=[cluster_out(f, now) for f in figures])
+        return ClustersOut(
+            items=[cluster_out(f, now) for f in figures],
+            fleet_breaker=breaker_out(fleet.breaker.status()),
+        )
 
     @router.get("/api/v1/fleet/waiting", tags=["fleet"])
     def fleet_waiting(principal: Reader) -> FleetWaitingOut:
@@ -265,6 +277,8 @@ def make_fleet_router(fleet: Fleet) -> APIRouter:
             sources_down=[],
             clusters=figures,
             waiting=waiting,
+            fleet_breaker_state=fleet.breaker.status(),
+            may_reset_fleet=principal.can_act and principal.clusters is None,
         )
 
     return router

@@ -75,6 +75,7 @@ DONE_MESSAGES = {
     "pause": "All automation is paused.",
     "resume": "Automation resumed.",
     "reset-breaker": "The storm breaker is reset.",
+    "reset-fleet-breaker": "The fleet breaker is reset: every cluster may start new steps.",
 }
 
 

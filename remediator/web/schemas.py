@@ -13,6 +13,7 @@ from remediator.policy.durations import Duration
 from remediator.signals.model import Signal
 from remediator.store.records import ControllerStatus
 from remediator.web.agent_views import AgentOut
+from remediator.web.pending import PendingOut
 
 # No control characters: PostgreSQL refuses NUL in text, and nothing legitimate needs them.
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
@@ -139,6 +140,10 @@ class RemediationDetailOut(RemediationOut):
         description="each evicted pod's GPUs times eviction until a replacement of the same "
         "owner ran (a pod without owner, or not yet replaced: until the remediation ended, or "
         "now); null when it was not quarantined",
+    )
+    pending: PendingOut | None = Field(
+        default=None,
+        description="a human's command the owning cluster's controller has not acted on yet",
     )
 
 

@@ -352,3 +352,79 @@ def test_a_months_spans_beyond_a_statements_parameter_limit(
         assert len(spans) == 70_000
     finally:
         engine.dispose()
+
+
+def test_a_command_shows_pending_until_the_owning_leader_acts_and_names_a_silent_one(
+    shared: Shared,
+) -> None:
+    """alpha's controller was seen just now, bravo's a minute ago (past the 30 s bound)."""
+    approve = shared.ids["a_wait"]
+    asked = shared.client.post(
+        f"/api/v1/remediations/{approve}/approve",
+        headers=_auth(FLEET_OPERATOR) | {"X-Remediator-Actor": "ana"},
+        json={"reason": "checked"},
+    )
+    assert asked.status_code == 200, asked.text
+    pending = shared.client.get(f"/api/v1/remediations/{approve}", headers=_auth(FLEET_OPERATOR))
+    found = pending.json()["pending"]
+    assert found["command"] == "approve" and found["asked_by"].startswith("ana (operator token")
+    assert found["controller_problem"] is None
+    page = shared.client.get(f"/remediations/{approve}", headers=_auth(FLEET_OPERATOR))
+    assert 'class="badge wait">pending</span> approve by ana' in page.text
+    assert "waiting for the controller of cluster alpha" in page.text
+
+    # alpha's leader carries it out: its next step ends the pending badge.
+    shared.repos["alpha"].transition(
+        approve, State.QUARANTINED, State.DRAINING, action="drain", actor="controller alpha-0"
+    )
+    after = shared.client.get(f"/api/v1/remediations/{approve}", headers=_auth(FLEET_OPERATOR))
+    assert after.json()["pending"] is None
+    page = shared.client.get(f"/remediations/{approve}", headers=_auth(FLEET_OPERATOR))
+    assert "pending-command" not in page.text
+
+    # bravo's controller is silent: the command waits, and the console says why.
+    held = shared.ids["b_held"]
+    released = shared.client.post(
+        f"/api/v1/remediations/{held}/release", headers=_auth(FLEET_OPERATOR), json={}
+    )
+    assert released.status_code == 200, released.text
+    shown = shared.client.get(f"/api/v1/remediations/{held}", headers=_auth(FLEET_OPERATOR))
+    assert shown.json()["pending"]["controller_problem"] == (
+        "controller of cluster bravo not seen for 60 s: commands wait until it returns"
+    )
+    page = shared.client.get(f"/remediations/{held}", headers=_auth(FLEET_OPERATOR))
+    assert "controller of cluster bravo not seen for 60 s" in page.text
+
+
+def test_a_clusters_pause_is_pending_in_the_overview_until_its_controller_is_seen(
+    shared: Shared,
+) -> None:
+    asked = shared.client.post(
+        "/api/v1/controller/pause?cluster=alpha",
+        headers=_auth(FLEET_OPERATOR) | {"X-Remediator-Actor": "ana"},
+        json={"reason": "driver rollout"},
+    )
+    assert asked.status_code == 200, asked.text
+    shared.clock.advance(5)
+    rows = {
+        c["name"]: c
+        for c in shared.client.get("/api/v1/clusters", headers=_auth(FLEET_OPERATOR)).json()[
+            "items"
+        ]
+    }
+    assert rows["alpha"]["pending_command"].startswith("pause by ana (operator token ")
+    assert rows["alpha"]["pending_command"].endswith(
+        " 5 s ago: waiting for the controller of cluster alpha"
+    )
+    assert rows["bravo"]["pending_command"] is None
+    page = shared.client.get("/fleet", headers=_auth(FLEET_OPERATOR))
+    assert "pending: pause by ana" in page.text
+
+    shared.repos["alpha"].record_leader("alpha-0")  # its next cycle: it has seen the pause
+    rows = {
+        c["name"]: c
+        for c in shared.client.get("/api/v1/clusters", headers=_auth(FLEET_OPERATOR)).json()[
+            "items"
+        ]
+    }
+    assert rows["alpha"]["pending_command"] is None

@@ -47,6 +47,8 @@ OPERATIONS = (
     "POST /api/v1/controller/pause",
     "POST /api/v1/controller/resume",
     "POST /api/v1/controller/reset-breaker",
+    "GET /api/v1/fleet/breaker",
+    "POST /api/v1/fleet/breaker/reset",
     "POST /api/v1/signals",
     "GET /api/v1/signals",
     "POST /api/v1/alertmanager",

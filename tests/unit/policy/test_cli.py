@@ -94,3 +94,17 @@ def test_a_malformed_scenario_names_file_line_and_field(tmp_path: Path) -> None:
         f"{scenario}:5: scenarios[0].expect[0].at: invalid duration 'soon': "
         "expected e.g. 90s, 2m, 1h30m, 7d"
     ]
+
+
+def test_validate_names_the_file_and_line_of_a_bad_fleet_breaker(tmp_path: Path) -> None:
+    (tmp_path / "settings.yaml").write_text(
+        "max_concurrent: 5\nfleet_breaker:\n  enabled: true\n  max_new_faults: {count: 0}\n"
+        "  window: 10m\n"
+    )
+    done = run("validate", tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[0].startswith("settings.yaml:")
+    assert "fleet_breaker" in done.stderr.splitlines()[0]
+    assert "max_new_faults.count must be at least 1" in done.stderr
+    (tmp_path / "settings.yaml").write_text("fleet_breaker:\n  enabled: true\n  window: 10m\n")
+    assert run("validate", tmp_path).returncode == 0

@@ -1,6 +1,6 @@
 """audited, expiring opt-outs (issue #27): who, why, since, until, scope and cluster
 
-Revision ID: 0010_optout27
+Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-02 04:00:00
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010_optout27"
+revision: str = "0010"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
