@@ -21,7 +21,7 @@ class KubectlError(RuntimeError):
 
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-READY_TIMEOUT = 90.0
+READY_TIMEOUT = 240.0
 CONTROLLER_ACCOUNT = "remediator/remediator"
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # The shipped RBAC (`sim serve --rbac` with no directory): present in a checkout.
@@ -57,7 +57,7 @@ class SimHandle:
         account = self.service_accounts.get(CONTROLLER_ACCOUNT)
         return Path(account["kubeconfig"]) if account else self.kubeconfig
 
-    def kubectl(self, *args: str, timeout: float = 60.0, check: bool = True) -> str:
+    def kubectl(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
         """Run stock kubectl against this simulator; stdout, or raise with stderr on failure."""
         done = subprocess.run(
             [

@@ -36,7 +36,7 @@ from remediator.sim.services import build_cloud_apps
 from remediator.sim.slurm.machines import SimSlurm
 
 CONTEXT = "remediator-sim"
-READY_TIMEOUT = 60.0
+READY_TIMEOUT = 180.0
 KEEP_ALIVE = 120
 
 

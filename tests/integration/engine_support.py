@@ -322,7 +322,7 @@ class ControllerProcess:
             )
         self.web_url = ""
 
-    def wait_ready(self, timeout: float = 60.0) -> ControllerProcess:
+    def wait_ready(self, timeout: float = 180.0) -> ControllerProcess:
         deadline = time.monotonic() + timeout
         while not self.ready_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:

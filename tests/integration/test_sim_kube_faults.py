@@ -230,7 +230,7 @@ def test_inject_cli_sets_and_clears_kube_faults(cluster: SimHandle, inject: http
             ],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=180,
         )
 
     done = cli("--kube-fault", json.dumps({"type": "error", "status": 503, "verbs": ["patch"]}))

@@ -145,7 +145,8 @@ def test_a_reboot_through_the_node_pool_api_happens_once_per_key(sim: SimHandle)
     url = f"{sim.nodepool_url}/v1/pools/{POOL}/reboots"
     first = conforms(httpx.post(url, json=body, headers=headers, timeout=5))
     assert first.status_code == 202, first.text
-    assert ready(sim, node) == "Unknown"
+    # Down at once (Unknown), or on a loaded machine already back with a new boot id.
+    assert ready(sim, node) == "Unknown" or boot_id(sim, node) != before
     again = conforms(httpx.post(url, json=body, headers=headers, timeout=5))
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
     wait(lambda: ready(sim, node) == "True", "the node back Ready")

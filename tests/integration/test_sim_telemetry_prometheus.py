@@ -23,7 +23,7 @@ def cli_inject(sim: SimHandle, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "remediator", "sim", "inject", "--url", sim.inject_url, *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
         check=False,
     )
 
