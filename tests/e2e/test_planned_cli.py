@@ -240,7 +240,6 @@ def test_a_gce_announcement_is_started_early_with_perform_maintenance_inside_the
 
     done = run.wait(TRAIN_NODE, *FINISHED)
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
-    assert done.queue_cause == "planned"
     plans = [e.detail for e in done.events if e.action == "planned"]
     assert plans and plans[-1]["window"] == "this-hour", plans
     assert plans[-1]["window_start"] <= plans[-1]["moment"] < plans[-1]["window_end"]
@@ -286,7 +285,6 @@ def test_an_ec2_instance_retirement_ends_in_a_replacement_ahead_of_the_deadline(
 
     done = run.wait(TRAIN_NODE, *FINISHED)
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
-    assert done.queue_cause == "planned"
     assert done.outcome == "replaced" and done.new_node
     plans = [e.detail for e in done.events if e.action == "planned"]
     assert plans and plans[0]["reason"] == "no checkpoint announced in time: now", plans
