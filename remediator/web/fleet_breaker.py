@@ -21,7 +21,7 @@ from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.fleet_breaker import FleetBreakerStatus, FleetBreakerStore
 from remediator.web import pages
-from remediator.web.access import Reader, require_operator, web_deps
+from remediator.web.access import Operator, Reader, require_operator, web_deps
 from remediator.web.auth import Principal
 from remediator.web.oncall import client_address
 from remediator.web.problems import ERRORS, WebError
@@ -138,7 +138,7 @@ def make_fleet_breaker_router() -> APIRouter:
 
     @router.post("/api/v1/fleet/breaker/reset", tags=["fleet"], responses=ERRORS)
     async def reset_fleet_breaker(
-        request: Request, principal: Reader, body: Annotated[FleetBreakerResetIn, Body()]
+        request: Request, principal: Operator, body: Annotated[FleetBreakerResetIn, Body()]
     ) -> FleetBreakerOut:
         """Release every cluster the fleet breaker holds. Needs an operator token for the
         whole fleet; audited in every cluster with who and why."""
@@ -147,7 +147,7 @@ def make_fleet_breaker_router() -> APIRouter:
 
     @router.post("/fleet/breaker/reset", include_in_schema=False)
     async def reset_form(
-        request: Request, principal: Reader, reason: Annotated[str, Form(max_length=2000)] = ""
+        request: Request, principal: Operator, reason: Annotated[str, Form(max_length=2000)] = ""
     ) -> Response:
         clusters = await run_in_threadpool(audited_clusters, request)
         await reset(request, principal, reason, clusters)

@@ -31,7 +31,7 @@ NODE = "gpu-node-01"
 GPUS = 8
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

@@ -61,6 +61,8 @@ RUNBOOK_SLUGS = {
     "diagnostics-failed",
     "reboot-loop",
     "slurm-node",
+    "planned-maintenance",
+    "replacement-failed-validation",
 }
 
 CONTROLLER_METRICS = {

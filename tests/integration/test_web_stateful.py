@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import CHECKS as CHECKS_REGISTRY
 from schemathesis.checks import load_all_checks
 from schemathesis.core.failures import Failure, FailureGroup
@@ -112,9 +112,13 @@ def _machine(console: Console, findings: Findings) -> type[Any]:
     return Workflow
 
 
-def test_operation_chains_along_links_hold_every_check(shared_console: Console) -> None:
+def test_operation_chains_along_links_hold_every_check(console: Console) -> None:
+    """Its own freshly seeded console: chains drawn from the shared one's state (changed by
+    whatever ran before) made Hypothesis see different data on a replay (FlakyStrategyDefinition
+    in a full suite run); only the generate phase runs, since findings are collected, not
+    raised, and a replay of a mutating chain cannot draw the same data."""
     findings = Findings()
-    machine = _machine(shared_console, findings)
+    machine = _machine(console, findings)
     machine.run(
         settings=settings(
             max_examples=SCENARIOS,
@@ -123,6 +127,7 @@ def test_operation_chains_along_links_hold_every_check(shared_console: Console) 
             derandomize=True,
             database=None,
             suppress_health_check=list(HealthCheck),
+            phases=(Phase.explicit, Phase.generate),
         )
     )
     assert findings.steps > SCENARIOS, "the state machine ran no chains"
