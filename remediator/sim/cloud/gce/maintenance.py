@@ -20,7 +20,6 @@ Node reboots, the announcement clears), `.../cancel` withdraws it.
 from __future__ import annotations
 
 import base64
-import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -119,29 +118,12 @@ class GceMaintenance:
                 raise ValueError(f"instance {name} has no upcoming maintenance")
             if not upcoming.get("canReschedule"):
                 raise ValueError(f"the maintenance of instance {name} cannot be triggered")
-            op_name = f"operation-{int(now.timestamp() * 1000)}-{uuid.uuid4().hex[:12]}"
-            op: dict[str, Any] = {
-                "kind": "compute#operation",
-                "id": str(next(gce._ids)),
-                "name": op_name,
-                "zone": zone_url(ZONE),
-                "operationType": "performMaintenance",
-                "targetLink": f"{zone_url(ZONE)}/instances/{name}",
-                "targetId": str(target.id),
-                "status": "RUNNING",
-                "user": "anonymous",
-                "progress": 0,
-                "insertTime": rfc3339(now),
-                "startTime": rfc3339(now),
-                "selfLink": f"{zone_url(ZONE)}/operations/{op_name}",
-            }
-            gce.ops[op_name] = op
-            if request_id:
-                gce.by_request[request_id] = op_name
+            op = gce.begin_instance_operation(
+                "performMaintenance", name, str(target.id), request_id, now
+            )
             answer = dict(op)
         self.run(name)
-        with gce._lock:
-            op.update(status="DONE", progress=100, endTime=rfc3339(datetime.now(UTC)))
+        gce.finish_operation(op)
         return answer
 
 

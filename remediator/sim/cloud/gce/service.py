@@ -202,30 +202,41 @@ class SimGce:
                 return None
             if target.status != "RUNNING":
                 raise ValueError(f"instance {name} is {target.status}")
-            op_name = f"operation-{int(now.timestamp() * 1000)}-{uuid.uuid4().hex[:12]}"
-            op = {
-                "kind": "compute#operation",
-                "id": str(next(self._ids)),
-                "name": op_name,
-                "zone": zone_url(ZONE),
-                "operationType": "reset",
-                "targetLink": f"{zone_url(ZONE)}/instances/{name}",
-                "targetId": str(target.id),
-                "status": "RUNNING",
-                "user": "anonymous",
-                "progress": 0,
-                "insertTime": rfc3339(now),
-                "startTime": rfc3339(now),
-                "selfLink": f"{zone_url(ZONE)}/operations/{op_name}",
-            }
-            self.ops[op_name] = op
-            if request_id:
-                self.by_request[request_id] = op_name
+            op = self.begin_instance_operation("reset", name, str(target.id), request_id, now)
             answer = dict(op)
         self.reboot(name)
+        self.finish_operation(op)
+        return answer
+
+    def begin_instance_operation(
+        self, kind: str, name: str, target_id: str, request_id: str | None, now: datetime
+    ) -> dict[str, Any]:
+        """A RUNNING zonal operation on instance `name`, recorded (and by its requestId);
+        the caller holds the lock and finishes it once the work is done."""
+        op_name = f"operation-{int(now.timestamp() * 1000)}-{uuid.uuid4().hex[:12]}"
+        op: dict[str, Any] = {
+            "kind": "compute#operation",
+            "id": str(next(self._ids)),
+            "name": op_name,
+            "zone": zone_url(ZONE),
+            "operationType": kind,
+            "targetLink": f"{zone_url(ZONE)}/instances/{name}",
+            "targetId": target_id,
+            "status": "RUNNING",
+            "user": "anonymous",
+            "progress": 0,
+            "insertTime": rfc3339(now),
+            "startTime": rfc3339(now),
+            "selfLink": f"{zone_url(ZONE)}/operations/{op_name}",
+        }
+        self.ops[op_name] = op
+        if request_id:
+            self.by_request[request_id] = op_name
+        return op
+
+    def finish_operation(self, op: dict[str, Any]) -> None:
         with self._lock:
             op.update(status="DONE", progress=100, endTime=rfc3339(datetime.now(UTC)))
-        return answer
 
     def operation(self, name: str) -> dict[str, Any] | None:
         with self._lock:
