@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class RemediatorError(Exception):
     """Base of every error remediator raises on purpose."""
@@ -54,3 +56,14 @@ class PolicyError(RemediatorError):
 
 class IllegalTransition(RemediatorError):
     """A state change the transition table does not allow."""
+
+
+def validation_problems(exc: ValidationError, whole: str = "body") -> list[str]:
+    """Each refused field as "where: why" (`whole` names the value itself, at no location)."""
+    return [
+        f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}" for err in exc.errors()
+    ]
+
+
+def validation_message(exc: ValidationError, whole: str = "body") -> str:
+    return "; ".join(validation_problems(exc, whole))

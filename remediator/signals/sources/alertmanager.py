@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from remediator.errors import validation_problems
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.xid import parse_kernel_line
 
@@ -152,12 +153,7 @@ def parse_webhook(payload: Any) -> Webhook:
     try:
         return Webhook.model_validate(payload)
     except ValidationError as exc:
-        raise PayloadError(
-            [
-                f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
-                for err in exc.errors()
-            ]
-        ) from exc
+        raise PayloadError(validation_problems(exc)) from exc
 
 
 def _first(sources: tuple[dict[str, str], ...], names: tuple[str, ...]) -> str | None:

@@ -24,7 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from remediator.errors import PermanentError, RemediatorError
+from remediator.errors import PermanentError, RemediatorError, validation_message
 from remediator.kube.objects import Node
 from remediator.providers.aws import parse_provider_id, wrap_client_error
 from remediator.settings import AwsProviderSettings
@@ -138,10 +138,7 @@ def events_of(
                     )
                 )
             except ValidationError as exc:
-                why = "; ".join(
-                    f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
-                    for e in exc.errors()
-                )
+                why = validation_message(exc, "event")
                 refused.append((event_id, f"{status.InstanceId} event {event_id}: {why}"))
     return events, unknown, refused
 

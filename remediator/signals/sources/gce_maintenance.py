@@ -27,7 +27,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 from pydantic import ValidationError
 
-from remediator.errors import PermanentError, RemediatorError
+from remediator.errors import PermanentError, RemediatorError, validation_message
 from remediator.kube.objects import Node
 from remediator.providers.gce import parse_provider_id, wrap
 from remediator.settings import GceProviderSettings
@@ -174,9 +174,7 @@ class GceMaintenanceSource:
         try:
             event = event_of(instance, zone, node or "unknown")
         except ValidationError as exc:
-            why = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}" for e in exc.errors()
-            )
+            why = validation_message(exc, "event")
             refused.append((event_id, f"{zone}/{instance.name}: {why}"))
             return
         if event is None:

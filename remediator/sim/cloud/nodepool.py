@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from remediator.clock import Clock
+from remediator.errors import validation_message
 from remediator.sim.kube.api.kobj import GPU_RESOURCE, POOL_LABEL, name_suffix
 from remediator.sim.kube.api.store import ApiError, Obj, ObjectStore
 
@@ -549,12 +550,6 @@ class NodePoolService:
 class ReplacementRequest(BaseModel):
     node: str = Field(min_length=1, max_length=253)
     reason: str = Field(max_length=1024)
-
-
-def validation_message(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()
-    )
 
 
 def idempotency_key(request: Request) -> str:

@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from remediator.errors import validation_message
 from remediator.sim.cloud.nodepool import NodePoolError, NodePoolService, error_response
 from remediator.sim.kube.api.faults import KUBE_FAULT, KubeFaults
 from remediator.sim.kube.api.kobj import GPU_RESOURCE
@@ -246,11 +247,7 @@ class DoaNextRule(_Rule):
         try:
             return arrival_fault(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'fault'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise ValueError(problems) from exc
+            raise ValueError(validation_message(exc, "fault")) from exc
 
 
 class ClearRule(_Rule):
@@ -565,11 +562,7 @@ def _parse(adapter: TypeAdapter[Any], raw: bytes) -> Any:
     try:
         return adapter.validate_python(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise BadFault(400, "invalid_fault", problems) from exc
+        raise BadFault(400, "invalid_fault", validation_message(exc)) from exc
 
 
 def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starlette:
