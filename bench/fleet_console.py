@@ -10,10 +10,12 @@ BENCH_FLEET_ROWS remediations (default 5,000,000) spread over 365 days and 50 cl
 nodes, 4 pools and 3 GPU models each, the newest 40 per cluster open, one in 25 awaiting approval
 or held), 3 events each (detected, quarantined with its GPU count, the end), then VACUUM ANALYZE.
 The seeded data directory is kept in BENCH_FLEET_CACHE (default /var/tmp/remediator-bench-fleet)
-under a key of the schema head and the row count, so a second run starts from it (each run's
-write-path nodes have names of their own); a cache of another head is deleted.
-BENCH_FLEET_KEEP=0 deletes the database when done. Before timing, the bench checks the databases
-are the ones it models (50 clusters, the seeded row count, c07 alone in the single-cluster one).
+under a key of the row count and the seed's own version, so a second run starts from it and
+migrates it to the current schema head (each run's write-path nodes have names of their own); a
+cache of another key is deleted. BENCH_FLEET_KEEP=0 deletes the database when done;
+BENCH_FLEET_SEED_ONLY=1 seeds (or migrates) the cache and stops before timing. Before timing,
+the bench checks the databases are the ones it models (50 clusters, the seeded row count, c07
+alone in the single-cluster one).
 Requests go through the fleet app (`create_fleet_app`, the app `remediator console` serves) in
 process with one operator token: routing, auth, the queries, record conversion and JSON or Jinja
 included, the socket not. 2 warm-ups, then 15 timed (the figures, which read the whole window:
@@ -53,6 +55,9 @@ from remediator.web.fleet import Fleet, create_fleet_app
 ROWS = int(os.environ.get("BENCH_FLEET_ROWS", "5000000"))
 CACHE = Path(os.environ.get("BENCH_FLEET_CACHE", "/var/tmp/remediator-bench-fleet"))
 KEEP = os.environ.get("BENCH_FLEET_KEEP", "1") != "0"
+SEED_ONLY = os.environ.get("BENCH_FLEET_SEED_ONLY", "0") == "1"
+# Bumped when SEED_* below change: the cache key, so a cached seed is never taken for another.
+SEED_VERSION = 1
 SEEDED = "seeded"  # written once the seed is complete, with its duration in seconds
 RUN_TAG = f"{os.getpid()}-{int(time.time())}"
 CLUSTERS = 50
@@ -212,14 +217,14 @@ class Server:
 
 
 def open_server() -> tuple[Server, bool]:
-    """The bench's own PostgreSQL over the cached data directory of this schema head and row
-    count (True: freshly made, to be seeded); other keys' directories are deleted."""
+    """The bench's own PostgreSQL over the cached data directory of this row count and seed
+    (True: freshly made, to be seeded); other keys' directories are deleted."""
     from tests.fixtures.postgres import INITDB, START, _free_port, _pg_bin
 
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if initdb is None or pg_ctl is None:
         raise SystemExit("fleet_console: PostgreSQL server binaries (initdb, pg_ctl) not found")
-    key = f"{db.head_revision()}-{ROWS}"
+    key = f"seed{SEED_VERSION}-{ROWS}"
     CACHE.mkdir(parents=True, exist_ok=True)
     for other in CACHE.iterdir():
         if other.name != key:
@@ -296,15 +301,19 @@ def main() -> None:
                 conn.execute(text("CREATE DATABASE single"))
             admin.dispose()
         fleet_engine, single_engine = db.make_engine(fleet_url), db.make_engine(single_url)
+        # A cached seed made at an older head is migrated like a user's database would be.
+        db.upgrade(fleet_engine)
+        db.upgrade(single_engine)
         if fresh:
-            db.upgrade(fleet_engine)
-            db.upgrade(single_engine)
             seeded = seed(fleet_engine)
             seed(single_engine, only=7)
             (server.root / SEEDED).write_text(f"{seeded:.0f}\n")
         else:
             seeded = float((server.root / SEEDED).read_text())
         check_modelled(fleet_engine, single_engine)
+        if SEED_ONLY:
+            print(f"fleet_console: seed ready in {server.root} ({seeded:.0f} s)")
+            return
         now = START + timedelta(seconds=YEAR_SECONDS)
         settings = Settings(
             database_url=fleet_url, web=WebSettings(operator_tokens=[SecretStr(TOKEN)])

@@ -8,12 +8,12 @@ finished remediations cost what their open rows cost.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.model.states import OPEN, WAITING_FOR_HUMAN, State
@@ -154,10 +154,12 @@ class FleetQueries:
             Remediation.cluster.in_(names),
             Remediation.state.in_([s.value for s in WAITING_FOR_HUMAN]),
         )
+        # A failure's finish time, on the (cluster, state, finished_at) index: a year of a
+        # fleet's failures is not read to find the last day's.
         failed = select(Remediation).where(
             Remediation.cluster.in_(names),
             Remediation.state == State.FAILED.value,
-            Remediation.updated_at >= now - FAILED_WINDOW,
+            Remediation.finished_at >= now - FAILED_WINDOW,
         )
         with session_scope(self.session_factory) as session:
             rows = [
@@ -166,7 +168,7 @@ class FleetQueries:
                         case(rank, value=Remediation.state), Remediation.updated_at
                     ).limit(limit)
                 ),
-                *session.scalars(failed.order_by(Remediation.updated_at).limit(limit)),
+                *session.scalars(failed.order_by(Remediation.finished_at).limit(limit)),
             ]
             rows.sort(key=lambda row: (rank[row.state], row.updated_at, row.id))
             return tuple(remediation_record(row) for row in rows[:limit])
@@ -208,6 +210,7 @@ class FaultRow:
     day: date
     outcome: str | None
     repair_seconds: float | None  # detection to back in service, for the succeeded
+    open: bool = False  # still moving: its figures may change
 
 
 def fault_rows(
@@ -220,6 +223,31 @@ def fault_rows(
     the GPU model its first signal named (DCGM's modelName label), else "unknown"."""
     if not names:
         return ()
+    return _fault_rows(
+        session_factory,
+        Remediation.cluster.in_(list(names)),
+        Remediation.created_at >= since,
+        Remediation.created_at < until,
+    )
+
+
+ROW_CHUNK = 10_000  # ids per statement: well under PostgreSQL's 65,535 parameters
+
+
+def fault_rows_of(
+    session_factory: sessionmaker[Session], ids: Sequence[int]
+) -> tuple[FaultRow, ...]:
+    """These remediations' rows (the live ones), read by id."""
+    found: list[FaultRow] = []
+    for start in range(0, len(ids), ROW_CHUNK):
+        chunk = list(ids[start : start + ROW_CHUNK])
+        found.extend(_fault_rows(session_factory, Remediation.id.in_(chunk)))
+    return tuple(found)
+
+
+def _fault_rows(
+    session_factory: sessionmaker[Session], *where: ColumnElement[bool]
+) -> tuple[FaultRow, ...]:
     model = Remediation.signals[(0, "labels", "modelName")].as_string()
     query = select(
         Remediation.id,
@@ -230,12 +258,7 @@ def fault_rows(
         Remediation.finished_at,
         Remediation.state,
         Remediation.outcome,
-    ).where(
-        Remediation.cluster.in_(list(names)),
-        Remediation.created_at >= since,
-        Remediation.created_at < until,
-        Remediation.dry_run.is_(False),
-    )
+    ).where(Remediation.dry_run.is_(False), *where)
     with session_scope(session_factory) as session:
         found = []
         for rid, cluster, pool, gpu_model, created, finished, state, outcome in session.execute(
@@ -251,6 +274,7 @@ def fault_rows(
                     day=created.date(),
                     outcome=outcome,
                     repair_seconds=(finished - created).total_seconds() if succeeded else None,
+                    open=state in OPEN_VALUES,
                 )
             )
         return tuple(found)

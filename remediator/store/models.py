@@ -8,13 +8,14 @@ shaped for the console's keyset-paginated filters at millions of rows.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Date,
     DateTime,
     Dialect,
     Float,
@@ -493,3 +494,40 @@ class FleetNodeCount(Base):
     cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
     nodes: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FleetRollupDay(Base):
+    """One cluster's day whose remediations the fleet figures have rolled up: the rows below
+    hold every remediation detected that day that had finished when it was built; `pending` the
+    ids still open then, which each read computes afresh. Reopening a finished remediation (a
+    retry) deletes its day's marker, so the day is built again."""
+
+    __tablename__ = "fleet_rollup_days"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    pending: Mapped[list[int]] = mapped_column(Json)
+    built_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FleetRollup(Base):
+    """The fleet figures of one cluster, day, pool and GPU model. A failed remediation keeps its
+    node out of service until a human acts, so its GPU-hours grow with time: kept as the sums
+    (GPUs, GPUs x start in epoch seconds) that give them at any later instant."""
+
+    __tablename__ = "fleet_rollups"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    pool: Mapped[str] = mapped_column(Text, primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(Text, primary_key=True)
+    faults: Mapped[int] = mapped_column(Integer)
+    repaired: Mapped[int] = mapped_column(Integer)
+    replaced: Mapped[int] = mapped_column(Integer)
+    repair_seconds: Mapped[list[float]] = mapped_column(Json)
+    lost_hours: Mapped[float] = mapped_column(Float)
+    lost_open_gpus: Mapped[int] = mapped_column(Integer)
+    lost_open_gpu_seconds: Mapped[float] = mapped_column(Float)
+    disrupted_hours: Mapped[float] = mapped_column(Float)
+    disrupted_open_gpus: Mapped[int] = mapped_column(Integer)
+    disrupted_open_gpu_seconds: Mapped[float] = mapped_column(Float)

@@ -12,7 +12,7 @@ import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -21,6 +21,7 @@ from sqlalchemy import (
     Select,
     and_,
     cast,
+    delete,
     func,
     insert,
     not_,
@@ -46,6 +47,7 @@ from remediator.store.models import (
     OPEN_STATES,
     AgentHeartbeat,
     ControllerState,
+    FleetRollupDay,
     ObservedSignal,
     PolicySet,
     Remediation,
@@ -209,11 +211,27 @@ class Repository:
                     + (f" v{expected_version}" if expected_version else "")
                 )
             self._compare_and_set(session, remediation_id, expected_state, version, values, now)
+            if expected_state in FINISHED:
+                self._reopen_day(session, remediation_id)
             session.add(
                 self._event(remediation_id, now, expected_state, new_state, action, detail, actor)
             )
             session.flush()
             return self._load(session, remediation_id, with_events=False)
+
+    def _reopen_day(self, session: Session, remediation_id: int) -> None:
+        """A finished remediation that moves again (a retry) changes the fleet figures of the
+        day it was detected: that day's rollup is dropped, to be built again."""
+        created = session.scalar(
+            select(Remediation.created_at).where(Remediation.id == remediation_id)
+        )
+        if created is not None:
+            session.execute(
+                delete(FleetRollupDay).where(
+                    FleetRollupDay.cluster == self.cluster,
+                    FleetRollupDay.day == created.astimezone(UTC).date(),
+                )
+            )
 
     def update_fields(
         self, remediation_id: int, expected_version: int, **fields: Any
@@ -939,63 +957,85 @@ class Repository:
 def quarantine_spans(
     session_factory: sessionmaker[Session], clusters: Sequence[str], since: datetime
 ) -> tuple[QuarantineSpan, ...]:
-    """The spans of Repository.quarantine_spans, for several clusters in one read (the fleet's
-    figures)."""
-    entered = (
+    """The spans of Repository.quarantine_spans, for several clusters in one read."""
+    entered = _entered(RemediationEvent.cluster.in_(clusters), RemediationEvent.at >= since)
+    with session_scope(session_factory) as session:
+        return _spans(session, entered, Remediation.cluster.in_(clusters))
+
+
+SPAN_CHUNK = 10_000  # ids per statement: well under PostgreSQL's 65,535 parameters
+
+
+def quarantine_spans_of(
+    session_factory: sessionmaker[Session], ids: Sequence[int]
+) -> tuple[QuarantineSpan, ...]:
+    """The spans of these remediations (those quarantined), read by id through the timeline's
+    per-remediation index: the fleet figures' rollups ask for a day's or a few open ones."""
+    found: list[QuarantineSpan] = []
+    with session_scope(session_factory) as session:
+        for start in range(0, len(ids), SPAN_CHUNK):
+            chunk = ids[start : start + SPAN_CHUNK]
+            entered = _entered(RemediationEvent.remediation_id.in_(chunk))
+            found.extend(_spans(session, entered, Remediation.id.in_(chunk)))
+    return tuple(found)
+
+
+def _entered(*where: ColumnElement[bool]) -> Any:
+    """Each remediation's first entry into quarantine."""
+    return (
         select(
             RemediationEvent.remediation_id,
             # Typed, so SQLite's text comes back as an aware datetime like the column.
             type_coerce(func.min(RemediationEvent.at), UTCDateTime()).label("at"),
         )
-        .where(
-            RemediationEvent.cluster.in_(clusters),
-            RemediationEvent.to_state == State.QUARANTINED.value,
-            RemediationEvent.at >= since,
-        )
+        .where(RemediationEvent.to_state == State.QUARANTINED.value, *where)
         .group_by(RemediationEvent.remediation_id)
         .subquery()
     )
+
+
+def _spans(
+    session: Session, entered: Any, *where: ColumnElement[bool]
+) -> tuple[QuarantineSpan, ...]:
     query = (
         select(Remediation, entered.c.at)
         .join(entered, entered.c.remediation_id == Remediation.id)
-        .where(Remediation.cluster.in_(clusters), Remediation.dry_run.is_(False))
+        .where(Remediation.dry_run.is_(False), *where)
     )
-    with session_scope(session_factory) as session:
-        rows = session.execute(query).all()
-        counted: dict[int, int | None] = {}
-        details: dict[int, list[dict[str, Any]]] = {}
-        # Joined, not `IN (ids)`: a fleet's month holds more ids than a statement takes
-        # parameters (65,535 on PostgreSQL).
-        for rid, from_state, detail in session.execute(
-            select(
-                RemediationEvent.remediation_id,
-                RemediationEvent.from_state,
-                RemediationEvent.detail,
-            )
-            .join(entered, entered.c.remediation_id == RemediationEvent.remediation_id)
-            .order_by(RemediationEvent.id)
-        ):
-            details.setdefault(rid, []).append(detail or {})
-            if from_state == State.QUARANTINED.value:
-                gpus = (detail or {}).get("gpus")
-                counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
-        return tuple(
-            QuarantineSpan(
-                remediation_id=row.id,
-                policy=row.policy,
-                node=row.node,
-                quarantined_at=UTCDateTime().process_result_value(at, session.get_bind().dialect)
-                or at,
-                gpus=counted.get(row.id),
-                ended_at=(
-                    row.finished_at
-                    if row.state in (State.SUCCEEDED.value, State.CANCELLED.value)
-                    else None
-                ),
-                evictions=evictions(details.get(row.id, ())),
-            )
-            for row, at in rows
+    rows = session.execute(query).all()
+    counted: dict[int, int | None] = {}
+    details: dict[int, list[dict[str, Any]]] = {}
+    # Joined, not `IN (ids)`: a fleet's month holds more ids than a statement takes
+    # parameters (65,535 on PostgreSQL).
+    for rid, from_state, detail in session.execute(
+        select(
+            RemediationEvent.remediation_id,
+            RemediationEvent.from_state,
+            RemediationEvent.detail,
         )
+        .join(entered, entered.c.remediation_id == RemediationEvent.remediation_id)
+        .order_by(RemediationEvent.id)
+    ):
+        details.setdefault(rid, []).append(detail or {})
+        if from_state == State.QUARANTINED.value:
+            gpus = (detail or {}).get("gpus")
+            counted.setdefault(rid, gpus if isinstance(gpus, int) else None)
+    return tuple(
+        QuarantineSpan(
+            remediation_id=row.id,
+            policy=row.policy,
+            node=row.node,
+            quarantined_at=UTCDateTime().process_result_value(at, session.get_bind().dialect) or at,
+            gpus=counted.get(row.id),
+            ended_at=(
+                row.finished_at
+                if row.state in (State.SUCCEEDED.value, State.CANCELLED.value)
+                else None
+            ),
+            evictions=evictions(details.get(row.id, ())),
+        )
+        for row, at in rows
+    )
 
 
 def _after(position: cursors.Cursor, last: RemediationRecord) -> cursors.Cursor:

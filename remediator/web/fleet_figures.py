@@ -3,8 +3,9 @@ ended (repaired or replaced, each replacement a spare used), time to repair (med
 GPU-hours out of service, workload GPU-hours disrupted and storm-breaker trips; a fleet-wide
 daily chart; the same table as JSON and CSV.
 
-Grouping is pure (`group_figures`); the rows come from store/fleet and the out-of-service
-spans from each cluster's repository, the same spans its own overview counts.
+Grouping is pure (`group_figures`); the groups come per cluster and day from
+store/fleet_rollups (finished days rolled up once, the rest computed from the same
+out-of-service spans each cluster's own overview counts).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,10 +21,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel
 
-from remediator.store.fleet import FaultRow, breaker_trips, fault_rows
-from remediator.store.records import QuarantineSpan
-from remediator.store.repository import quarantine_spans
-from remediator.web import charts, pages, views
+from remediator.store.fleet import breaker_trips
+from remediator.store.fleet_rollups import FleetRollups, Key, Tally
+from remediator.web import charts, pages
 from remediator.web.access import Reader
 from remediator.web.auth import Principal
 from remediator.web.problems import WebError
@@ -89,36 +88,12 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
-@dataclass
-class _Group:
-    faults: int = 0
-    repaired: int = 0
-    replaced: int = 0
-    lost: float = 0.0
-    disrupted: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.repairs: list[float] = []
-
-
 def group_figures(
-    rows: Iterable[FaultRow],
-    spans: Mapping[int, QuarantineSpan],
-    trips: Mapping[str, int],
-    now: datetime,
+    tallies: Mapping[Key, Tally], trips: Mapping[str, int], now: datetime
 ) -> list[FigureOut]:
-    groups: dict[tuple[str, str, str], _Group] = {}
-    for row in rows:
-        group = groups.setdefault((row.cluster, row.pool, row.gpu_model), _Group())
-        group.faults += 1
-        group.repaired += row.outcome == "repaired"
-        group.replaced += row.outcome == "replaced"
-        if row.repair_seconds is not None:
-            group.repairs.append(row.repair_seconds)
-        span = spans.get(row.id)
-        if span is not None:
-            group.lost += views.gpu_hours(span, now) or 0.0
-            group.disrupted += views.disrupted_gpu_hours(span, now)
+    groups: dict[tuple[str, str, str], Tally] = {}
+    for (cluster, _, pool, model), found in tallies.items():
+        groups.setdefault((cluster, pool, model), Tally()).merge(found)
     return [
         FigureOut(
             cluster=cluster,
@@ -130,18 +105,18 @@ def group_figures(
             spares_used=g.replaced,
             repair_median_seconds=percentile(g.repairs, 0.5),
             repair_p90_seconds=percentile(g.repairs, 0.9),
-            gpu_hours_out_of_service=round(g.lost, 3),
-            disrupted_workload_gpu_hours=round(g.disrupted, 3),
+            gpu_hours_out_of_service=round(g.lost(now), 3),
+            disrupted_workload_gpu_hours=round(g.disrupted(now), 3),
             breaker_trips=trips.get(cluster, 0),
         )
         for (cluster, pool, model), g in sorted(groups.items())
     ]
 
 
-def daily(rows: Iterable[FaultRow]) -> list[DayOut]:
+def daily(tallies: Mapping[Key, Tally]) -> list[DayOut]:
     counts: dict[tuple[date, str], int] = {}
-    for row in rows:
-        counts[(row.day, row.cluster)] = counts.get((row.day, row.cluster), 0) + 1
+    for (cluster, day, _, _), found in tallies.items():
+        counts[(day, cluster)] = counts.get((day, cluster), 0) + found.faults
     return [DayOut(day=d, cluster=c, faults=n) for (d, c), n in sorted(counts.items())]
 
 
@@ -170,13 +145,13 @@ def make_figures_router(fleet: Fleet) -> APIRouter:
             names = list(known)
         now = fleet.clock.now()
         start = datetime.combine(now.date() - timedelta(days=days - 1), time.min, UTC)
-        rows = fault_rows(queries.session_factory, names, start, now + timedelta(seconds=1))
-        spans = {
-            s.remediation_id: s for s in quarantine_spans(queries.session_factory, names, start)
-        }
+        tallies = FleetRollups(queries.session_factory).tallies(names, start.date(), now)
         trips = breaker_trips(queries.session_factory, names, start)
         return FleetFiguresOut(
-            since=start, until=now, rows=group_figures(rows, spans, trips, now), daily=daily(rows)
+            since=start,
+            until=now,
+            rows=group_figures(tallies, trips, now),
+            daily=daily(tallies),
         )
 
     @router.get("/api/v1/fleet/figures", tags=["fleet"])

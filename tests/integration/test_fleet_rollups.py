@@ -1,0 +1,154 @@
+"""The fleet figures' daily rollups give, on every read, what computing each remediation afresh
+gives: finished days built once, open remediations and today computed each time, a retried
+failure rebuilding its day, and a failed one's GPU-hours still growing."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from remediator.clock import FakeClock
+from remediator.model.states import State
+from remediator.signals.model import Signal, SignalKind
+from remediator.store import db
+from remediator.store.db import session_scope
+from remediator.store.fleet import fault_rows
+from remediator.store.fleet_rollups import FleetRollups, Key, Tally, tally
+from remediator.store.models import FleetRollup, FleetRollupDay
+from remediator.store.records import NewRemediation
+from remediator.store.repository import Repository, quarantine_spans
+
+pytestmark = pytest.mark.integration
+
+DAY0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def _new(node: str) -> NewRemediation:
+    signal = Signal(
+        node=node,
+        kind=SignalKind.XID,
+        source="dcgm",
+        observed_at=DAY0,
+        gpu=0,
+        code=79,
+        labels={"modelName": MODEL},
+    )
+    return NewRemediation(
+        node=node,
+        policy="xid-fatal",
+        reason="XID 79",
+        signals=[signal],
+        ladder=[{"action": "cordon"}, {"action": "replace"}],
+        pool="train",
+    )
+
+
+def _afresh(repo: Repository, first: date, now: datetime) -> dict[Key, tuple[object, ...]]:
+    """The figures from every remediation and its timeline, no rollup."""
+    since = datetime.combine(first, datetime.min.time(), UTC)
+    rows = fault_rows(repo.session_factory, ["alpha"], since, now + timedelta(seconds=1))
+    spans = {s.remediation_id: s for s in quarantine_spans(repo.session_factory, ["alpha"], since)}
+    return {key: _seen(t, now) for key, t in tally(rows, spans).items()}
+
+
+def _seen(found: Tally, now: datetime) -> tuple[object, ...]:
+    return (
+        found.faults,
+        found.repaired,
+        found.replaced,
+        sorted(found.repairs),
+        round(found.lost(now), 6),
+        round(found.disrupted(now), 6),
+    )
+
+
+def _rolled(rollups: FleetRollups, first: date, now: datetime) -> dict[Key, tuple[object, ...]]:
+    return {key: _seen(t, now) for key, t in rollups.tallies(["alpha"], first, now).items()}
+
+
+def _markers(repo: Repository) -> dict[date, list[int]]:
+    with session_scope(repo.session_factory) as session:
+        return {row.day: list(row.pending) for row in session.scalars(select(FleetRollupDay))}
+
+
+def test_rollups_answer_what_the_remediations_do_at_every_step(
+    migrated_database_url: str,
+) -> None:
+    engine = db.make_engine(migrated_database_url)
+    clock = FakeClock(DAY0)
+    repo = Repository(db.make_session_factory(engine), "alpha", clock)
+    rollups = FleetRollups(repo.session_factory)
+    actor = "controller alpha-0"
+
+    def quarantine(rid: int) -> None:
+        repo.transition(rid, State.DETECTED, State.QUARANTINED, action="cordon", actor=actor)
+
+    # Day 0: one replaced after 30 min (8 GPUs), one failed (8 GPUs, out of service until a
+    # human acts), one still open.
+    done = repo.create(_new("n-1"), actor=actor).id
+    quarantine(done)
+    failed = repo.create(_new("n-2"), actor=actor).id
+    quarantine(failed)
+    still = repo.create(_new("n-3"), actor=actor).id
+    quarantine(still)
+    clock.advance(1800)
+    repo.transition(
+        done,
+        State.QUARANTINED,
+        State.SUCCEEDED,
+        action="replaced",
+        actor=actor,
+        detail={"gpus": 8},
+        outcome="replaced",
+    )
+    repo.transition(
+        failed, State.QUARANTINED, State.FAILED, action="fail", actor=actor, detail={"gpus": 8}
+    )
+    # Day 2: today, one open.
+    clock.advance(2 * 24 * 3600 - 1800)
+    today = repo.create(_new("n-4"), actor=actor).id
+    quarantine(today)
+    first = DAY0.date()
+
+    now = clock.now()
+    assert _rolled(rollups, first, now) == _afresh(repo, first, now)
+    # Day 0 and day 1 (no faults) are built, today is not; the open one is pending.
+    assert _markers(repo) == {first: [still], first + timedelta(days=1): []}
+
+    # Hours later the failed one's GPU-hours have grown, from the same rollup.
+    clock.advance(5 * 3600)
+    now = clock.now()
+    assert _rolled(rollups, first, now) == _afresh(repo, first, now)
+    key = ("alpha", first, "train", MODEL)
+    assert (
+        _rolled(rollups, first, now)[key][4]
+        > _rolled(rollups, first, now - timedelta(hours=1))[key][4]
+    )
+
+    # The pending one ends: read afresh by id, the day is not rebuilt.
+    repo.transition(
+        still,
+        State.QUARANTINED,
+        State.SUCCEEDED,
+        action="repaired",
+        actor=actor,
+        detail={"gpus": 8},
+        outcome="repaired",
+    )
+    assert _rolled(rollups, first, now) == _afresh(repo, first, now)
+
+    # A human retries the failure: its day's marker goes in the same transaction, and the day
+    # is built again with the retried one pending.
+    repo.transition(failed, State.FAILED, State.QUARANTINED, action="retry", actor="ana")
+    assert first not in _markers(repo)
+    assert _rolled(rollups, first, now) == _afresh(repo, first, now)
+    assert _markers(repo)[first] == [failed]
+    with session_scope(repo.session_factory) as session:
+        groups = session.scalar(
+            select(func.count()).select_from(FleetRollup).where(FleetRollup.day == first)
+        )
+    assert groups == 1
+    engine.dispose()
