@@ -65,6 +65,8 @@ from remediator.agent import report
 from remediator.agent.heartbeat import Pacing, judge
 from remediator.agent.http import Response
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
+from remediator.model.heartbeats import asked_period
+from remediator.settings import AgentIntakeSettings
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.launch import SimHandle, start_sim
 from remediator.sim.node.kernel_log import xid_line
@@ -192,6 +194,7 @@ class Agents:
         self._pushes: asyncio.Queue[Wire] | None = None
         self._due: list[tuple[float, str]] = []
         self._failures: dict[str, int] = {}
+        self._asked: dict[str, float | None] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -231,10 +234,10 @@ class Agents:
             body = report.heartbeat(node, f"bench-{node}", "bench", self.started_at, {})
             self.fleet.sent[int(time.monotonic())] += 1
             try:
-                status, headers, _ = await wire.post(
+                status, headers, answer = await wire.post(
                     HEARTBEAT_PATH, json.dumps(body, separators=(",", ":")).encode()
                 )
-                beat = judge(status, headers)
+                beat = judge(status, headers, answer.decode(errors="replace"))
                 self.fleet.answers[status] += 1
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.fleet.errors += 1
@@ -244,7 +247,9 @@ class Agents:
                 self.fleet.ok_at[node] = time.monotonic()
             failures = 0 if beat.ok else self._failures.get(node, 0) + 1
             self._failures[node] = failures
-            delay = self.pacing.delay(failures, beat.retry_after)
+            if beat.ok:
+                self._asked[node] = beat.asked
+            delay = self.pacing.delay(failures, beat.retry_after, asked=self._asked.get(node))
             heapq.heappush(self._due, (time.monotonic() + delay, node))
 
     def call(self, coroutine: Any, timeout: float = 120.0) -> Any:
@@ -449,7 +454,9 @@ def run_database(
         flushes1 = controller.metric("remediator_heartbeat_flushes_total")
         admitted1 = controller.metric("remediator_push_admitted_total", 'lane="heartbeat"')
         sent = agents.rate(t0 + 1, t1 - 1)
-        steady = len(nodes) / Pacing().period
+        # The period the controller asks of a fleet this size, at its default budget.
+        budget = AgentIntakeSettings().heartbeat_budget_per_second
+        steady = len(nodes) / max(Pacing().period, asked_period(len(nodes), budget))
         admitted_rate = (admitted1 - admitted0) / (t1 - t0)
         if sent < 0.5 * steady:
             print(

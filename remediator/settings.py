@@ -195,6 +195,10 @@ class AgentIntakeSettings(BaseModel):
     signals_per_node_burst: float = Field(default=200.0, ge=1)
     # Past this many heartbeats a second the replica is behind: 429 with a Retry-After.
     heartbeats_per_second: float = Field(default=2_000.0, gt=0)
+    # The fleet's steady heartbeats a second: agents are asked for the period that keeps it
+    # (10,000 agents: every 250 s; up to 400 keep their own 10 s), and silence is judged on
+    # three missed beats of that period (model/heartbeats.py, docs/scale.md).
+    heartbeat_budget_per_second: float = Field(default=40.0, gt=0)
 
 
 class ArchiveSettings(BaseModel):

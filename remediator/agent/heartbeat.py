@@ -5,13 +5,16 @@ controller restart, a DaemonSet rollout) and hit the controller as one wave ever
 interval is the period ±`spread` at random; after a failure the next try waits a jittered,
 doubling delay (from one period up to `cap`), so a controller that is down sees fewer requests,
 not more, and the agents come back spread over the cap; a 429's Retry-After is obeyed, plus up
-to half again at random so the agents it turned away together do not return together.
+to half again at random so the agents it turned away together do not return together. A large
+fleet's controller asks for a longer period in its answer (`next_heartbeat_seconds`, for its
+heartbeat budget: model/heartbeats.py); the agent keeps the longer of that and its own.
 
 `Pacing.delay` is pure given its random draw; `HeartbeatLoop` is the thin executor.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -22,6 +25,7 @@ from typing import Any
 from remediator.agent.http import HttpClient, Response, TransportError
 from remediator.agent.push import HEARTBEAT_PATH
 from remediator.agent.stats import Stats
+from remediator.model.heartbeats import MAX_ASKED_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,7 @@ class Beat:
 
     ok: bool
     retry_after: float | None = None
+    asked: float | None = None  # the least period the controller asked for
 
 
 @dataclass(frozen=True)
@@ -42,27 +47,47 @@ class Pacing:
     spread: float = 0.2
     cap: float = 30.0
 
-    def delay(self, failures: int, retry_after: float | None, draw: Draw = random.uniform) -> float:
-        """Seconds until the next heartbeat, after `failures` failures in a row."""
+    def delay(
+        self,
+        failures: int,
+        retry_after: float | None,
+        draw: Draw = random.uniform,
+        asked: float | None = None,
+    ) -> float:
+        """Seconds until the next heartbeat, after `failures` failures in a row; `asked` the
+        least period the controller last asked for."""
         if retry_after is not None and retry_after > 0:
             return retry_after * draw(1.0, 1.5)
         if failures <= 0:
-            return self.period * draw(1.0 - self.spread, 1.0 + self.spread)
+            period = max(self.period, min(asked or 0.0, MAX_ASKED_SECONDS))
+            return period * draw(1.0 - self.spread, 1.0 + self.spread)
         ceiling = min(self.cap, self.period * 2 ** min(failures, 16))
         return draw(ceiling / 2, ceiling)
 
 
-def judge(status: int, headers: dict[str, str]) -> Beat:
-    """An answer as a Beat: 200 sent; 429/503 with a Retry-After, wait that; anything else
-    failed (the backoff decides)."""
+def judge(status: int, headers: dict[str, str], text: str = "") -> Beat:
+    """An answer as a Beat: 200 sent (with the period the controller asks, when it says one);
+    429/503 with a Retry-After, wait that; anything else failed (the backoff decides)."""
     if status == 200:
-        return Beat(True)
+        return Beat(True, asked=_asked(text))
     raw = headers.get("retry-after", "")
     try:
         after: float | None = float(raw)
     except ValueError:
         after = None
     return Beat(False, after if status in (429, 503) else None)
+
+
+def _asked(text: str) -> float | None:
+    """`next_heartbeat_seconds` of a 200 answer; None when absent or not a sane number (an
+    older controller, a proxy's page): the agent then keeps its own period."""
+    try:
+        value = json.loads(text).get("next_heartbeat_seconds") if text else None
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    return float(value)
 
 
 class HeartbeatLoop:
@@ -83,6 +108,7 @@ class HeartbeatLoop:
         self.pacing = pacing
         self._draw = draw
         self.failures = 0
+        self.asked: float | None = None
 
     def send(self) -> Beat:
         try:
@@ -91,7 +117,7 @@ class HeartbeatLoop:
             self._stats.add("heartbeat_errors")
             log.warning("heartbeat failed: %s", exc)
             return Beat(False)
-        beat = judge(response.status, response.headers)
+        beat = judge(response.status, response.headers, response.text)
         if not beat.ok:
             self._stats.add("heartbeat_errors")
             if response.status == 429:
@@ -103,7 +129,9 @@ class HeartbeatLoop:
         """Send one heartbeat; the seconds to wait before the next."""
         beat = self.send()
         self.failures = 0 if beat.ok else self.failures + 1
-        return self.pacing.delay(self.failures, beat.retry_after, self._draw)
+        if beat.ok:
+            self.asked = beat.asked
+        return self.pacing.delay(self.failures, beat.retry_after, self._draw, self.asked)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

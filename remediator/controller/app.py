@@ -265,6 +265,7 @@ class Controller:
             self.clock,
             silent_after=timedelta(seconds=settings.agent_silent_after_seconds),
             flush_seconds=settings.agents.heartbeat_flush_seconds,
+            budget_per_second=settings.agents.heartbeat_budget_per_second,
         )
         self.admission = Admission(limits_from(settings))
         self.sources: list[Source] = (
@@ -721,8 +722,7 @@ class Controller:
         rows = [*self.repository.list_open(), *failed.rows]
         fencing = [r for r in (self.repository.get(row.id) for row in rows) if r is not None]
         now = self.clock.now()
-        silent_after = timedelta(seconds=self.settings.agent_silent_after_seconds)
-        self.metrics.agents(self.heartbeats.statuses(), now, silent_after)
+        self.metrics.agents(self.heartbeats.statuses(), now, self.heartbeats.silent_after)
         self.metrics.refresh(fencing, self.repository.controller_status(), now)
         self.metrics.fleet_breaker_tripped.set(1 if self.fleet_breaker.status().tripped else 0)
 

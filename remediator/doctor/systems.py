@@ -15,6 +15,7 @@ from remediator.clock import utcnow
 from remediator.doctor.context import DoctorContext, is_gpu_node
 from remediator.doctor.report import Finding, Status
 from remediator.errors import RemediatorError
+from remediator.model import heartbeats
 from remediator.settings import (
     AnyProviderSettings,
     AwsProviderSettings,
@@ -351,7 +352,10 @@ def agents(ctx: DoctorContext) -> list[Finding]:
             )
         ]
     now = utcnow()
-    silent_after = timedelta(seconds=ctx.settings.agent_silent_after_seconds)
+    asked = heartbeats.asked_period(len(rows), ctx.settings.agents.heartbeat_budget_per_second)
+    silent_after = timedelta(
+        seconds=heartbeats.silent_after(ctx.settings.agent_silent_after_seconds, asked)
+    )
     versions: dict[str, int] = {}
     silent = 0
     for version, seen_at in rows:

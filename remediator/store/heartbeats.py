@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.clock import Clock
+from remediator.model import heartbeats as pacing
 from remediator.store.records import AgentStatus
 from remediator.store.repository import Repository
 
@@ -57,10 +58,12 @@ class HeartbeatBook:
         silent_after: timedelta,
         flush_seconds: float = DEFAULT_FLUSH_SECONDS,
         urgent_gap_seconds: float = DEFAULT_URGENT_GAP_SECONDS,
+        budget_per_second: float | None = None,
     ) -> None:
         self._repository = repository
         self._clock = clock
-        self.silent_after = silent_after
+        self.configured_silent_after = silent_after
+        self.budget_per_second = budget_per_second
         self.flush_seconds = flush_seconds
         self.urgent_gap_seconds = urgent_gap_seconds
         self._seen: dict[str, AgentStatus] = {}
@@ -78,6 +81,18 @@ class HeartbeatBook:
         self.went_silent = 0
         self.came_back = 0
 
+    def asked_period(self) -> float:
+        """The least period (s) agents are asked to keep, for the fleet's heartbeat budget
+        (model/heartbeats.py); 0 while the fleet is within it at any period."""
+        return pacing.asked_period(len(self._seen), self.budget_per_second)
+
+    @property
+    def silent_after(self) -> timedelta:
+        """Silent after three missed heartbeats of the period asked, never sooner than
+        configured."""
+        configured = self.configured_silent_after.total_seconds()
+        return timedelta(seconds=pacing.silent_after(configured, self.asked_period()))
+
     # -- the hot path: memory only -----------------------------------------------------------
 
     def record(
@@ -94,9 +109,10 @@ class HeartbeatBook:
         self._load()
         now = self._clock.now()
         status = AgentStatus(node, agent, version, started_at, now, dict(stats))
+        after = self.silent_after
         with self._lock:
             before = self._seen.get(node)
-            changed = before is None or before.silent(now, self.silent_after)
+            changed = before is None or before.silent(now, after)
             if before is not None and changed:
                 self.came_back += 1
                 log.info("node agent on %s reports again", node)
@@ -159,12 +175,13 @@ class HeartbeatBook:
         silent nodes."""
         self._load()
         now = self._clock.now()
+        after = self.silent_after
         with self._lock:
             newly = tuple(
                 sorted(
                     node
                     for node, status in self._seen.items()
-                    if node not in self._silent and status.silent(now, self.silent_after)
+                    if node not in self._silent and status.silent(now, after)
                 )
             )
             self._silent.update(newly)
@@ -221,12 +238,15 @@ class HeartbeatBook:
             return
         stored = self._repository.agent_statuses()
         now = self._clock.now()
+        configured = self.configured_silent_after.total_seconds()
+        asked = pacing.asked_period(len(stored), self.budget_per_second)
+        after = timedelta(seconds=pacing.silent_after(configured, asked))
         with self._lock:
             if self._loaded:
                 return
             for status in stored:
                 self._seen.setdefault(status.node, status)
-                if status.silent(now, self.silent_after):
+                if status.silent(now, after):
                     self._silent.add(status.node)
             self._flushed_at = now  # the first flush comes a period (or an urgent gap) on
             self._loaded = True

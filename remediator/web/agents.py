@@ -15,7 +15,7 @@ refused (422) like a signal for an unknown node. Every refusal is counted.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks
@@ -72,10 +72,9 @@ class HeartbeatIn(BaseModel):
 class HeartbeatOut(BaseModel):
     recorded: bool
     silent_after_seconds: float
-
-
-def silent_after(deps: Deps) -> timedelta:
-    return timedelta(seconds=deps.settings.agent_silent_after_seconds)
+    # The least period the controller asks of every agent, for its heartbeat budget (0: keep
+    # your own); an agent keeps its own period when that is longer.
+    next_heartbeat_seconds: float = Field(ge=0)
 
 
 def take_heartbeat(
@@ -112,7 +111,11 @@ def take_heartbeat(
         started_at=body.started_at,
         stats=body.stats,
     )
-    out = {"recorded": True, "silent_after_seconds": deps.settings.agent_silent_after_seconds}
+    out = {
+        "recorded": True,
+        "silent_after_seconds": book.silent_after.total_seconds(),
+        "next_heartbeat_seconds": round(book.asked_period(), 1),
+    }
     return 200, out, {}, book.claim_flush()
 
 
@@ -146,8 +149,8 @@ def make_agents_router() -> APIRouter:
     @router.get("/api/v1/agents")
     def agents(deps: Deps, _principal: Reader) -> list[AgentOut]:
         """Every node agent that ever reported, silent ones first."""
-        now, after = deps.clock.now(), silent_after(deps)
         assert deps.heartbeats is not None
+        now, after = deps.clock.now(), deps.heartbeats.silent_after
         found = [agent_out(s, now, after) for s in deps.heartbeats.statuses()]
         return sorted(found, key=lambda a: (a.liveness is Liveness.REPORTING, a.node))
 

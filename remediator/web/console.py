@@ -185,6 +185,9 @@ def policies_out(deps: WebDeps) -> PoliciesOut:
 
 
 def silent_after(deps: WebDeps) -> timedelta:
+    """The book's bound (it grows with the period a large fleet is asked for)."""
+    if deps.heartbeats is not None:
+        return deps.heartbeats.silent_after
     return timedelta(seconds=deps.settings.agent_silent_after_seconds)
 
 

@@ -112,6 +112,7 @@ class Fleet:
             repository,
             self.clock,
             silent_after=timedelta(seconds=self.settings.agent_silent_after_seconds),
+            budget_per_second=self.settings.agents.heartbeat_budget_per_second,
         )
         return WebDeps(
             settings=self.settings.model_copy(update={"cluster_name": cluster}),

@@ -37,6 +37,7 @@ def fill_intake(deps: WebDeps) -> None:
             deps.clock,
             silent_after=timedelta(seconds=deps.settings.agent_silent_after_seconds),
             flush_seconds=deps.settings.agents.heartbeat_flush_seconds,
+            budget_per_second=deps.settings.agents.heartbeat_budget_per_second,
         )
     if deps.admission is None:
         deps.admission = Admission(limits_from(deps.settings))

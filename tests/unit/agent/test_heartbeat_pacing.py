@@ -40,3 +40,21 @@ def test_answers_judged() -> None:
     assert judge(503, {"retry-after": "5"}) == Beat(False, 5.0)
     assert judge(500, {"retry-after": "5"}) == Beat(False, None)
     assert judge(429, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == Beat(False, None)
+
+
+def test_the_controllers_asked_period_is_kept_when_longer_than_the_agents_own() -> None:
+    pacing = Pacing(period=10.0)
+    middle = lambda a, b: (a + b) / 2  # noqa: E731
+    assert pacing.delay(0, None, middle, asked=250.0) == 250.0
+    assert pacing.delay(0, None, middle, asked=2.0) == 10.0  # never faster than its own
+    assert pacing.delay(0, None, middle, asked=1e9) == 3600.0  # a broken answer is bounded
+    # After failures the backoff decides, from the agent's own period.
+    assert pacing.delay(1, None, lambda _a, b: b, asked=250.0) == 20.0
+
+
+def test_the_asked_period_is_read_from_a_200_answer_only_when_sane() -> None:
+    assert judge(200, {}, '{"recorded": true, "next_heartbeat_seconds": 250.0}').asked == 250.0
+    assert judge(200, {}, '{"recorded": true}').asked is None  # an older controller
+    for text in ("<html>proxy</html>", '{"next_heartbeat_seconds": -1}', "[1]", "", "null"):
+        assert judge(200, {}, text) == Beat(True), text
+    assert judge(200, {}, '{"next_heartbeat_seconds": true}').asked is None

@@ -149,3 +149,22 @@ def test_a_failed_write_keeps_the_rows_pending(engine: Engine) -> None:
     event.remove(engine, "before_cursor_execute", refuse)
     assert book.flush() == 1
     assert book_on(engine, clock).status("n1") is not None
+
+
+def test_a_large_fleet_is_asked_for_a_longer_period_and_judged_on_it(engine: Engine) -> None:
+    """Within the budget agents keep their own period; past it the book asks for the period
+    that keeps the budget and calls an agent silent only after three of those missed."""
+    clock = FakeClock(START)
+    repo = Repository(db.make_session_factory(engine), "c1", clock)
+    book = HeartbeatBook(repo, clock, silent_after=SILENT, budget_per_second=40.0)
+    for i in range(400):
+        beat(book, f"n{i:05d}")
+    assert book.asked_period() == 10.0 and book.silent_after == SILENT
+    for i in range(400, 10_000):
+        beat(book, f"n{i:05d}")
+    assert book.asked_period() == 250.0
+    assert book.silent_after == timedelta(seconds=750)
+    clock.advance(700)  # past the configured 60 s, within three asked periods
+    assert book.tick() == ()
+    clock.advance(60)
+    assert len(book.tick()) == 10_000
