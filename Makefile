@@ -17,7 +17,7 @@ test:
 	$(BIN)/ruff check remediator tests bench
 	$(BIN)/ruff format --check remediator tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=40 $(PYTEST_ARGS)
 
 lint:
 	@scripts/setup.sh

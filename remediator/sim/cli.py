@@ -25,6 +25,17 @@ def doa_rate(text: str) -> float:
     return value
 
 
+def time_scale(text: str) -> float:
+    """A positive factor."""
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a positive number, not {text!r}") from exc
+    if not value > 0.0:
+        raise argparse.ArgumentTypeError(f"a positive number, not {text}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
     sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
@@ -101,6 +112,14 @@ def register(subparsers: Any) -> None:
         help="the fraction (0-1) of new nodes a cloud adds that arrive dead: an XID 79 or a GPU "
         "missing, a slow NVLink, an InfiniBand port down or another driver (default 0)",
     )
+    run.add_argument(
+        "--program-time-scale",
+        type=time_scale,
+        default=1.0,
+        metavar="F",
+        help="multiply the run times of the programs Jobs run on nodes (dcgmi diag, "
+        "all_reduce_perf, nvidia-smi, ibstat, a GPU reset) by F; default 1, as the demo runs",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -129,5 +148,6 @@ def _serve(args: argparse.Namespace) -> int:
             slurm=args.slurm,
             rbac=args.rbac,
             doa_rate=args.doa_rate,
+            program_time_scale=args.program_time_scale,
         )
     )

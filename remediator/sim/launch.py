@@ -105,6 +105,7 @@ def start_sim(
     slurm: bool = False,
     rbac: Path | bool = True,
     doa_rate: float = 0.0,
+    program_time_scale: float = 1.0,
 ) -> SimHandle:
     """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
     controller's is `controller_kubeconfig`), a path other manifests, False none."""
@@ -136,6 +137,11 @@ def start_sim(
             *(["--slurm"] if slurm else []),
             *(["--rbac"] if rbac is True else ["--rbac", str(rbac)] if rbac else []),
             *(["--doa-rate", str(doa_rate)] if doa_rate else []),
+            *(
+                ["--program-time-scale", str(program_time_scale)]
+                if program_time_scale != 1.0
+                else []
+            ),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -60,6 +60,7 @@ class ServeOptions:
     slurm: bool = False  # a real slurmctld + one slurmd per node, beside the cluster
     rbac: Path | None = None  # RBAC manifests to enforce for the ServiceAccounts' tokens
     doa_rate: float = 0.0  # the fraction of new nodes that arrive with a hardware fault
+    program_time_scale: float = 1.0  # multiplies the host programs' run times (DCGM, NCCL…)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -205,6 +206,7 @@ def serve(options: ServeOptions) -> int:
         kube_faults=kube_faults,
         reboot_seconds=options.reboot_seconds,
         doa_rate=options.doa_rate,
+        program_time_scale=options.program_time_scale,
     )
     socks = {
         "kube_url": bind(options.host, options.kube_port),

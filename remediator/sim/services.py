@@ -39,13 +39,15 @@ def build_cloud_apps(
     kube_faults: KubeFaults | None = None,
     reboot_seconds: float = DEFAULT_REBOOT_SECONDS,
     doa_rate: float = 0.0,
+    program_time_scale: float = 1.0,
 ) -> CloudApps:
     """`clock` must be the one the cluster runs on (the system clock unless a test drives a
     FakeClock): telemetry and operations keep the cluster's time. With `node_root`, each node
     also gets a host directory (kernel log, driver files) that faults write into. `kube_faults`
     are the Kubernetes API's fault rules and request log, for the inject API. A reboot keeps a
     node NotReady for `reboot_seconds`. A fraction `doa_rate` of the nodes the clouds add
-    arrive with a hardware fault (sim/faults/arrivals.py)."""
+    arrive with a hardware fault (sim/faults/arrivals.py). The host programs' run times are
+    multiplied by `program_time_scale` (sim/node/programs.py)."""
     clock = clock or SystemClock()
     telemetry = Telemetry(cluster.store, clock)
     nodepool = NodePoolService(cluster, clock, provision_delay)
@@ -67,7 +69,7 @@ def build_cloud_apps(
     injector.arrivals = arrivals
     cluster.on_node_added(arrivals.node_added)
     repairs.attach(injector)
-    cluster.set_program_runner(HostPrograms(repairs).run)
+    cluster.set_program_runner(HostPrograms(repairs, program_time_scale).run)
     reboots = RebootService(nodepool, clock, repairs.reboot)
     return CloudApps(
         nodepool=build_nodepool_app(nodepool, reboots.handle),

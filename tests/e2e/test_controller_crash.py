@@ -7,7 +7,8 @@ and on PostgreSQL with the HTTP contract; with each real provider on SQLite, few
 The signal is a node condition, so it survives the crash the way a real one would (it stays on
 the Node until the node is replaced); the policy uses one-second grace periods and the simulator
 a half-second provisioning delay, so one flow takes a few seconds and each kill lands in a
-different step."""
+different step. Each next controller is prepared (imported, waiting) while the one before
+works, so a restart costs its start-up, not the interpreter's imports."""
 
 from __future__ import annotations
 
@@ -87,22 +88,27 @@ def test_sigkill_at_random_points_never_doubles_or_strands(
     config = write_process_config(tmp_path, sim, migrated_database_url)
     rng = random.Random(20260301)
     kills: list[float] = []
-
-    for run, node in enumerate(broken):
-        controller = ControllerProcess(tmp_path, config, f"run-{run:02d}").wait_ready()
-        fault = {
-            "type": "condition",
-            "node": node,
-            "condition": "GpuFallenOffBus",
-            "status": "True",
-        }
-        assert inject.post("/v1/faults", json=fault).status_code == 200
-        delay = rng.uniform(0.0, 3.0)
-        kills.append(delay)
-        time.sleep(delay)
-        controller.kill()
-
-    final = ControllerProcess(tmp_path, config, "final").wait_ready()
+    names = [*(f"run-{run:02d}" for run in range(runs)), "final"]
+    upcoming = [ControllerProcess(tmp_path, config, names[0], prepared=True)]
+    try:
+        for run, node in enumerate(broken):
+            controller = upcoming.pop().go().wait_ready()
+            upcoming.append(ControllerProcess(tmp_path, config, names[run + 1], prepared=True))
+            fault = {
+                "type": "condition",
+                "node": node,
+                "condition": "GpuFallenOffBus",
+                "status": "True",
+            }
+            assert inject.post("/v1/faults", json=fault).status_code == 200
+            delay = rng.uniform(0.0, 3.0)
+            kills.append(delay)
+            time.sleep(delay)
+            controller.kill()
+        final = upcoming.pop().go().wait_ready()
+    finally:
+        for waiting in upcoming:
+            waiting.kill()
     engine = make_engine(migrated_database_url)
     repository = Repository(make_session_factory(engine), "default")
     try:

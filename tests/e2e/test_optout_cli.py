@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,11 @@ import pytest
 from remediator.model.states import State
 from remediator.store.audit import AuditLog, AuditQuery
 from remediator.store.db import make_engine, make_session_factory
-from remediator.store.records import RemediationRecord
-from remediator.store.repository import Repository
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import (
-    ControllerProcess,
+    ProcessRun,
     WebhookSink,
     wait_for,
-    write_process_config,
 )
 
 # The issue's example is 5 s; 20 s leaves a loaded CI machine time to approve and let the controller
@@ -81,23 +78,20 @@ max_opt_out_hold: 8s
 """
 
 
-class Run:
+class Run(ProcessRun):
     def __init__(self, sim: SimHandle, tmp_path: Path, database_url: str) -> None:
-        self.sim = sim
         self.webhook = WebhookSink()
-        self.config = write_process_config(tmp_path, sim, database_url)
-        raw = json.loads(self.config.read_text())
-        raw["notify"] = {"webhook_url": self.webhook.url}
-        self.config.write_text(json.dumps(raw))
-        (tmp_path / "policies" / "gpu.yaml").write_text(POLICIES)
-        (tmp_path / "policies" / "settings.yaml").write_text(SETTINGS)
-        factory = make_session_factory(make_engine(database_url))
-        self.repository = Repository(factory, "default")
-        self.audit = AuditLog(factory, "default")
-        self.controller = ControllerProcess(tmp_path, self.config, "run").wait_ready()
+        super().__init__(
+            sim,
+            tmp_path,
+            database_url,
+            policies={"gpu.yaml": POLICIES, "settings.yaml": SETTINGS},
+            config={"notify": {"webhook_url": self.webhook.url}},
+        )
+        self.audit = AuditLog(make_session_factory(make_engine(database_url)), "default")
 
     def close(self) -> None:
-        self.controller.stop()
+        super().close()
         self.webhook.close()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -107,38 +101,6 @@ class Run:
             text=True,
             timeout=120,
         )
-
-    def push_xid(self, node: str, code: int) -> None:
-        signal = {
-            "node": node,
-            "kind": "xid",
-            "source": "agent",
-            "observed_at": datetime.now(UTC).isoformat(),
-            "gpu": 0,
-            "code": code,
-        }
-        url = f"{self.controller.web_url}/api/v1/signals"
-        answer = httpx.post(url, json=[signal], headers=OPERATOR, timeout=30)
-        assert answer.status_code == 202, answer.text
-
-    def record(self, node: str) -> RemediationRecord | None:
-        history = self.repository.node_history(node).remediations
-        return self.repository.get(history[0].id) if history else None
-
-    def wait(self, node: str, *states: State, timeout: float = 120.0) -> RemediationRecord:
-        found: list[RemediationRecord] = []
-
-        def reached() -> bool:
-            record = self.record(node)
-            found[:] = [record] if record is not None else []
-            return record is not None and record.state in states
-
-        try:
-            wait_for(reached, timeout=timeout, what=f"{node} in {states}")
-        except AssertionError as exc:
-            last = [(e.action, dict(e.detail)) for e in found[0].events[-4:]] if found else []
-            raise AssertionError(f"{exc}\n{last}\n{self.controller.log_tail()}") from exc
-        return found[0]
 
     def audited(self, command: str) -> list[Any]:
         return list(self.audit.list(AuditQuery(commands=(command,))))

@@ -16,11 +16,9 @@ None of them counts toward the storm breaker (set to trip on a single fault).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,11 +26,9 @@ import yaml
 
 from remediator.model.states import State
 from remediator.policy.planned import ANN_NEXT_CHECKPOINT
-from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationRecord
-from remediator.store.repository import Repository
-from tests.fixtures.sim import SimHandle
-from tests.integration.engine_support import ControllerProcess, wait_for, write_process_config
+from tests.fixtures.sim import FAST_PROGRAMS, SimHandle
+from tests.integration.engine_support import ProcessRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -69,51 +65,19 @@ def shipped_with_test_clocks() -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-class Run:
+class Run(ProcessRun):
     def __init__(self, sim: SimHandle, workdir: Path, database_url: str, settings: str) -> None:
-        self.sim = sim
-        config = write_process_config(workdir, sim, database_url)
-        policies = workdir / "policies"
-        (policies / "gpu.yaml").unlink()  # only the shipped maintenance policies act
-        (policies / "maintenance.yaml").write_text(shipped_with_test_clocks())
-        (policies / "settings.yaml").write_text(settings)
-        self.repository = Repository(make_session_factory(make_engine(database_url)), "default")
+        # Only the shipped maintenance policies act.
+        policies = {"maintenance.yaml": shipped_with_test_clocks(), "settings.yaml": settings}
+        super().__init__(sim, workdir, database_url, policies=policies)
         self.http = httpx.Client(timeout=30.0)
-        self.controller = ControllerProcess(workdir, config, "run").wait_ready()
 
     def close(self) -> None:
-        self.controller.stop()
+        super().close()
         self.http.close()
 
-    def record(self, node: str) -> RemediationRecord | None:
-        history = self.repository.node_history(node).remediations
-        return self.repository.get(history[0].id) if history else None
-
     def wait(self, node: str, *states: State, timeout: float = 180.0) -> RemediationRecord:
-        found: list[RemediationRecord] = []
-
-        def reached() -> bool:
-            record = self.record(node)
-            found[:] = [record] if record is not None else []
-            return record is not None and record.state in states
-
-        try:
-            wait_for(reached, timeout=timeout, what=f"{node} in {states}")
-        except AssertionError as exc:
-            last = [(e.action, dict(e.detail)) for e in found[0].events[-6:]] if found else []
-            raise AssertionError(f"{exc}\n{last}\n{self.controller.log_tail()}") from exc
-        return found[0]
-
-    def node(self, name: str) -> dict[str, Any] | None:
-        out = self.sim.kubectl("get", "nodes", "-o", "json")
-        return next((n for n in json.loads(out)["items"] if n["metadata"]["name"] == name), None)
-
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
-        out = self.sim.kubectl(
-            "get", "pods", "-A", "--field-selector", f"spec.nodeName={node}", "-o", "json"
-        )
-        items: list[dict[str, Any]] = json.loads(out)["items"]
-        return items
+        return super().wait(node, *states, timeout=timeout)
 
     def assert_breaker_untouched(self) -> None:
         status = self.repository.controller_status()
@@ -127,7 +91,13 @@ def run_on(
     started: list[Run] = []
 
     def start(cloud: str, settings: str = SETTINGS) -> Run:
-        sim = sim_factory(nodes=8, provision_delay=0.5, cloud=cloud, reboot_delay=1.0)
+        sim = sim_factory(
+            nodes=8,
+            provision_delay=0.5,
+            cloud=cloud,
+            reboot_delay=1.0,
+            program_time_scale=FAST_PROGRAMS,
+        )
         running = Run(sim, tmp_path, migrated_database_url, settings)
         started.append(running)
         return running

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,9 @@ import httpx
 import pytest
 
 from remediator.model.states import State
-from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationRecord
-from remediator.store.repository import Repository
 from tests.fixtures.sim import SimHandle
-from tests.integration.engine_support import ControllerProcess, write_process_config
+from tests.integration.engine_support import PROCESS_SETTINGS, ProcessRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -85,23 +82,15 @@ policies:
 """
 
 
-class Flow:
+class Flow(ProcessRun):
     def __init__(self, sim: SimHandle, tmp_path: Path, database_url: str) -> None:
-        self.sim = sim
-        self.tmp_path = tmp_path
-        config = write_process_config(tmp_path, sim, database_url)
-        raw = json.loads(config.read_text())
-        raw["repair"] = {"poll_seconds": 0.3}
-        config.write_text(json.dumps(raw))
-        (tmp_path / "policies" / "gpu.yaml").write_text(POLICIES)
-        self.config = config
-        self.repository = Repository(make_session_factory(make_engine(database_url)), "default")
-        self.runs = 0
-        self.controller = self.start()
-
-    def start(self) -> ControllerProcess:
-        self.runs += 1
-        return ControllerProcess(self.tmp_path, self.config, f"run-{self.runs}").wait_ready()
+        super().__init__(
+            sim,
+            tmp_path,
+            database_url,
+            policies={"gpu.yaml": POLICIES, "settings.yaml": PROCESS_SETTINGS},
+            config={"repair": {"poll_seconds": 0.3}},
+        )
 
     def inject(self, node: str, *args: str) -> None:
         subprocess.run(
@@ -119,30 +108,13 @@ class Flow:
             ],
             check=True,
             capture_output=True,
-            timeout=30,
+            timeout=180,  # a CLI start: over 30 s at load 16
         )
 
-    def push_xid(self, node: str, gpu: int, code: int) -> None:
-        signal = {
-            "node": node,
-            "kind": "xid",
-            "source": "agent",
-            "observed_at": datetime.now(UTC).isoformat(),
-            "gpu": gpu,
-            "code": code,
-        }
-        url = f"{self.controller.web_url}/api/v1/signals"
-        answer = httpx.post(url, json=[signal], headers=OPERATOR, timeout=10)
-        assert answer.status_code == 202, answer.text
-
-    def records(self, node: str) -> list[RemediationRecord]:
-        history = self.repository.node_history(node).remediations
-        found = [self.repository.get(r.id) for r in history]
-        return sorted((r for r in found if r is not None), key=lambda r: r.id)
-
-    def wait(
+    def wait_nth(
         self, node: str, count: int, *states: State, timeout: float = 120.0
     ) -> RemediationRecord:
+        """The node's `count`-th remediation once it is in one of `states`."""
         deadline = time.monotonic() + timeout
         while True:
             found = self.records(node)
@@ -161,10 +133,6 @@ class Flow:
         while not any(e.action == action for r in self.records(node) for e in r.events):
             assert time.monotonic() < deadline, f"no {action} on {node}"
             time.sleep(0.05)
-
-    def node(self, name: str) -> dict[str, Any] | None:
-        out = self.sim.kubectl("get", "nodes", "-o", "json")
-        return next((n for n in json.loads(out)["items"] if n["metadata"]["name"] == name), None)
 
     def reboots_seen(self, node: str) -> int:
         events = json.loads(self.sim.kubectl("get", "events", "-A", "-o", "json"))["items"]
@@ -209,8 +177,8 @@ def test_transient_xid_79_is_repaired_by_a_reboot(flow: Flow) -> None:
     node = train(flow, 0)
     spare = flow.spare()
     flow.inject(node, "--gpu", "0", "--xid", "79")
-    flow.push_xid(node, 0, 79)
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    flow.push_xid(node, 79, gpu=0)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.state is State.SUCCEEDED, (done.error, actions(done))
     assert done.outcome == "repaired" and done.new_node is None
     steps = actions(done)
@@ -227,8 +195,8 @@ def test_transient_xid_79_is_repaired_by_a_reboot(flow: Flow) -> None:
 def test_persistent_xid_79_fails_diagnostics_and_is_replaced(flow: Flow) -> None:
     node = train(flow, 1)
     flow.inject(node, "--gpu", "2", "--xid", "79", "--persistent")
-    flow.push_xid(node, 2, 79)
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    flow.push_xid(node, 79, gpu=2)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.state is State.SUCCEEDED, (done.error, actions(done))
     assert done.outcome == "replaced" and done.new_node
     failed = next(e for e in done.events if e.action == "diagnose_failed")
@@ -240,8 +208,8 @@ def test_persistent_xid_79_fails_diagnostics_and_is_replaced(flow: Flow) -> None
 def test_transient_xid_95_resets_only_its_gpu(flow: Flow) -> None:
     node = train(flow, 2)
     flow.inject(node, "--gpu", "3", "--xid", "95")
-    flow.push_xid(node, 3, 95)
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    flow.push_xid(node, 95, gpu=3)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.state is State.SUCCEEDED, (done.error, actions(done))
     assert done.outcome == "repaired"
     assert "reboot_requested" not in actions(done)
@@ -261,8 +229,8 @@ def test_a_failed_gpu_reset_goes_on_with_the_named_reboot_ladder(flow: Flow) -> 
     node = train(flow, 7)
     # The driver lost GPU 3: `nvidia-smi --gpu-reset` cannot find it, a reboot brings it back.
     flow.inject(node, "--gpu", "3", "--gpu-missing")
-    flow.push_xid(node, 3, 95)
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    flow.push_xid(node, 95, gpu=3)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.state is State.SUCCEEDED, (done.error, actions(done))
     assert done.outcome == "repaired" and done.new_node is None
     failed = next(e for e in done.events if e.action == "reset_gpu_failed")
@@ -282,13 +250,13 @@ def test_the_third_reboot_within_the_window_goes_straight_to_replace(flow: Flow)
     # A different GPU each time: the signal dedup folds one (node, GPU, code) for its window.
     for nth, gpu in ((1, 0), (2, 1)):
         flow.inject(node, "--gpu", str(gpu), "--xid", "79")
-        flow.push_xid(node, gpu, 79)
-        repaired = flow.wait(node, nth, State.SUCCEEDED, State.FAILED, State.HELD)
+        flow.push_xid(node, 79, gpu=gpu)
+        repaired = flow.wait_nth(node, nth, State.SUCCEEDED, State.FAILED, State.HELD)
         assert repaired.outcome == "repaired", (repaired.error, actions(repaired))
         time.sleep(1.5)  # the policy's 1 s cooldown
     flow.inject(node, "--gpu", "2", "--xid", "79")
-    flow.push_xid(node, 2, 79)
-    third = flow.wait(node, 3, State.SUCCEEDED, State.FAILED, State.HELD)
+    flow.push_xid(node, 79, gpu=2)
+    third = flow.wait_nth(node, 3, State.SUCCEEDED, State.FAILED, State.HELD)
     assert third.outcome == "replaced", (third.error, actions(third))
     assert "reboot_requested" not in actions(third)
     capped = next(e for e in third.events if e.action == "reboot_failed")
@@ -299,11 +267,11 @@ def test_the_third_reboot_within_the_window_goes_straight_to_replace(flow: Flow)
 def test_sigkill_during_the_reboot_wait_reboots_once(flow: Flow) -> None:
     node = train(flow, 4)
     flow.inject(node, "--gpu", "1", "--xid", "79")
-    flow.push_xid(node, 1, 79)
+    flow.push_xid(node, 79, gpu=1)
     flow.wait_event(node, "reboot_accepted")
     flow.controller.kill()
     flow.controller = flow.start()
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.outcome == "repaired", (done.error, actions(done))
     assert actions(done).count("reboot_requested") == 1
     assert actions(done).count("reboot_accepted") == 1
@@ -316,11 +284,11 @@ def test_sigkill_during_the_reboot_wait_of_a_persistent_fault_still_replaces_onc
     node = train(flow, 5)
     spare = flow.spare()
     flow.inject(node, "--gpu", "6", "--xid", "79", "--persistent")
-    flow.push_xid(node, 6, 79)
+    flow.push_xid(node, 79, gpu=6)
     flow.wait_event(node, "reboot_accepted")
     flow.controller.kill()
     flow.controller = flow.start()
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.outcome == "replaced", (done.error, actions(done))
     assert actions(done).count("reboot_requested") == 1
     assert flow.spare() == spare - 1
@@ -329,14 +297,14 @@ def test_sigkill_during_the_reboot_wait_of_a_persistent_fault_still_replaces_onc
 def test_sigkill_during_the_gpu_reset_resumes_without_a_second_reset(flow: Flow) -> None:
     node = train(flow, 6)
     flow.inject(node, "--gpu", "3", "--xid", "95")
-    flow.push_xid(node, 3, 95)
+    flow.push_xid(node, 95, gpu=3)
     deadline = time.monotonic() + 60
     while not any(r.state is State.RESETTING_GPU for r in flow.records(node)):
         assert time.monotonic() < deadline, "never reached resetting_gpu"
         time.sleep(0.05)
     flow.controller.kill()
     flow.controller = flow.start()
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.outcome == "repaired", (done.error, actions(done))
     jobs = json.loads(
         flow.sim.kubectl(
@@ -393,8 +361,8 @@ def test_transient_xid_79_on_a_cloud_is_repaired_by_the_providers_reboot(
     flow = cloud_flow
     node = train(flow, 0)
     flow.inject(node, "--gpu", "0", "--xid", "79")
-    flow.push_xid(node, 0, 79)
-    done = flow.wait(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
+    flow.push_xid(node, 79, gpu=0)
+    done = flow.wait_nth(node, 1, State.SUCCEEDED, State.FAILED, State.HELD)
     assert done.state is State.SUCCEEDED, (done.error, actions(done))
     assert done.outcome == "repaired" and done.new_node is None
     steps = actions(done)

@@ -26,7 +26,9 @@ from remediator.model.states import State
 from remediator.settings import Settings
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sources.base import Source
+from remediator.store.db import make_engine, make_session_factory
 from remediator.store.records import RemediationFilter, RemediationRecord
+from remediator.store.repository import Repository
 from tests.fixtures.sim import SimHandle
 
 FLOW_POLICY = """
@@ -80,6 +82,9 @@ def write_policies(
         )
     )
     return directory
+
+
+OPERATOR_HEADERS = {"Authorization": "Bearer operator-token"}  # write_process_config's token
 
 
 def settings_for(sim: SimHandle, database_url: str, policies: Path, **overrides: Any) -> Settings:
@@ -261,6 +266,11 @@ def provider_setting(sim: SimHandle) -> dict[str, Any]:
     return dict(sim.provider)
 
 
+PROCESS_SETTINGS = SETTINGS.format(
+    pool_percent=100, cluster_percent=100, max_concurrent=50, max_new_faults=100
+)
+
+
 def write_process_config(
     workdir: Path,
     sim: SimHandle,
@@ -273,11 +283,7 @@ def write_process_config(
     policies = workdir / "policies"
     policies.mkdir(parents=True, exist_ok=True)
     (policies / "gpu.yaml").write_text(CONDITION_POLICY)
-    (policies / "settings.yaml").write_text(
-        SETTINGS.format(
-            pool_percent=100, cluster_percent=100, max_concurrent=50, max_new_faults=100
-        )
-    )
+    (policies / "settings.yaml").write_text(PROCESS_SETTINGS)
     config = {
         "kubeconfig": str(sim.controller_kubeconfig),
         "policies_dir": str(policies),
@@ -293,10 +299,37 @@ def write_process_config(
     return path
 
 
-class ControllerProcess:
-    """The real `remediator run` as a subprocess; its JSON log lines go to a file."""
+# `remediator run` with its imports done ahead: it waits for "go" on stdin (and exits on EOF),
+# then runs exactly as `python -m remediator run ...` would.
+PREPARED = """
+import sys
+from remediator.cli import build_parser, main
+build_parser()
+import remediator.controller.app, remediator.doctor.run, remediator.providers.select
+import remediator.providers.aws, remediator.providers.clusterapi, remediator.providers.gce
+import remediator.providers.http
+if sys.stdin.readline().strip() != "go":
+    raise SystemExit(0)
+raise SystemExit(main(sys.argv[1:]))
+"""
 
-    def __init__(self, workdir: Path, config: Path, name: str, identity: str | None = None) -> None:
+
+class ControllerProcess:
+    """The real `remediator run` as a subprocess; its JSON log lines go to a file.
+
+    `prepared`: the process starts now but only imports (the bulk of a start on a loaded
+    machine: 40 s at load 16) and waits for `go()`; a test that restarts the controller many
+    times prepares the next one while the current one works."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        config: Path,
+        name: str,
+        identity: str | None = None,
+        *,
+        prepared: bool = False,
+    ) -> None:
         self.workdir = workdir
         self.ready_file = workdir / f"{name}.ready.json"
         self.log_path = workdir / f"{name}.log"
@@ -304,23 +337,24 @@ class ControllerProcess:
         env = dict(os.environ)
         if identity is not None:
             env["REMEDIATOR_LEADER_ELECTION__IDENTITY"] = identity
+        command = ["run", "--config", str(config), "--ready-file", str(self.ready_file)]
+        start = ["-c", PREPARED] if prepared else ["-m", "remediator"]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "remediator",
-                    "run",
-                    "--config",
-                    str(config),
-                    "--ready-file",
-                    str(self.ready_file),
-                ],
+                [sys.executable, *start, *command],
+                stdin=subprocess.PIPE if prepared else None,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
             )
         self.web_url = ""
+
+    def go(self) -> ControllerProcess:
+        """Let a prepared process run."""
+        assert self.proc.stdin is not None, "not a prepared process"
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.close()
+        return self
 
     def wait_ready(self, timeout: float = 180.0) -> ControllerProcess:
         deadline = time.monotonic() + timeout
@@ -342,6 +376,8 @@ class ControllerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -354,3 +390,93 @@ class ControllerProcess:
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+class ProcessRun:
+    """What the end-to-end files share around the real `remediator run`: its config for a
+    simulator (write_process_config, plus `config` on top and `policies`, file name → YAML, in
+    place of the default ones), the store read directly, the controller started, and waits on a
+    node's latest remediation that say where it stood when they time out."""
+
+    def __init__(
+        self,
+        sim: SimHandle,
+        workdir: Path,
+        database_url: str,
+        *,
+        policies: dict[str, str] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.sim = sim
+        self.workdir = workdir
+        self.config = write_process_config(workdir, sim, database_url)
+        if config:
+            self.config.write_text(json.dumps({**json.loads(self.config.read_text()), **config}))
+        if policies is not None:
+            directory = workdir / "policies"
+            for stale in directory.glob("*.yaml"):
+                stale.unlink()
+            for name, text in policies.items():
+                (directory / name).write_text(text)
+        self.repository = Repository(make_session_factory(make_engine(database_url)), "default")
+        self.runs = 0
+        self.controller = self.start()
+
+    def start(self) -> ControllerProcess:
+        self.runs += 1
+        name = "run" if self.runs == 1 else f"run-{self.runs}"
+        return ControllerProcess(self.workdir, self.config, name).wait_ready()
+
+    def close(self) -> None:
+        self.controller.stop()
+
+    def records(self, node: str) -> list[RemediationRecord]:
+        """The node's remediations, oldest first."""
+        history = self.repository.node_history(node).remediations
+        found = [self.repository.get(r.id) for r in history]
+        return sorted((r for r in found if r is not None), key=lambda r: r.id)
+
+    def record(self, node: str) -> RemediationRecord | None:
+        found = self.records(node)
+        return found[-1] if found else None
+
+    def wait(self, node: str, *states: State, timeout: float = 120.0) -> RemediationRecord:
+        """The node's latest remediation once it is in one of `states`."""
+        found: list[RemediationRecord] = []
+
+        def reached() -> bool:
+            record = self.record(node)
+            found[:] = [record] if record is not None else []
+            return record is not None and record.state in states
+
+        try:
+            wait_for(reached, timeout=timeout, what=f"{node} in {states}")
+        except AssertionError as exc:
+            last = [(e.action, dict(e.detail)) for e in found[0].events[-6:]] if found else []
+            raise AssertionError(f"{exc}\n{last}\n{self.controller.log_tail()}") from exc
+        return found[0]
+
+    def push_xid(self, node: str, code: int, gpu: int = 0) -> None:
+        """An XID as the node agent pushes it, to the running controller's API."""
+        signal = {
+            "node": node,
+            "kind": "xid",
+            "source": "agent",
+            "observed_at": datetime.now(UTC).isoformat(),
+            "gpu": gpu,
+            "code": code,
+        }
+        url = f"{self.controller.web_url}/api/v1/signals"
+        answer = httpx.post(url, json=[signal], headers=OPERATOR_HEADERS, timeout=30)
+        assert answer.status_code == 202, answer.text
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        out = self.sim.kubectl("get", "nodes", "-o", "json")
+        return next((n for n in json.loads(out)["items"] if n["metadata"]["name"] == name), None)
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        out = self.sim.kubectl(
+            "get", "pods", "-A", "--field-selector", f"spec.nodeName={node}", "-o", "json"
+        )
+        items: list[dict[str, Any]] = json.loads(out)["items"]
+        return items

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from remediator.model.states import State
-from tests.fixtures.sim import SimHandle
+from tests.fixtures.sim import FAST_PROGRAMS, SimHandle
 from tests.integration.engine_support import Engine, start_engine, wait_for, xid
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -119,7 +119,9 @@ def started(
     engines: list[Engine] = []
 
     def start(text: str) -> Engine:
-        sim = sim_factory(nodes=4, provision_delay=1.0, reboot_delay=1.0)
+        sim = sim_factory(
+            nodes=4, provision_delay=1.0, reboot_delay=1.0, program_time_scale=FAST_PROGRAMS
+        )
         engine = start_engine(sim, migrated_database_url, policies(tmp_path, text))
         engines.append(engine)
         return engine

@@ -5,16 +5,21 @@ that a cluster on EC2 or Compute Engine sees its scheduled maintenance without a
 an AWS provider's region and endpoint give one `AwsMaintenanceSource`, a GCE provider's project
 and endpoint one `GceMaintenanceSource` (two pools in one account share it). The HTTP contract
 and Cluster API announce no maintenance.
+
+Each cloud's source is imported only for a cluster on that cloud, as providers/select.py does:
+google-cloud-compute alone was a third of every controller's start-up on a loaded machine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from remediator.settings import AnyProviderSettings, AwsProviderSettings, GceProviderSettings
-from remediator.signals.sources.aws_maintenance import AwsMaintenanceSource, NodeLister
 from remediator.signals.sources.base import Source
-from remediator.signals.sources.gce_maintenance import GceMaintenanceSource
+
+if TYPE_CHECKING:
+    from remediator.signals.sources.aws_maintenance import NodeLister
 
 
 def maintenance_sources(
@@ -26,11 +31,15 @@ def maintenance_sources(
         if isinstance(provider, AwsProviderSettings):
             key: tuple[str, ...] = ("aws", provider.region or "", provider.endpoint_url or "")
             if key not in seen:
+                from remediator.signals.sources.aws_maintenance import AwsMaintenanceSource
+
                 name = _named("aws-maintenance", sum(k[0] == "aws" for k in seen))
                 sources.append(AwsMaintenanceSource.from_settings(provider, nodes, name=name))
         elif isinstance(provider, GceProviderSettings):
             key = ("gce", provider.project, provider.api_endpoint or "")
             if key not in seen:
+                from remediator.signals.sources.gce_maintenance import GceMaintenanceSource
+
                 name = _named("gce-maintenance", sum(k[0] == "gce" for k in seen))
                 sources.append(GceMaintenanceSource.from_settings(provider, nodes, name=name))
         else:

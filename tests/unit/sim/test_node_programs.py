@@ -21,7 +21,15 @@ from remediator.sim.node.hardware import (
     build_profile,
     gpu_uuid,
 )
-from remediator.sim.node.programs import DIAG_TESTS, diag_report
+from remediator.sim.node.programs import (
+    ALL_REDUCE_SECONDS,
+    DIAG_SECONDS,
+    DIAG_TESTS,
+    RESET_SECONDS,
+    HostPrograms,
+    diag_report,
+)
+from remediator.sim.telemetry.exporters import Inventory
 
 H100 = "NVIDIA H100 80GB HBM3"
 ALL = list(range(8))
@@ -294,3 +302,51 @@ def test_gpu_uuids_are_rfc_4122_version_5_as_the_telemetry_always_named_them() -
     ):
         expected = f"GPU-{uuid.uuid5(hardware._UUID_NAMESPACE, key)}"
         assert gpu_uuid(node, index, generation) == expected
+
+
+class HealthyNode:
+    """NodeRepairs for one healthy 8-GPU node."""
+
+    def reset_gpu(self, node: str, gpu: int) -> str | None:
+        return None
+
+    def reboot(self, node: str) -> None:
+        return None
+
+    def faulty_gpus(self, node: str) -> dict[int, str]:
+        return {}
+
+    def gpu_count(self, node: str) -> int:
+        return 8
+
+    def inventory(self, node: str) -> Inventory:
+        return Inventory(profile(), frozenset(), frozenset())
+
+
+def job(*argv: str) -> dict[str, object]:
+    return {"spec": {"containers": [{"command": list(argv)}]}}
+
+
+@pytest.mark.parametrize(
+    ("argv", "seconds"),
+    [
+        (("dcgmi", "diag", "-r", "3", "-j"), DIAG_SECONDS[3]),
+        (("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"), ALL_REDUCE_SECONDS),
+        (("nvidia-smi", "--gpu-reset", "-i", "2"), RESET_SECONDS),
+    ],
+)
+def test_the_time_scale_shortens_a_programs_run_and_nothing_else(
+    argv: tuple[str, ...], seconds: float
+) -> None:
+    realistic = HostPrograms(HealthyNode()).run(job(*argv), "h100-train-0")
+    fast = HostPrograms(HealthyNode(), time_scale=0.2).run(job(*argv), "h100-train-0")
+    assert realistic is not None and fast is not None
+    assert realistic.seconds == seconds
+    assert fast.seconds == pytest.approx(seconds * 0.2)
+    assert (fast.exit_code, fast.output) == (realistic.exit_code, realistic.output)
+    assert HostPrograms(HealthyNode(), time_scale=0.2).run(job("sleep", "infinity"), "n") is None
+
+
+def test_the_time_scale_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        HostPrograms(HealthyNode(), time_scale=0)
