@@ -27,9 +27,24 @@ COMMAND_MODULES: tuple[str, ...] = (
 NESTED: tuple[tuple[str, str, str], ...] = (
     ("remediator.policy.cli", "remediator.backtest.cli", "add_backtest"),
 )
-# Commands that run on every node, where start-up cost and memory count: `remediator agent …`
-# builds a parser with only its own module instead of importing the controller's stack.
-LIGHT_COMMANDS = {"agent": "remediator.agent.cli"}
+# Each command's module: `remediator sim inject …` builds a parser from its own module (and
+# those nested under it) instead of importing every command's stack — the agent on every node,
+# and each CLI call, would otherwise pay seconds of imports (the backtest's alone ~2 s quiet).
+# A unit test checks this against what the modules register. `--help` or an unknown command
+# builds the whole parser.
+COMMAND_OF: dict[str, str] = {
+    "policy": "remediator.policy.cli",
+    "db": "remediator.store.cli",
+    "sim": "remediator.sim.cli",
+    "run": "remediator.controller.cli",
+    "demo": "remediator.demo.cli",
+    "agent": "remediator.agent.cli",
+    "signals": "remediator.backtest.cli",
+    "console": "remediator.web.console_cli",
+    "doctor": "remediator.doctor.cli",
+    "report": "remediator.shadow.cli",
+    "optout": "remediator.remediation.optout_cli",
+}
 
 
 def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
@@ -47,8 +62,8 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    light = LIGHT_COMMANDS.get(given[0]) if given else None
-    args = build_parser((light,) if light else COMMAND_MODULES).parse_args(given)
+    own = COMMAND_OF.get(given[0]) if given else None
+    args = build_parser((own,) if own else COMMAND_MODULES).parse_args(given)
     result: int = args.func(args)
     return result
 
