@@ -976,7 +976,16 @@ def quarantine_spans_of(
         for start in range(0, len(ids), SPAN_CHUNK):
             chunk = ids[start : start + SPAN_CHUNK]
             entered = _entered(RemediationEvent.remediation_id.in_(chunk))
-            found.extend(_spans(session, entered, Remediation.id.in_(chunk)))
+            found.extend(
+                _spans(
+                    session,
+                    entered,
+                    Remediation.id.in_(chunk),
+                    # Said again on the timeline's own read, or PostgreSQL hashes the whole
+                    # events table to join it (minutes at 15 million rows).
+                    events_where=(RemediationEvent.remediation_id.in_(chunk),),
+                )
+            )
     return tuple(found)
 
 
@@ -995,7 +1004,10 @@ def _entered(*where: ColumnElement[bool]) -> Any:
 
 
 def _spans(
-    session: Session, entered: Any, *where: ColumnElement[bool]
+    session: Session,
+    entered: Any,
+    *where: ColumnElement[bool],
+    events_where: Sequence[ColumnElement[bool]] = (),
 ) -> tuple[QuarantineSpan, ...]:
     query = (
         select(Remediation, entered.c.at)
@@ -1014,6 +1026,7 @@ def _spans(
             RemediationEvent.detail,
         )
         .join(entered, entered.c.remediation_id == RemediationEvent.remediation_id)
+        .where(*events_where)
         .order_by(RemediationEvent.id)
     ):
         details.setdefault(rid, []).append(detail or {})
