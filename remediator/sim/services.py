@@ -23,6 +23,7 @@ from remediator.sim.node.hosts import SimHosts
 from remediator.sim.node.programs import HostPrograms
 from remediator.sim.rack import topology
 from remediator.sim.rack.fabric import Fabric
+from remediator.sim.rack.operations import RackOperations
 from remediator.sim.rack.topology import Rack
 from remediator.sim.telemetry.exporters import Telemetry, build_metrics_app
 from remediator.sim.telemetry.nvlink import render_nvlink
@@ -57,7 +58,14 @@ def build_cloud_apps(
     clock = clock or SystemClock()
     telemetry = Telemetry(cluster.store, clock)
     positions = topology.positions(racks) if racks else None
-    nodepool = NodePoolService(cluster, clock, provision_delay, positions=positions)
+    fabric = Fabric(racks, clock.now) if racks else None
+    nodepool = NodePoolService(
+        cluster,
+        clock,
+        provision_delay,
+        positions=positions,
+        racks=RackOperations(cluster, fabric) if fabric else None,
+    )
     cluster.on_tick(nodepool.advance)
     hosts = (
         SimHosts(node_root, cluster.store, hardware=telemetry.hardware)
@@ -72,7 +80,6 @@ def build_cloud_apps(
             hosts.applied(fault)
 
     injector = FaultInjector(cluster, telemetry, nodepool, applied)
-    fabric = Fabric(racks, clock.now) if racks else None
     if fabric is not None:
         fabric.on_change(telemetry.changed)
         telemetry.add_section(lambda states: render_nvlink(fabric, states))

@@ -183,3 +183,95 @@ def test_bad_rack_faults_are_refused(
     answer = httpx.post(f"{sim.inject_url}/v1/faults", json=body, timeout=10)
     assert answer.status_code == status, answer.text
     assert answer.json()["error"]["code"] == code
+
+
+def rack_operation(sim: SimHandle, rack: str, action: str, key: str) -> httpx.Response:
+    return httpx.post(
+        f"{sim.nodepool_url}/v1/pools/gb200-nvl72/racks/{rack}/{action}",
+        json={"reason": "fatal SXid 20034"},
+        headers={"Idempotency-Key": key},
+        timeout=30,
+    )
+
+
+def settled(sim: SimHandle, op_id: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        op: dict[str, Any] = httpx.get(
+            f"{sim.nodepool_url}/v1/operations/{op_id}", timeout=30
+        ).json()
+        return op if op["state"] in ("succeeded", "failed") else None
+
+    found: dict[str, Any] = wait_for(f"operation {op_id}", done)
+    return found
+
+
+def uids(sim: SimHandle, rack: int) -> dict[str, str]:
+    nodes = json.loads(
+        sim.kubectl("get", "nodes", "-l", f"remediator.io/rack=rack-{rack}", "-o", "json")
+    )["items"]
+    return {n["metadata"]["name"]: n["metadata"]["uid"] for n in nodes}
+
+
+def test_rack_repair_mends_the_switches_and_power_cycles_the_trays(sim: SimHandle) -> None:
+    assert (
+        cli_inject(sim, "--rack", "0", "--switch", "1", "--sxid", "12020", "--fatal").returncode
+        == 0
+    )
+    before = uids(sim, 0)
+    answer = rack_operation(sim, "rack-0", "repair", "repair-rack-0")
+    assert answer.status_code == 202, answer.text
+    op = answer.json()
+    assert (op["rack"], op["action"], op["state"]) == ("rack-0", "repair", "pending")
+    assert answer.headers["Location"] == f"/v1/operations/{op['id']}"
+    replay = rack_operation(sim, "rack-0", "repair", "repair-rack-0")
+    assert replay.status_code == 200 and replay.json()["id"] == op["id"]
+    assert settled(sim, op["id"])["state"] == "succeeded"
+    assert ready_status(sim, 0) == {"True"}
+    assert uids(sim, 0) == before  # the same machines
+    faults = httpx.get(f"{sim.inject_url}/v1/faults", timeout=10).json()["faults"]
+    assert not [f for f in faults if f.get("type") == "sxid"]
+
+
+def test_rack_replace_brings_new_trays_at_the_same_slots(sim: SimHandle) -> None:
+    before = uids(sim, 1)
+    answer = rack_operation(sim, "1", "replace", "replace-rack-1")
+    assert answer.status_code == 202, answer.text
+    assert settled(sim, answer.json()["id"])["state"] == "succeeded"
+    after = uids(sim, 1)
+    assert sorted(after) == sorted(before)
+    assert all(after[name] != before[name] for name in before)
+    spares = sim.kubectl("get", "nodes", "-l", "remediator.io/spare=true", "-o", "name")
+    assert {"node/nvl-r1-t16", "node/nvl-r1-t17"} <= set(spares.split())
+
+    def gang_back() -> bool:
+        pods = json.loads(
+            sim.kubectl(
+                "get", "pods", "-n", "training", "-l", "remediator.io/gang=gang-r1-c0", "-o", "json"
+            )
+        )["items"]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return len(live) == 16 and all(
+            p["status"].get("phase") == "Running" and p["spec"]["nodeName"].startswith("nvl-r1-")
+            for p in live
+        )
+
+    wait_for("gang-r1-c0 running on the new rack", gang_back)
+
+
+@pytest.mark.parametrize(
+    ("rack", "action", "key", "status", "code"),
+    [
+        ("rack-9", "repair", "k-missing", 404, "rack_not_found"),
+        ("rack-0", "explode", "k-action", 404, "not_found"),
+        ("rack-0", "repair", "", 400, "invalid_idempotency_key"),
+        ("rack-1", "replace", "repair-rack-0", 409, "idempotency_key_reused"),
+    ],
+)
+def test_bad_rack_operations_are_refused(
+    sim: SimHandle, rack: str, action: str, key: str, status: int, code: str
+) -> None:
+    if code == "idempotency_key_reused":  # the key's own operation (a replay when it exists)
+        assert rack_operation(sim, "rack-0", "repair", key).status_code in (200, 202)
+    answer = rack_operation(sim, rack, action, key)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"]["code"] == code
