@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -176,3 +179,39 @@ def test_replaced_tray_comes_back_at_its_slot_as_a_spare(cluster: SimHandle) -> 
     assert {"key": "remediator.io/spare", "value": "true", "effect": "NoSchedule"} in after["spec"][
         "taints"
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--racks", "0"), "a positive integer, not 0"),
+        (("--spare-trays", "18"), "spare trays must be 0 to 17, not 18"),
+        (("--cliques-per-rack", "19"), "cliques per rack must be 1 to 18, not 19"),
+    ],
+)
+def test_impossible_racks_are_refused_before_serving(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remediator",
+            "sim",
+            "serve",
+            "--topology",
+            "nvl72",
+            *args,
+            "--kubeconfig",
+            str(tmp_path / "kubeconfig"),
+            "--ready-file",
+            str(tmp_path / "ready.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert said in done.stderr
+    assert not (tmp_path / "ready.json").exists()
