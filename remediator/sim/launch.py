@@ -106,9 +106,11 @@ def start_sim(
     rbac: Path | bool = True,
     doa_rate: float = 0.0,
     program_time_scale: float = 1.0,
+    extra_args: tuple[str, ...] = (),
 ) -> SimHandle:
     """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
-    controller's is `controller_kubeconfig`), a path other manifests, False none."""
+    controller's is `controller_kubeconfig`), a path other manifests, False none. `extra_args`
+    go to `sim serve` as they are (`("--topology", "nvl72", "--racks", "2")`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
     log = (workdir / "sim.log").open("wb")
@@ -142,6 +144,7 @@ def start_sim(
                 if program_time_scale != 1.0
                 else []
             ),
+            *extra_args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

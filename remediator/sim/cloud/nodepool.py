@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
@@ -87,9 +87,12 @@ class Operation:
     error: OperationError | None = None
     started_at: datetime | None = None
     doomed: OperationError | None = None  # an injected failure waiting to happen
+    action: str | None = None  # a whole rack's "repair" or "replace"; `node` names the rack
 
     def to_json(self) -> dict[str, Any]:
+        rack = {"rack": self.node, "action": self.action} if self.action else {}
         return {
+            **rack,
             "id": self.id,
             "pool": self.pool,
             "node": self.node,
@@ -266,9 +269,32 @@ class PoolCluster(Protocol):
         gpus: int,
         labels: dict[str, str] | None = None,
         ready_after: float = 0.0,
+        taints: list[Obj] | None = None,
     ) -> Obj: ...
 
     def remove_node(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a replacement goes when the old machine had a fixed place (an NVL72 rack's tray
+    slot): its name and the labels and taints of that place."""
+
+    name: str
+    labels: dict[str, str]
+    taints: list[Obj]
+
+
+# The place of a node being replaced (by name), or None for a node of no fixed place.
+Positions = Callable[[str], Position | None]
+
+
+class Racks(Protocol):
+    """A cloud's racks (sim/rack/operations.py): their trays, and one rack's repair/replace."""
+
+    def trays(self, rack: str) -> list[str] | None: ...
+
+    def start(self, rack: str, action: str, delay: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -308,8 +334,12 @@ class NodePoolService:
         clock: Clock,
         provision_delay: float = 3.0,
         default_spare: int = DEFAULT_SPARE_CAPACITY,
+        positions: Positions | None = None,
+        racks: Racks | None = None,
     ) -> None:
         self._cluster = cluster
+        self._positions = positions
+        self.racks = racks
         self._clock = clock
         self.provision_delay = provision_delay
         self._default_spare = default_spare
@@ -337,6 +367,15 @@ class NodePoolService:
                 self._spare.setdefault(pool, self._default_spare)
         with self._lock:
             return {p: sorted(pools.get(p, [])) for p in sorted(self._templates)}
+
+    def _rack_status(self, rack: str) -> NewNodeStatus:
+        """A rack is Ready when every compute tray is; absent when one is missing."""
+        trays = (self.racks.trays(rack) if self.racks else None) or []
+        statuses = {self._new_node_status(t) for t in trays}
+        for status in (NewNodeStatus.ABSENT, NewNodeStatus.JOINING):
+            if status in statuses:
+                return status
+        return NewNodeStatus.READY
 
     def _new_node_status(self, name: str | None) -> NewNodeStatus:
         found = self._cluster.store.find("nodes", "", name) if name else None
@@ -462,6 +501,52 @@ class NodePoolService:
             self._by_key[key] = op
             return op.to_json(), True
 
+    def request_rack(
+        self, pool: str, rack: str, action: str, reason: str, key: str
+    ) -> tuple[dict[str, Any], bool]:
+        """A rack's repair or replacement as one operation; idempotent on the key as a
+        replacement is. It takes no spare capacity: the rack comes back at its own place."""
+        pools = self.observe()
+        now = self._clock.now()
+        with self._lock:
+            existing = self._by_key.get(key)
+            if existing is not None:
+                if (existing.pool, existing.node, existing.action) != (pool, rack, action):
+                    raise NodePoolError(
+                        409,
+                        "idempotency_key_reused",
+                        f'Idempotency-Key "{key}" was used for operation {existing.id}; '
+                        "use a new key for a different request",
+                    )
+                return existing.to_json(), False
+            self._known(pools, pool)
+            trays = self.racks.trays(rack) if self.racks else None
+            if trays is None or not set(trays) <= set(pools[pool]):
+                raise NodePoolError(
+                    404, "rack_not_found", f'rack "{rack}" is not in node pool "{pool}"'
+                )
+            for other in self._ops.values():
+                busy = other.node == rack or other.node in trays
+                if busy and other.state in ACTIVE_STATES:
+                    raise NodePoolError(
+                        409,
+                        "replacement_in_progress",
+                        f"rack {rack} is already in operation {other.id}",
+                    )
+            op = Operation(
+                id=f"op-{uuid.uuid4().hex[:16]}",
+                pool=pool,
+                node=rack,
+                reason=reason,
+                idempotency_key=key,
+                created_at=now,
+                updated_at=now,
+                action=action,
+            )
+            self._ops[op.id] = op
+            self._by_key[key] = op
+            return op.to_json(), True
+
     # -- faults the inject app sets ----------------------------------------------------------
 
     def set_spare(self, pool: str, spare: int) -> None:
@@ -493,7 +578,8 @@ class NodePoolService:
         with self._lock:
             active = [op for op in self._ops.values() if op.state in ACTIVE_STATES]
         for op in active:
-            decision = plan(op, now, self.provision_delay, self._new_node_status(op.new_node))
+            status = self._rack_status(op.node) if op.action else self._new_node_status(op.new_node)
+            decision = plan(op, now, self.provision_delay, status)
             if decision.step is Step.START:
                 self._start(op, now)
             elif decision.step is Step.SUCCEED:
@@ -503,6 +589,12 @@ class NodePoolService:
 
     def _start(self, op: Operation, now: datetime) -> None:
         new_name: str | None = None
+        if op.action and self.racks is not None:
+            self.racks.start(op.node, op.action, self.provision_delay)
+            with self._lock:
+                op.state = OperationState.PROVISIONING
+                op.started_at = op.updated_at = now
+            return
         if op.doomed is None:
             try:
                 new_name = self._replace_instance(op)
@@ -517,12 +609,24 @@ class NodePoolService:
             op.new_node = new_name
 
     def _replace_instance(self, op: Operation) -> str:
-        """Terminate the old instance, then register a new one from the pool's template."""
+        """Terminate the old instance, then register a new one from the pool's template (at the
+        old one's position, under its name, where it had one)."""
         store = self._cluster.store
         if store.find("nodes", "", op.node) is not None:
             self._cluster.remove_node(op.node)
         with self._lock:
             template = self._templates[op.pool]
+        position = self._positions(op.node) if self._positions else None
+        if position is not None:
+            self._cluster.add_node(
+                position.name,
+                op.pool,
+                template.gpus,
+                {**template.labels, **position.labels},
+                ready_after=self.provision_delay,
+                taints=position.taints,
+            )
+            return position.name
         attempt = 0
         name = f"{op.pool}-{name_suffix(op.id)}"
         while store.find("nodes", "", name) is not None:
@@ -540,11 +644,15 @@ class NodePoolService:
             op.state = state
             op.error = error
             op.updated_at = now
-            if state is OperationState.FAILED:
+            if state is OperationState.FAILED and not op.action:
                 self._spare[op.pool] += 1
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
+
+
+class RackRequest(BaseModel):
+    reason: str = Field(max_length=1024)
 
 
 class ReplacementRequest(BaseModel):
@@ -571,6 +679,13 @@ def idempotency_key(request: Request) -> str:
 
 
 async def replacement_body(request: Request) -> ReplacementRequest:
+    return await json_body(request, ReplacementRequest)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+async def json_body(request: Request, model: type[ModelT]) -> ModelT:
     raw = await request.body()
     try:
         data = json.loads(raw)
@@ -579,7 +694,7 @@ async def replacement_body(request: Request) -> ReplacementRequest:
     if not isinstance(data, dict):
         raise NodePoolError(400, "invalid_request", "request body must be a JSON object")
     try:
-        return ReplacementRequest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise NodePoolError(400, "invalid_request", validation_message(exc)) from exc
 
@@ -642,6 +757,23 @@ def build_nodepool_app(service: NodePoolService, reboot: Handler | None = None) 
             return JSONResponse(op, status_code=202, headers=location)
         return JSONResponse(op, headers={**location, "Idempotent-Replayed": "true"})
 
+    async def rack_operation(request: Request) -> Response:
+        if request.path_params["action"] not in ("repair", "replace"):
+            raise NodePoolError(404, "not_found", "no such path in the node-pool API")
+        key = idempotency_key(request)
+        body = await json_body(request, RackRequest)
+        op, created = service.request_rack(
+            request.path_params["pool"],
+            request.path_params["rack"],
+            request.path_params["action"],
+            body.reason,
+            key,
+        )
+        location = {"Location": f"/v1/operations/{op['id']}"}
+        if created:
+            return JSONResponse(op, status_code=202, headers=location)
+        return JSONResponse(op, headers={**location, "Idempotent-Replayed": "true"})
+
     async def http_error(_request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         if status == 405:
@@ -656,6 +788,11 @@ def build_nodepool_app(service: NodePoolService, reboot: Handler | None = None) 
         Route("/v1/pools/{pool}/capacity", guarded(capacity), methods=["GET"]),
         Route("/v1/pools/{pool}/replacements", guarded(replace_node), methods=["POST"]),
         Route("/v1/operations/{operation_id}", guarded(get_operation), methods=["GET"]),
+        Route(
+            "/v1/pools/{pool}/racks/{rack}/{action:str}",
+            guarded(rack_operation),
+            methods=["POST"],
+        ),
     ]
     if reboot is not None:
         routes.append(Route("/v1/pools/{pool}/reboots", guarded(reboot), methods=["POST"]))
