@@ -581,49 +581,50 @@ class Ledger:
         with session_scope(self.session_factory) as session:
             return [_summary(row, int(n)) for row, n in session.execute(query)]
 
-    def gpu(self, uuid: str) -> GpuLife | None:
+    def gpu(self, uuid: str, clusters: Collection[str] | None = None) -> GpuLife | None:
+        """A GPU's life; with `clusters` (a token's scope) only what happened in them, and None
+        for a GPU never placed in any of them."""
         with session_scope(self.session_factory) as session:
             row = session.get(LedgerGpu, uuid)
             if row is None:
                 return None
-            links = [
-                _link(r)
-                for r in session.scalars(
-                    select(LedgerLink).where(LedgerLink.gpu_uuid == uuid).order_by(LedgerLink.at)
-                )
+            placed = select(LedgerPlacement).where(LedgerPlacement.gpu_uuid == uuid)
+            linked = select(LedgerLink).where(LedgerLink.gpu_uuid == uuid)
+            swapped = select(LedgerConflict).where(
+                or_(LedgerConflict.known_uuid == uuid, LedgerConflict.seen_uuid == uuid)
+            )
+            if clusters is not None:
+                placed = placed.where(LedgerPlacement.cluster.in_(list(clusters)))
+                linked = linked.where(LedgerLink.cluster.in_(list(clusters)))
+                swapped = swapped.where(LedgerConflict.cluster.in_(list(clusters)))
+            placements = [
+                _placement(p) for p in session.scalars(placed.order_by(LedgerPlacement.from_at))
             ]
-            placements = session.scalars(
-                select(LedgerPlacement)
-                .where(LedgerPlacement.gpu_uuid == uuid)
-                .order_by(LedgerPlacement.from_at)
-            )
-            conflicts = session.scalars(
-                select(LedgerConflict)
-                .where(or_(LedgerConflict.known_uuid == uuid, LedgerConflict.seen_uuid == uuid))
-                .order_by(LedgerConflict.at)
-            )
+            if clusters is not None and not placements:
+                return None
+            links = [_link(r) for r in session.scalars(linked.order_by(LedgerLink.at))]
+            conflicts = session.scalars(swapped.order_by(LedgerConflict.at))
             return GpuLife(
                 _summary(row, sum(1 for link in links if link.subject == SIGNAL)),
-                tuple(_placement(p) for p in placements),
+                tuple(placements),
                 tuple(links),
                 tuple(_conflict(c) for c in conflicts),
             )
 
-    def machine(self, machine_id: str) -> MachineLife | None:
+    def machine(
+        self, machine_id: str, clusters: Collection[str] | None = None
+    ) -> MachineLife | None:
         with session_scope(self.session_factory) as session:
             row = session.get(LedgerMachine, machine_id)
-            if row is None:
+            if row is None or (clusters is not None and row.cluster not in clusters):
                 return None
-            placements = session.scalars(
-                select(LedgerPlacement)
-                .where(LedgerPlacement.machine_id == machine_id)
-                .order_by(LedgerPlacement.from_at)
-            )
-            links = session.scalars(
-                select(LedgerLink)
-                .where(LedgerLink.machine_id == machine_id)
-                .order_by(LedgerLink.at)
-            )
+            placed = select(LedgerPlacement).where(LedgerPlacement.machine_id == machine_id)
+            linked = select(LedgerLink).where(LedgerLink.machine_id == machine_id)
+            if clusters is not None:
+                placed = placed.where(LedgerPlacement.cluster.in_(list(clusters)))
+                linked = linked.where(LedgerLink.cluster.in_(list(clusters)))
+            placements = session.scalars(placed.order_by(LedgerPlacement.from_at))
+            links = session.scalars(linked.order_by(LedgerLink.at))
             return MachineLife(
                 row.id,
                 row.provider_id,
