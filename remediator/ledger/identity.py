@@ -6,6 +6,7 @@ the agent and the intake read the inputs."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ class GpuIdentity:
     driver: str | None = None
 
 
+@functools.lru_cache(maxsize=4096)  # a fleet has a few dozen distinct spellings; cycles repeat them
 def pci(bus_id: str | None) -> str | None:
     """`0000:18:00`, the key the agent and the kernel log use: nvidia-smi and DCGM write
     `00000000:18:00.0`, the driver `0000:18:00.0`, NVRM `PCI:0000:18:00`; one slot for all."""

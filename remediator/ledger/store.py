@@ -10,7 +10,7 @@ ask ("which remediations concerned this GPU since T"), never a table for the cal
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -120,7 +120,6 @@ class MachineLife:
 @dataclass
 class _Slot:
     uuid: str
-    placement_id: int
     from_at: datetime
 
 
@@ -184,37 +183,36 @@ class Ledger:
         self.cluster = cluster
         self.clock: Clock = clock or SystemClock()
         self._nodes: dict[str, _NodePicture] = {}
+        self._where: dict[str, str] = {}  # GPU UUID → the node whose picture holds it
+        self._loaded = False
         self._lock = threading.Lock()
 
     # --- sightings -------------------------------------------------------------------------
 
     def _picture(self, session: Session, node: str) -> _NodePicture:
-        picture = self._nodes.get(node)
-        if picture is not None:
-            return picture
-        picture = _NodePicture()
-        machine = session.scalar(
-            select(LedgerMachine.id)
-            .where(LedgerMachine.cluster == self.cluster, LedgerMachine.node == node)
-            .order_by(LedgerMachine.last_seen_at.desc())
-            .limit(1)
-        )
-        picture.machine = machine
-        rows = session.scalars(
-            select(LedgerPlacement).where(
-                LedgerPlacement.cluster == self.cluster,
-                LedgerPlacement.node == node,
-                LedgerPlacement.to_at.is_(None),
-            )
-        )
-        for row in rows:
-            slot = _Slot(row.gpu_uuid, row.id, row.from_at)
-            if row.pci_bus_id is not None:
-                picture.by_pci[row.pci_bus_id] = slot
-            if row.gpu_index is not None:
-                picture.by_index[row.gpu_index] = slot
-        self._nodes[node] = picture
-        return picture
+        """The node's picture; the first call loads the whole cluster's in two queries (open
+        placements, machines), so a fleet's first cycle is not a query per node."""
+        if not self._loaded:
+            for machine in session.scalars(
+                select(LedgerMachine)
+                .where(LedgerMachine.cluster == self.cluster)
+                .order_by(LedgerMachine.last_seen_at)
+            ):
+                self._nodes.setdefault(machine.node, _NodePicture()).machine = machine.id
+            for row in session.scalars(
+                select(LedgerPlacement).where(
+                    LedgerPlacement.cluster == self.cluster, LedgerPlacement.to_at.is_(None)
+                )
+            ):
+                picture = self._nodes.setdefault(row.node, _NodePicture())
+                slot = _Slot(row.gpu_uuid, row.from_at)
+                self._where[row.gpu_uuid] = row.node
+                if row.pci_bus_id is not None:
+                    picture.by_pci[row.pci_bus_id] = slot
+                if row.gpu_index is not None:
+                    picture.by_index[row.gpu_index] = slot
+            self._loaded = True
+        return self._nodes.setdefault(node, _NodePicture())
 
     def observe_machine(
         self,
@@ -281,18 +279,40 @@ class Ledger:
         """GPUs a node reports (the agent's inventory, DCGM's labels). Writes only what changed;
         a different UUID at a PCI address that had one on the same machine is a conflict (a
         swapped card): recorded and the new card placed, never merged into the old one."""
+        return self.observe_many({node: (gpus, at)})
+
+    def observe_many(
+        self, sightings: Mapping[str, tuple[Sequence[GpuIdentity], datetime]]
+    ) -> list[Conflict]:
+        """`observe_gpus` for many nodes in one transaction (a cycle's signals)."""
         conflicts: list[Conflict] = []
-        gpus = [replace(g, pci_bus_id=pci(g.pci_bus_id)) for g in gpus]
+        wanted: dict[str, tuple[list[GpuIdentity], datetime]] = {}
+        for node, (gpus, at) in sightings.items():
+            unique = {g.uuid: replace(g, pci_bus_id=pci(g.pci_bus_id)) for g in gpus}
+            wanted[node] = (list(unique.values()), at)
         with self._lock:
-            picture = self._nodes.get(node)
-            if picture is not None and all(self._unchanged(picture, g) for g in gpus):
+            changed = {
+                node: (gpus, at)
+                for node, (gpus, at) in wanted.items()
+                if (picture := self._nodes.get(node)) is None
+                or not all(self._unchanged(picture, g) for g in gpus)
+            }
+            if not changed:
                 return conflicts
             with session_scope(self.session_factory, write=True) as session:
-                picture = self._picture(session, node)
-                for gpu in gpus:
-                    if self._unchanged(picture, gpu):
-                        continue
-                    conflicts.extend(self._place(session, picture, node, gpu, at))
+                uuids = [g.uuid for gpus, _ in changed.values() for g in gpus]
+                known = {
+                    row.uuid: row
+                    for start in range(0, len(uuids), 500)
+                    for row in session.scalars(
+                        select(LedgerGpu).where(LedgerGpu.uuid.in_(uuids[start : start + 500]))
+                    )
+                }
+                for node, (gpus, at) in changed.items():
+                    picture = self._picture(session, node)
+                    for gpu in gpus:
+                        if not self._unchanged(picture, gpu):
+                            conflicts.extend(self._place(session, picture, node, gpu, at, known))
         return conflicts
 
     @staticmethod
@@ -307,29 +327,36 @@ class Ledger:
         return slot is not None and slot.uuid == gpu.uuid
 
     def _place(
-        self, session: Session, picture: _NodePicture, node: str, gpu: GpuIdentity, at: datetime
+        self,
+        session: Session,
+        picture: _NodePicture,
+        node: str,
+        gpu: GpuIdentity,
+        at: datetime,
+        known: dict[str, LedgerGpu],
     ) -> list[Conflict]:
         conflicts: list[Conflict] = []
-        row = session.get(LedgerGpu, gpu.uuid)
+        row = known.get(gpu.uuid)
         if row is None:
-            session.add(
-                LedgerGpu(
-                    uuid=gpu.uuid,
-                    serial=gpu.serial,
-                    model=gpu.model,
-                    vbios=gpu.vbios,
-                    driver=gpu.driver,
-                    first_seen_at=at,
-                    last_seen_at=at,
-                )
+            row = LedgerGpu(
+                uuid=gpu.uuid,
+                serial=gpu.serial,
+                model=gpu.model,
+                vbios=gpu.vbios,
+                driver=gpu.driver,
+                first_seen_at=at,
+                last_seen_at=at,
             )
-            session.flush()
+            session.add(row)
+            known[gpu.uuid] = row
+            seen_before = False
         else:
             row.last_seen_at = max(row.last_seen_at, at)
             row.serial = gpu.serial or row.serial
             row.model = gpu.model or row.model
             row.vbios = gpu.vbios or row.vbios
             row.driver = gpu.driver or row.driver
+            seen_before = True
         old = picture.by_pci.get(gpu.pci_bus_id) if gpu.pci_bus_id is not None else None
         if old is not None and old.uuid != gpu.uuid and gpu.pci_bus_id is not None:
             conflict = LedgerConflict(
@@ -344,31 +371,35 @@ class Ledger:
             session.add(conflict)
             conflicts.append(_conflict(conflict))
         # Wherever this GPU sat before (another node, another slot), it sits there no more;
-        # nor does whatever sat in this slot.
-        stale = [s.placement_id for s in (old, picture.by_index.get(gpu.index or -1)) if s]
-        session.execute(
-            update(LedgerPlacement)
-            .where(
-                LedgerPlacement.to_at.is_(None),
-                or_(LedgerPlacement.gpu_uuid == gpu.uuid, LedgerPlacement.id.in_(stale)),
+        # nor does whatever sat in this slot. A GPU never seen before sat nowhere.
+        by_index = picture.by_index.get(gpu.index) if gpu.index is not None else None
+        stale = {s.uuid for s in (old, by_index) if s is not None}
+        if seen_before:
+            stale.add(gpu.uuid)
+        if stale:
+            session.execute(
+                update(LedgerPlacement)
+                .where(LedgerPlacement.to_at.is_(None), LedgerPlacement.gpu_uuid.in_(stale))
+                .values(to_at=at)
             )
-            .values(to_at=at)
+        for uuid in stale:
+            before = self._nodes.get(self._where.pop(uuid, ""))
+            if before is not None:
+                before.by_pci = {k: s for k, s in before.by_pci.items() if s.uuid != uuid}
+                before.by_index = {k: s for k, s in before.by_index.items() if s.uuid != uuid}
+        self._where[gpu.uuid] = node
+        session.add(
+            LedgerPlacement(
+                gpu_uuid=gpu.uuid,
+                machine_id=picture.machine,
+                cluster=self.cluster,
+                node=node,
+                pci_bus_id=gpu.pci_bus_id,
+                gpu_index=gpu.index,
+                from_at=at,
+            )
         )
-        for other in self._nodes.values():
-            other.by_pci = {k: s for k, s in other.by_pci.items() if s.uuid != gpu.uuid}
-            other.by_index = {k: s for k, s in other.by_index.items() if s.uuid != gpu.uuid}
-        placement = LedgerPlacement(
-            gpu_uuid=gpu.uuid,
-            machine_id=picture.machine,
-            cluster=self.cluster,
-            node=node,
-            pci_bus_id=gpu.pci_bus_id,
-            gpu_index=gpu.index,
-            from_at=at,
-        )
-        session.add(placement)
-        session.flush()
-        slot = _Slot(gpu.uuid, placement.id, at)
+        slot = _Slot(gpu.uuid, at)
         if gpu.pci_bus_id is not None:
             picture.by_pci[gpu.pci_bus_id] = slot
         if gpu.index is not None:
@@ -391,6 +422,9 @@ class Ledger:
                 machine = machine_id("", {}, serial)
                 self.observe_machine(signal.node, machine, signal.observed_at, dmi_serial=serial)
             if signal.gpu_uuid is not None:
+                if self._known_at(signal.node, signal.gpu_uuid, address, signal.gpu):
+                    out.append(signal)  # the steady state: a dict lookup, nothing to learn
+                    continue
                 if address is not None or signal.gpu is not None:
                     at = first.get(signal.node, signal.observed_at)
                     first[signal.node] = min(at, signal.observed_at)
@@ -408,11 +442,18 @@ class Ledger:
                 continue
             uuid = self.gpu_at(signal.node, address, signal.gpu, signal.observed_at)
             out.append(signal if uuid is None else signal.model_copy(update={"gpu_uuid": uuid}))
-        for node, gpus in learned.items():
-            picture = self._nodes.get(node)
-            if picture is None or not all(self._unchanged(picture, g) for g in gpus):
-                self.observe_gpus(node, gpus, first[node])
+        if learned:
+            self.observe_many({node: (gpus, first[node]) for node, gpus in learned.items()})
         return out
+
+    def _known_at(self, node: str, uuid: str, address: str | None, index: int | None) -> bool:
+        picture = self._nodes.get(node)
+        if picture is None:
+            return False
+        slot = picture.by_pci.get(address) if address is not None else None
+        if slot is None and address is None and index is not None:
+            slot = picture.by_index.get(index)
+        return slot is not None and slot.uuid == uuid
 
     def gpu_at(self, node: str, address: str | None, index: int | None, at: datetime) -> str | None:
         if address is None and index is None:
