@@ -415,7 +415,13 @@ class Ledger:
         out: list[Signal] = []
         learned: dict[str, list[GpuIdentity]] = {}
         first: dict[str, datetime] = {}
+        where = self._where
         for signal in signals:
+            uuid = signal.gpu_uuid
+            known = uuid is not None and where.get(uuid) == signal.node
+            if known and DMI_LABEL not in signal.labels:
+                out.append(signal)  # the steady state: one dict lookup, nothing to learn
+                continue
             address = signal_pci(signal)
             serial = dmi_serial(signal.labels.get(DMI_LABEL))
             if serial is not None:
