@@ -48,9 +48,11 @@ def plan_tray_fault(
     pods: Iterable[Pod],
     ready: Mapping[str, bool],
     busy: frozenset[str] = frozenset(),
+    taken: str | None = None,
 ) -> TrayPlan:
     """`ready`: node → Ready; `busy`: nodes out of service for another reason (cordoned, under
-    remediation), which are no spare to take."""
+    remediation), which are no spare to take; `taken`: the spare this fault already took into
+    service (the step runs again after a restart: it takes no second one)."""
     live = [p for p in pods if p.deletion_timestamp is None and p.phase in ("Pending", "Running")]
     gangs = sorted({g for p in live if p.node_name == tray and (g := gang_of(p)) is not None})
     notify = tuple(
@@ -71,11 +73,15 @@ def plan_tray_fault(
             (),
             f"{tray} has no clique label: remediated per node",
         )
-    spares = [
-        node
-        for node in domain.spares
-        if node != tray and ready.get(node, False) and node not in busy
-    ]
+    spares = (
+        [taken]
+        if taken is not None
+        else [
+            node
+            for node in domain.spares
+            if node != tray and ready.get(node, False) and node not in busy
+        ]
+    )
     if spares:
         spare = spares[0]
         return TrayPlan(

@@ -94,3 +94,11 @@ def test_a_tray_without_clique_label_is_per_node() -> None:
     plain = labels() | {"plain": {}}
     plan = plan_tray_fault("plain", build_topology(plain), PODS, READY)
     assert plan.decision == "per_node" and plan.domain is None
+
+
+def test_a_spare_already_taken_for_this_fault_is_kept_after_a_restart() -> None:
+    # The spare's label is gone once taken: the topology no longer lists it as a spare.
+    after = labels()
+    del after["nvl-r0-t16"][SPARE_LABEL]
+    plan = plan_tray_fault("nvl-r0-t03", build_topology(after), PODS, READY, taken="nvl-r0-t16")
+    assert plan.decision == "spare" and plan.spare == "nvl-r0-t16"
