@@ -49,12 +49,15 @@ def plan_tray_fault(
     ready: Mapping[str, bool],
     busy: frozenset[str] = frozenset(),
     taken: str | None = None,
+    known_gangs: Iterable[str] = (),
 ) -> TrayPlan:
     """`ready`: node → Ready; `busy`: nodes out of service for another reason (cordoned, under
     remediation), which are no spare to take; `taken`: the spare this fault already took into
-    service (the step runs again after a restart: it takes no second one)."""
+    service (the step runs again after a restart: it takes no second one); `known_gangs`: the
+    gangs noticed in an earlier round, whose pods on this tray may be gone by now."""
     live = [p for p in pods if p.deletion_timestamp is None and p.phase in ("Pending", "Running")]
-    gangs = sorted({g for p in live if p.node_name == tray and (g := gang_of(p)) is not None})
+    on_tray = {g for p in live if p.node_name == tray and (g := gang_of(p)) is not None}
+    gangs = sorted(on_tray | set(known_gangs))
     notify = tuple(
         sorted(
             (p for p in live if gang_of(p) in gangs),

@@ -34,10 +34,18 @@ def plan(record: RemediationRecord, ctx: StepContext) -> TrayPlan | None:
     if place is None:
         return None
     on_tray = [p for p in ctx.kube.list_pods_on_node(record.node) if GANG_LABEL in p.labels]
+    # Once the tray's own pods are gone the gangs are known from the timeline: the later rounds
+    # of the grace still owe the other trays' pods their eviction.
+    known = noticed_gangs(record)
+    gangs = {(p.namespace, p.labels[GANG_LABEL]) for p in on_tray} | known
+    # The pods the Job creates anew once the old ones are evicted are not the gang this fault
+    # broke: only pods older than the step get its notice.
+    started = ctx.entered(record)
     pods: dict[str, Pod] = {}
-    for namespace, gang in sorted({(p.namespace, p.labels[GANG_LABEL]) for p in on_tray}):
+    for namespace, gang in sorted(gangs):
         for pod in ctx.kube.list_pods(namespace, f"{GANG_LABEL}={gang}"):
-            pods[pod.key] = pod
+            if pod.created_at is None or pod.created_at <= started:
+                pods[pod.key] = pod
     if not pods:
         return None
     # A spare already taken for this remediation (a restart mid-step) is still its spare.
@@ -45,8 +53,26 @@ def plan(record: RemediationRecord, ctx: StepContext) -> TrayPlan | None:
     ready = {n.name: n.ready for n in nodes}
     busy = frozenset(n.name for n in nodes if n.unschedulable)
     return plan_tray_fault(
-        record.node, topology, pods.values(), ready, busy, taken[0] if taken else None
+        record.node,
+        topology,
+        pods.values(),
+        ready,
+        busy,
+        taken[0] if taken else None,
+        (f"{namespace}/{name}" for namespace, name in known),
     )
+
+
+def noticed_gangs(record: RemediationRecord) -> set[tuple[str, str]]:
+    """(namespace, gang) of the gangs this remediation's grace step has already noticed."""
+    found: set[tuple[str, str]] = set()
+    for event in record.events:
+        gang = event.detail.get("gang")
+        if isinstance(gang, dict):
+            for key in gang.get("gangs", ()):
+                namespace, _, name = str(key).partition("/")
+                found.add((namespace, name))
+    return found
 
 
 def take_spare(ctx: StepContext, record: RemediationRecord, spare: str) -> None:
