@@ -52,6 +52,10 @@ NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
 # The look-back of the counter queries: the NVLink fold window, so that one burst is one event
 # (see signals/dedup.py). Two minutes are four DCGM scrapes: one missed scrape hides nothing.
 COUNTER_WINDOW = f"{int(FOLD_COUNTER_WINDOW.total_seconds())}s"
+# DCGM's per-link NVLink error counters (links 0-17; dcgm_fields.h), and the step their
+# increase is sampled at: a subquery, since the link number is read from the metric name.
+NVLINK_PER_LINK = "DCGM_FI_DEV_NVLINK_(CRC_FLIT|CRC_DATA|REPLAY|RECOVERY)_ERROR_COUNT_L[0-9]+"
+PER_LINK_STEP = "5s"
 
 
 def _tag(expr: str, problem: str) -> str:
@@ -67,16 +71,24 @@ class PrometheusQueries(BaseModel):
 
     xid: str | None = "DCGM_FI_DEV_XID_ERRORS != 0"
     thermal: str | None = "DCGM_FI_DEV_GPU_TEMP"
-    # Each counter is tagged before the sum: increase() drops the metric name, and several
-    # series with one label set in a vector is an execution error in PromQL.
+    # Per link where the exporter has DCGM's per-link fields (`DCGM_FI_DEV_NVLINK_<C>_ERROR_
+    # COUNT_L<n>`, NVLink domains' trays): each link a signal with a `link` label, so a failing
+    # link names its GPU and link. Elsewhere the GPU's totals, one signal per GPU. Each counter
+    # is tagged before the sum: increase() drops the metric name, and several series with one
+    # label set in a vector is an execution error in PromQL.
     nvlink: str | None = (
-        f"sum by ({GPU_KEYS}) ("
+        f"(sum by ({GPU_KEYS}, link) (increase(label_replace(label_replace("
+        f'{{__name__=~"{NVLINK_PER_LINK}"}}, "link", "$1", "__name__", ".*_L([0-9]+)$"),'
+        f' "counter", "$1", "__name__", "DCGM_FI_DEV_NVLINK_(.+)_ERROR_COUNT_L[0-9]+")'
+        f"[{COUNTER_WINDOW}:{PER_LINK_STEP}]))"
+        f" or (sum by ({GPU_KEYS}) ("
         + " or ".join(
             f"label_replace(increase(DCGM_FI_DEV_NVLINK_{c}_ERROR_COUNT_TOTAL[{COUNTER_WINDOW}]),"
             f' "counter", "{c.lower()}", "", "")'
             for c in NVLINK_COUNTERS
         )
-        + ") > 0"
+        + f') unless on ({GPU_KEYS}) group by ({GPU_KEYS}) ({{__name__=~"{NVLINK_PER_LINK}"}})'
+        + ")) > 0"
     )
     # New double-bit errors (code 1) are told apart from a lifetime count above zero (code 2),
     # which stays true long after the event.
@@ -120,7 +132,8 @@ class PrometheusQueries(BaseModel):
         changes: dict[str, Any] = {}
         for name in ("nvlink", "ecc", "gpu_missing", "infiniband"):
             query: str = getattr(base, name)
-            query = query.replace(f"[{COUNTER_WINDOW}]", f"[{counters}]").replace(
+            query = query.replace(f"[{COUNTER_WINDOW}]", f"[{counters}]")
+            query = query.replace(f"[{COUNTER_WINDOW}:", f"[{counters}:").replace(
                 "offset 5m", f"offset {missing}"
             )
             changes[name] = query.replace("[1h]", f"[{symbol_errors}]")
