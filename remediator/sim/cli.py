@@ -7,8 +7,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from remediator.sim import nvl72
 from remediator.sim.faults import inject as inject_module
 from remediator.sim.launch import DEFAULT_RBAC
+from remediator.sim.nvl72 import TOPOLOGIES
 from remediator.sim.serve import ServeOptions, serve
 
 CLOUDS = ("http", "aws", "clusterapi", "gce")
@@ -25,6 +27,16 @@ def doa_rate(text: str) -> float:
     return value
 
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a positive integer, not {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer, not {text}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
     sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
@@ -32,6 +44,31 @@ def register(subparsers: Any) -> None:
     run = sub.add_parser("serve", help="serve the Kubernetes, node-pool, metrics and inject APIs")
     run.add_argument("--nodes", type=int, default=4, help="GPU nodes to seed (default 4)")
     run.add_argument("--gpus-per-node", type=int, default=8)
+    run.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="default",
+        help="default: two pools of 8-GPU nodes (--nodes, --gpus-per-node); nvl72: --racks GB200 "
+        "NVL72 racks of 18 four-GPU trays in one NVLink domain each, one gang Job per clique",
+    )
+    run.add_argument(
+        "--racks", type=positive, default=1, help="NVL72 racks (--topology nvl72; default 1)"
+    )
+    run.add_argument(
+        "--cliques-per-rack",
+        type=positive,
+        default=1,
+        metavar="K",
+        help="split each rack's trays into K NVLink partitions (cliques; default 1)",
+    )
+    run.add_argument(
+        "--spare-trays",
+        type=int,
+        default=2,
+        metavar="S",
+        help="the last S trays of each rack are spares: labelled and tainted "
+        "remediator.io/spare=true:NoSchedule (default 2)",
+    )
     run.add_argument("--kubeconfig", type=Path, required=True, help="where to write the kubeconfig")
     run.add_argument(
         "--ready-file",
@@ -109,6 +146,11 @@ def register(subparsers: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.topology == "nvl72":
+        try:
+            nvl72.layout(args.racks, args.cliques_per_rack, args.spare_trays)
+        except ValueError as exc:
+            raise SystemExit(f"sim serve: {exc}") from exc
     return serve(
         ServeOptions(
             nodes=args.nodes,
@@ -129,5 +171,9 @@ def _serve(args: argparse.Namespace) -> int:
             slurm=args.slurm,
             rbac=args.rbac,
             doa_rate=args.doa_rate,
+            topology=args.topology,
+            racks=args.racks,
+            cliques_per_rack=args.cliques_per_rack,
+            spare_trays=args.spare_trays,
         )
     )

@@ -66,7 +66,7 @@ def _gangs(count: int) -> list[int]:
     return sizes
 
 
-def _daemonset(name: str, namespace: str, image: str, port: int | None) -> Obj:
+def daemonset(name: str, namespace: str, image: str, port: int | None) -> Obj:
     labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
@@ -301,13 +301,13 @@ def plan(nodes: int, gpus_per_node: int = 8) -> FleetPlan:
         index += 1
 
     daemonsets = [
-        _daemonset(
+        daemonset(
             "nvidia-dcgm-exporter",
             "gpu-operator",
             "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.7-3.5.0-ubuntu22.04",
             9400,
         ),
-        _daemonset(
+        daemonset(
             "node-problem-detector",
             "kube-system",
             "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.19",

@@ -105,9 +105,11 @@ def start_sim(
     slurm: bool = False,
     rbac: Path | bool = True,
     doa_rate: float = 0.0,
+    extra_args: tuple[str, ...] = (),
 ) -> SimHandle:
     """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
-    controller's is `controller_kubeconfig`), a path other manifests, False none."""
+    controller's is `controller_kubeconfig`), a path other manifests, False none. `extra_args`
+    go to `sim serve` as they are (`("--topology", "nvl72", "--racks", "2")`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / "ready.json"
     log = (workdir / "sim.log").open("wb")
@@ -136,6 +138,7 @@ def start_sim(
             *(["--slurm"] if slurm else []),
             *(["--rbac"] if rbac is True else ["--rbac", str(rbac)] if rbac else []),
             *(["--doa-rate", str(doa_rate)] if doa_rate else []),
+            *extra_args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

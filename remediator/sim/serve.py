@@ -25,7 +25,7 @@ import uvicorn
 import yaml
 from starlette.types import ASGIApp
 
-from remediator.sim import fleet
+from remediator.sim import fleet, nvl72
 from remediator.sim.kube.api.faults import KubeFaultMiddleware, KubeFaults
 from remediator.sim.kube.api.rbac import Rbac, RbacMiddleware, load_manifests
 from remediator.sim.kube.api.server import create_kube_app
@@ -60,6 +60,10 @@ class ServeOptions:
     slurm: bool = False  # a real slurmctld + one slurmd per node, beside the cluster
     rbac: Path | None = None  # RBAC manifests to enforce for the ServiceAccounts' tokens
     doa_rate: float = 0.0  # the fraction of new nodes that arrive with a hardware fault
+    topology: str = "default"  # or "nvl72": racks of GB200 trays (sim/nvl72.py)
+    racks: int = 1
+    cliques_per_rack: int = 1
+    spare_trays: int = 2
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -193,7 +197,15 @@ def serve(options: ServeOptions) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     options.ready_file.unlink(missing_ok=True)  # present exactly while this process serves
     cluster = SimCluster()
-    cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
+    racks = (
+        nvl72.layout(options.racks, options.cliques_per_rack, options.spare_trays)
+        if options.topology == "nvl72"
+        else []
+    )
+    if racks:
+        cluster.seed(nvl72.plan(options.racks, options.cliques_per_rack, options.spare_trays))
+    else:
+        cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
     rbac = load_rbac(options)
@@ -205,6 +217,7 @@ def serve(options: ServeOptions) -> int:
         kube_faults=kube_faults,
         reboot_seconds=options.reboot_seconds,
         doa_rate=options.doa_rate,
+        racks=racks or None,
     )
     socks = {
         "kube_url": bind(options.host, options.kube_port),
@@ -277,6 +290,7 @@ def serve(options: ServeOptions) -> int:
             **node_root,
             "provider": provider,
             "cloud": options.cloud,
+            "topology": options.topology,
             **extra,
             **({"service_accounts": accounts} if rbac else {}),
             "pid": os.getpid(),

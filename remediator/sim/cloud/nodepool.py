@@ -266,9 +266,24 @@ class PoolCluster(Protocol):
         gpus: int,
         labels: dict[str, str] | None = None,
         ready_after: float = 0.0,
+        taints: list[Obj] | None = None,
     ) -> Obj: ...
 
     def remove_node(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a replacement goes when the old machine had a fixed place (an NVL72 rack's tray
+    slot): its name and the labels and taints of that place."""
+
+    name: str
+    labels: dict[str, str]
+    taints: list[Obj]
+
+
+# The place of a node being replaced (by name), or None for a node of no fixed place.
+Positions = Callable[[str], Position | None]
 
 
 @dataclass(frozen=True)
@@ -308,8 +323,10 @@ class NodePoolService:
         clock: Clock,
         provision_delay: float = 3.0,
         default_spare: int = DEFAULT_SPARE_CAPACITY,
+        positions: Positions | None = None,
     ) -> None:
         self._cluster = cluster
+        self._positions = positions
         self._clock = clock
         self.provision_delay = provision_delay
         self._default_spare = default_spare
@@ -517,12 +534,24 @@ class NodePoolService:
             op.new_node = new_name
 
     def _replace_instance(self, op: Operation) -> str:
-        """Terminate the old instance, then register a new one from the pool's template."""
+        """Terminate the old instance, then register a new one from the pool's template (at the
+        old one's position, under its name, where it had one)."""
         store = self._cluster.store
         if store.find("nodes", "", op.node) is not None:
             self._cluster.remove_node(op.node)
         with self._lock:
             template = self._templates[op.pool]
+        position = self._positions(op.node) if self._positions else None
+        if position is not None:
+            self._cluster.add_node(
+                position.name,
+                op.pool,
+                template.gpus,
+                {**template.labels, **position.labels},
+                ready_after=self.provision_delay,
+                taints=position.taints,
+            )
+            return position.name
         attempt = 0
         name = f"{op.pool}-{name_suffix(op.id)}"
         while store.find("nodes", "", name) is not None:

@@ -42,9 +42,11 @@ from starlette.routing import Route
 
 from remediator.errors import validation_message
 from remediator.sim.cloud.nodepool import NodePoolError, NodePoolService, error_response
+from remediator.sim.faults.racks import RACK_FAULT, RackFault, RackFaults, is_rack_fault
 from remediator.sim.kube.api.faults import KUBE_FAULT, KubeFaults
 from remediator.sim.kube.api.kobj import GPU_RESOURCE
 from remediator.sim.kube.api.store import ApiError, Obj, ObjectStore
+from remediator.sim.rack.fabric import UnknownRack
 from remediator.sim.telemetry.exporters import XID_OFF_BUS, Telemetry, UnknownNode, xid_message
 
 CONDITION_STATUSES = ("True", "False", "Unknown")
@@ -321,6 +323,17 @@ class FaultInjector:
         self._nodepool = nodepool
         self._lock = threading.Lock()
         self._conditions: dict[str, dict[str, str]] = {}  # node -> condition -> injected status
+        self.racks: RackFaults | None = None  # NVL72 racks' faults (sim/faults/racks.py)
+
+    def apply_rack(self, fault: RackFault) -> str:
+        if self.racks is None:
+            raise BadFault(400, "no_racks", "this simulator has no racks (--topology nvl72)")
+        try:
+            return self.racks.apply(fault)
+        except UnknownRack as exc:
+            raise BadFault(404, "rack_not_found", str(exc)) from exc
+        except ValueError as exc:
+            raise BadFault(400, "invalid_fault", str(exc)) from exc
 
     def apply(self, fault: Fault) -> str:
         """Carry out one fault; the sentence that says what was done."""
@@ -456,6 +469,8 @@ class FaultInjector:
                             "status": status,
                         }
                     )
+        if self.racks is not None:
+            faults.extend(self.racks.fabric.active())
         return faults
 
     def hardware(self, node: str | None) -> list[dict[str, Any]]:
@@ -567,8 +582,20 @@ def _parse(adapter: TypeAdapter[Any], raw: bytes) -> Any:
 
 def build_inject_app(injector: FaultInjector, kube_faults: KubeFaults) -> Starlette:
     async def post_fault(request: Request) -> Response:
+        raw = await request.body()
         try:
-            fault = _parse(FAULT, await request.body())
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if is_rack_fault(data):
+            try:
+                rack_fault = _parse(RACK_FAULT, raw)
+                message = injector.apply_rack(rack_fault)
+            except BadFault as err:
+                return error_response(err.status, err.code, err.message)
+            return JSONResponse({"applied": rack_fault.model_dump(), "message": message})
+        try:
+            fault = _parse(FAULT, raw)
             message = injector.apply(fault)
         except BadFault as err:
             return error_response(err.status, err.code, err.message)
@@ -670,6 +697,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--url", required=True, help="the inject API (inject_url in the ready file)"
     )
     parser.add_argument("--node", help="the node to break (node faults)")
+    parser.add_argument("--rack", type=int, help="the NVL72 rack (--sxid, --rack-power, --clear)")
+    parser.add_argument("--switch", type=int, default=0, help="with --sxid: the NVSwitch tray")
+    parser.add_argument("--fatal", action="store_true", help="with --sxid: a fatal SXid")
     parser.add_argument("--gpu", type=int, metavar="N", help="the GPU index, where it applies")
     parser.add_argument("--ib-device", default="mlx5_0", help="InfiniBand device (mlx5_0…)")
     parser.add_argument(
@@ -678,6 +708,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout in seconds")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--xid", type=int, metavar="CODE", help="an XID on --gpu")
+    what.add_argument("--sxid", type=int, metavar="CODE", help="an SXid on --rack's --switch")
+    what.add_argument("--rack-power", action="store_true", help="--rack loses power")
     what.add_argument("--temp", type=float, metavar="CELSIUS", help="overheat toward CELSIUS")
     what.add_argument("--nvlink-errors", type=int, metavar="COUNT", help="an NVLink error burst")
     what.add_argument("--ib-link-down", action="store_true", help="take an IB link down")
@@ -719,9 +751,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def fault_body(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON a command line asks for; ValueError names what is malformed."""
+    rack_wanted = getattr(args, "sxid", None) is not None or getattr(args, "rack_power", False)
+    if rack_wanted and getattr(args, "rack", None) is None:
+        raise ValueError("--rack is required for --sxid and --rack-power")
+    if getattr(args, "rack", None) is not None:
+        body: dict[str, Any] = {"rack": args.rack}
+        if args.sxid is not None:
+            body.update(type="sxid", switch=args.switch, code=args.sxid, fatal=args.fatal)
+        elif args.rack_power:
+            body.update(type="rack_power")
+        elif args.clear:
+            body.update(type="clear")
+        else:
+            raise ValueError("--rack goes with --sxid, --rack-power or --clear")
+        return body
     if args.node is None:
         raise ValueError("--node is required for a node fault")
-    body: dict[str, Any] = {"node": args.node}
+    body = {"node": args.node}
     gpu = {"gpu": args.gpu} if args.gpu is not None else {}
     persistent = {"persistent": True} if getattr(args, "persistent", False) else {}
     if persistent and args.xid is None and not args.gpu_missing:

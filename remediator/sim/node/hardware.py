@@ -53,6 +53,7 @@ GPU_MODELS: dict[str, GpuModel] = {
     "NVIDIA H100 80GB HBM3": GpuModel(81559, "2330", "96.00.99.00.01", 700, 480.0),
     "NVIDIA H200": GpuModel(143771, "2335", "96.00.A5.00.01", 700, 480.0),
     "NVIDIA A100-SXM4-80GB": GpuModel(81920, "20B2", "92.00.36.00.02", 400, 230.0),
+    "NVIDIA GB200": GpuModel(189471, "2941", "97.00.82.00.0F", 1200, 720.0),
 }
 # A model the table does not know: a PCIe card, whose GPUs talk over the host bridge.
 GENERIC_MODEL = GpuModel(46068, "26B9", "95.02.18.80.01", 300, 20.0)

@@ -63,6 +63,16 @@ class SimHosts:
     def kmsg(self, node: str) -> Path:
         return self.host_root(node) / KMSG
 
+    def write_kernel(self, node: str, message: str, priority: int) -> bool:
+        """A kernel log record on `node` (a line another part of the machine logs, such as an
+        NVSwitch's SXid); False when the node has no host."""
+        with self._lock:
+            log = self._logs.get(node)
+        if log is None:
+            return False
+        log.write(message, priority)
+        return True
+
     def _on_node(self, event: WatchEvent) -> None:
         if event.type == "ADDED":
             self._boot(event.object)

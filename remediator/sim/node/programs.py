@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from remediator.sim.kube.controllers.context import ProgramRun
-from remediator.sim.node import ibstat, nccl, smi
+from remediator.sim.node import ibstat, nccl, smi, smi_query
 from remediator.sim.node.hardware import DRIVER_VERSION, Profile, pci_bus_id
 from remediator.sim.telemetry.exporters import Inventory
+
+if TYPE_CHECKING:
+    from remediator.sim.rack.fabric import TrayFabric
 
 DCGM_VERSION = "3.3.5"
 RESET_SECONDS = 0.3
@@ -35,6 +38,7 @@ REBOOT_COMMAND_SECONDS = 0.2
 SMI_SECONDS = 0.1
 IBSTAT_SECONDS = 0.1
 ALL_REDUCE_SECONDS = 1.0
+FM_UNIT = "nvidia-fabricmanager"
 # (category, test, per GPU) by the level that first runs it.
 DIAG_TESTS: dict[int, tuple[tuple[str, str, bool], ...]] = {
     1: (
@@ -143,8 +147,11 @@ def diag_report(
 
 
 class HostPrograms:
-    def __init__(self, repairs: NodeRepairs) -> None:
+    def __init__(
+        self, repairs: NodeRepairs, fabric: Callable[[str], TrayFabric | None] | None = None
+    ) -> None:
         self._repairs = repairs
+        self._fabric = fabric  # an NVL72 tray's view of its rack's fabric (sim/rack/fabric.py)
 
     def run(self, pod: Mapping[str, Any], node: str) -> ProgramRun | None:
         argv = container_command(pod)
@@ -153,8 +160,15 @@ class HostPrograms:
             return self._reset(argv, node)
         if "dcgmi" in words and "diag" in argv:
             return self._diag(argv, node)
+        if "nvidia-smi" in words and any(a in ("-q", "--query") for a in argv):
+            fabric = self._fabric(node) if self._fabric else None
+            inventory = self._repairs.inventory(node)
+            text = smi_query.report(inventory.profile, self._present(inventory), fabric)
+            return ProgramRun(0, text, SMI_SECONDS)
         if "nvidia-smi" in words:
             return self._smi(argv[words.index("nvidia-smi") :], node)
+        if "systemctl" in words and "is-active" in argv and FM_UNIT in argv:
+            return self._fabric_manager(node)
         if "all_reduce_perf" in words:
             return self._all_reduce(argv[words.index("all_reduce_perf") :], node)
         if "ibstat" in words:
@@ -211,6 +225,16 @@ class HostPrograms:
         inventory = self._repairs.inventory(node)
         result = ibstat.run(argv, inventory.profile, inventory.down_ports)
         return ProgramRun(result.exit_code, result.output, IBSTAT_SECONDS)
+
+    def _fabric_manager(self, node: str) -> ProgramRun:
+        """`systemctl is-active nvidia-fabricmanager`: exit 0 and "active", else 3 and
+        "failed" (after a fatal NVSwitch error) or "inactive" (a node without the service)."""
+        fabric = self._fabric(node) if self._fabric else None
+        if fabric is None:
+            return ProgramRun(3, "inactive\n", SMI_SECONDS)
+        if fabric.fm_active:
+            return ProgramRun(0, "active\n", SMI_SECONDS)
+        return ProgramRun(3, "failed\n", SMI_SECONDS)
 
     def _reboot(self, node: str) -> ProgramRun:
         def down() -> None:

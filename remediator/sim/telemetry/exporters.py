@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -538,7 +538,20 @@ class Telemetry:
         self._version = 0  # bumped by every fault and every node event
         self._cache_key: tuple[float, int] | None = None
         self._cache: dict[str | None, bytes] = {}
+        # More exposition after the GPU and port families (an NVL72 rack's per-link NVLink
+        # fields): each gets the nodes rendered and returns its lines.
+        self._sections: list[Callable[[list[NodeState]], list[str]]] = []
         store.subscribe("nodes", self._on_node_event)
+
+    def add_section(self, render: Callable[[list[NodeState]], list[str]]) -> None:
+        with self._lock:
+            self._sections.append(render)
+            self._version += 1
+
+    def changed(self) -> None:
+        """State behind a section changed: the next scrape renders afresh."""
+        with self._lock:
+            self._version += 1
 
     def _on_node_event(self, _event: WatchEvent) -> None:
         self._version += 1
@@ -778,6 +791,8 @@ class Telemetry:
             out: list[str] = []
             render_families(GPU_FAMILIES, gpu_lines, out)
             render_families(((n, k, h + _NODE_NOTE) for n, k, h in IB_FAMILIES), ib_lines, out)
+            for section in self._sections:
+                out.extend(section(states))
             out.append("")
             body = "\n".join(out).encode()
             self._cache[only_node] = body

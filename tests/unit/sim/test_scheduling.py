@@ -95,3 +95,35 @@ def test_a_gang_is_placed_whole_or_not_at_all() -> None:
     assert usage.gpus.get("n1", 0) == 0 and usage.gpus.get("n2", 0) == 0
     placement, _ = place_gang(members[:2], nodes, usage, "job")
     assert placement == {"m0": "n1", "m1": "n2"}
+
+
+def clique_pod(name: str) -> Obj:
+    term = {"labelSelector": {"matchLabels": {"gang": "g"}}, "topologyKey": "clique"}
+    return pod(
+        name,
+        gpus=4,
+        affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+    )
+
+
+def test_gang_with_pod_affinity_goes_whole_into_one_clique() -> None:
+    # Clique "a" has two free trays, "b" three: a gang of three fits only in "b", although
+    # the first tray by name is in "a"; a node without the label is no domain at all.
+    nodes = [node(f"a{i}", labels={"clique": "a"}, gpus=4) for i in range(2)]
+    nodes += [node(f"b{i}", labels={"clique": "b"}, gpus=4) for i in range(3)]
+    nodes.append(node("loose", labels={}, gpus=4))
+    members = [clique_pod(f"m{i}") for i in range(3)]
+    placement, _ = place_gang(members, nodes, Usage(), "job")
+    assert placement is not None
+    assert sorted(placement.values()) == ["b0", "b1", "b2"]
+    # Two fit in either: the fuller clique (fewest free trays that still fit) is taken first.
+    placement, _ = place_gang(members[:2], nodes, Usage(), "job")
+    assert placement is not None
+    assert sorted(placement.values()) == ["a0", "a1"]
+    # Four fit in no clique although six trays are free: the gang stays pending, said why.
+    members.append(clique_pod("m3"))
+    placement, message = place_gang(members, nodes, Usage(), "job")
+    assert placement is None
+    assert message.startswith(
+        "gang of 4 does not fit in any one clique domain (at most 3 fitting nodes in one of 2)"
+    )

@@ -28,6 +28,7 @@ GPU_PRODUCTS = {
     "h100": ("NVIDIA-H100-80GB-HBM3", "gpu-8x-h100-80gb"),
     "a100": ("NVIDIA-A100-SXM4-80GB", "gpu-8x-a100-80gb"),
     "l40s": ("NVIDIA-L40S", "gpu-8x-l40s-48gb"),
+    "gb200": ("NVIDIA-GB200", "gb200-nvl72-compute-tray"),
 }
 
 # (type, status when healthy, reason, message): the kubelet's own conditions, then the

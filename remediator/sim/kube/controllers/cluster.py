@@ -95,6 +95,8 @@ class FleetPlan:
     workloads: list[Workload]
     namespaces: tuple[str, ...] = ()
     pool_taints: dict[str, list[Obj]] = field(default_factory=dict)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # a node's own labels
+    node_taints: dict[str, list[Obj]] = field(default_factory=dict)  # and its own taints
 
 
 def heartbeat_interval(node: str) -> timedelta:
@@ -140,12 +142,18 @@ class SimCluster:
     # -- nodes ---------------------------------------------------------------------------------
 
     def _node_object(
-        self, name: str, pool: str, gpus: int, labels: dict[str, str] | None, ready: bool
+        self,
+        name: str,
+        pool: str,
+        gpus: int,
+        labels: dict[str, str] | None,
+        ready: bool,
+        taints: list[Obj] | None = None,
     ) -> Obj:
         obj = builders.node(name, pool, gpus, labels, ready, self._clock.now())
-        pool_taints = [dict(t) for t in self._pool_taints.get(pool, [])]
-        if pool_taints:
-            obj["spec"]["taints"] = pool_taints + list(obj["spec"].get("taints") or [])
+        extra = [dict(t) for t in self._pool_taints.get(pool, [])] + [dict(t) for t in taints or []]
+        if extra:
+            obj["spec"]["taints"] = extra + list(obj["spec"].get("taints") or [])
         return obj
 
     def add_node(
@@ -155,12 +163,15 @@ class SimCluster:
         gpus: int,
         labels: dict[str, str] | None = None,
         ready_after: float = 0.0,
+        taints: list[Obj] | None = None,
     ) -> Obj:
         """Register a node as its kubelet would: NotReady until `ready_after` seconds pass.
-        A node joining a seeded pool carries that pool's taints, as its node template would."""
+        A node joining a seeded pool carries that pool's taints, as its node template would,
+        and `taints` of its own (a spare tray's)."""
         with self._lock:
             created = self.store.create(
-                "nodes", self._node_object(name, pool, gpus, labels, ready=ready_after <= 0)
+                "nodes",
+                self._node_object(name, pool, gpus, labels, ready=ready_after <= 0, taints=taints),
             )
             if ready_after > 0:
                 self._ctx.after(
@@ -639,7 +650,15 @@ class SimCluster:
             node_objs: dict[str, Obj] = {}
             for name, pool in plan.nodes:
                 node_objs[name] = self.store.create(
-                    "nodes", self._node_object(name, pool, gpus_per_node, None, ready=True)
+                    "nodes",
+                    self._node_object(
+                        name,
+                        pool,
+                        gpus_per_node,
+                        plan.node_labels.get(name),
+                        ready=True,
+                        taints=plan.node_taints.get(name),
+                    ),
                 )
             for ds in plan.daemonsets:
                 created = self.store.create("apps/daemonsets", ds)

@@ -132,15 +132,20 @@ def explain(pod: Obj, nodes: Iterable[NodeView], usage: Usage, gpus: int) -> str
     return f"0/{total} nodes are available: {detail}." if detail else "0/0 nodes are available."
 
 
-def place_gang(
+def affinity_keys(pod: Obj) -> list[str]:
+    """The topology keys of the pod's required pod-affinity terms."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    return [t["topologyKey"] for t in terms if t.get("topologyKey")]
+
+
+def _place_members(
     pods: list[Obj],
     candidates: list[NodeView],
     usage: Usage,
     owner: str | None,
-    every_node: list[NodeView] | None = None,
+    every_node: list[NodeView] | None,
 ) -> tuple[dict[str, str] | None, str]:
-    """Nodes for every member (pod name -> node), or None when the whole gang does not fit;
-    `usage` is left as it was either way."""
     placed: dict[str, str] = {}
     taken: list[tuple[str, int]] = []
     message = ""
@@ -155,5 +160,50 @@ def place_gang(
     for name, gpus in taken:
         usage.add(name, gpus, owner, sign=-1)
     if len(placed) < len(pods):
-        return None, f"gang of {len(pods)} does not fit: {message}"
+        return None, message
     return placed, ""
+
+
+def place_gang(
+    pods: list[Obj],
+    candidates: list[NodeView],
+    usage: Usage,
+    owner: str | None,
+    every_node: list[NodeView] | None = None,
+) -> tuple[dict[str, str] | None, str]:
+    """Nodes for every member (pod name -> node), or None when the whole gang does not fit;
+    `usage` is left as it was either way. A gang whose members require pod affinity to each
+    other on a topology key (`nvidia.com/gpu.clique`) goes whole into one domain of that key:
+    the fullest one it fits in (so a clique whose spare was just taken into service gets its
+    gang back), then by the key's value. Its first member matches its own selector, which
+    Kubernetes lets go anywhere; the others then follow it."""
+    keys = affinity_keys(pods[0]) if pods else []
+    if not keys:
+        placed, message = _place_members(pods, candidates, usage, owner, every_node)
+        return placed, "" if placed else f"gang of {len(pods)} does not fit: {message}"
+    domains: dict[tuple[str, ...], list[NodeView]] = {}
+    for node in candidates:
+        values = tuple(node.labels.get(k, "") for k in keys)
+        if all(values):
+            domains.setdefault(values, []).append(node)
+    gpus = gpu_request(pods[0])
+
+    def free(nodes: list[NodeView]) -> int:
+        return sum(1 for n in nodes if unfit_reason(pods[0], n, usage, gpus) is None)
+
+    ranked = sorted(
+        ((free(nodes), value, nodes) for value, nodes in domains.items()),
+        key=lambda item: (item[0], item[1]),
+    )
+    for count, _, nodes in ranked:
+        if count < len(pods):
+            continue
+        placed, _message = _place_members(pods, nodes, usage, owner, every_node)
+        if placed is not None:
+            return placed, ""
+    most = max((count for count, _, _ in ranked), default=0)
+    return None, (
+        f"gang of {len(pods)} does not fit in any one {'/'.join(keys)} domain "
+        f"(at most {most} fitting nodes in one of {len(domains)}): "
+        + explain(pods[0], candidates if every_node is None else every_node, usage, gpus)
+    )
