@@ -28,8 +28,8 @@ LINKS = 18  # an NVL72 tray's GB200 has 18 NVLink5 links per GPU
 
 class TrayExporter:
     """dcgm-exporter on two trays: `nvl-r0-t03` with per-link fields (GPU 2's link 5 counting up
-    its replay errors, every other link quiet), `nvl-r0-t04` with the GPU totals only (GPU 1's
-    CRC errors counting up)."""
+    its replay errors, every other link quiet; GPU 0's link 9 down once errors start),
+    `nvl-r0-t04` with the GPU totals only (GPU 1's CRC errors counting up)."""
 
     def __init__(self) -> None:
         self.errors = 0
@@ -52,6 +52,12 @@ class TrayExporter:
                         lines.append(
                             f"{name}_L{link}{{{labels}}} {exporter.errors if failing else 0}"
                         )
+            lines.append("# TYPE DCGM_FI_DEV_NVLINK_GET_STATE gauge")
+            for gpu in range(4):
+                labels = f'gpu="{gpu}",UUID="GPU-t03-{gpu}",Hostname="nvl-r0-t03"'
+                for link in range(LINKS):
+                    up = 0 if (gpu, link) == (0, 9) and exporter.errors else 1
+                    lines.append(f'DCGM_FI_DEV_NVLINK_GET_STATE{{{labels},nvlink="{link}"}} {up}')
             return ("\n".join(lines) + "\n").encode()
 
         class Handler(BaseHTTPRequestHandler):
@@ -82,8 +88,8 @@ def exporter() -> Iterator[TrayExporter]:
     running.close()
 
 
-def nvlink(signals: list[Signal]) -> dict[tuple[str, int | None], Signal]:
-    return {(s.node, s.gpu): s for s in signals if s.kind is SignalKind.NVLINK}
+def nvlink(signals: list[Signal]) -> dict[tuple[str, int | None, int | None], Signal]:
+    return {(s.node, s.gpu, s.code): s for s in signals if s.kind is SignalKind.NVLINK}
 
 
 def test_a_failing_link_names_its_gpu_and_link(
@@ -111,17 +117,23 @@ def test_a_failing_link_names_its_gpu_and_link(
         assert quiet.health.up, quiet.health.error
         assert nvlink(quiet.signals) == {}
         deadline = time.monotonic() + 90
-        found: dict[tuple[str, int | None], Signal] = {}
-        while len(found) < 2:
+        found: dict[tuple[str, int | None, int | None], Signal] = {}
+        while len(found) < 3:
             assert time.monotonic() < deadline, f"only {sorted(found)} after 90 s"
             exporter.errors += 3
             time.sleep(1.0)
             result = source.poll(datetime.now(UTC))
             assert result.health.up, result.health.error
             found.update(nvlink(result.signals))
-        assert set(found) == {("nvl-r0-t03", 2), ("nvl-r0-t04", 1)}
-        link = found[("nvl-r0-t03", 2)]
+        assert set(found) == {
+            ("nvl-r0-t03", 2, None),
+            ("nvl-r0-t04", 1, None),
+            ("nvl-r0-t03", 0, 1),
+        }
+        link = found[("nvl-r0-t03", 2, None)]
         assert link.labels["link"] == "5" and (link.value or 0) > 0
-        assert found[("nvl-r0-t04", 1)].labels.get("link") is None  # totals only: the GPU
+        assert found[("nvl-r0-t04", 1, None)].labels.get("link") is None  # totals only: the GPU
+        down = found[("nvl-r0-t03", 0, 1)]  # code 1: link_down
+        assert down.labels["link"] == "9" and down.labels["problem"] == "link_down"
     finally:
         source.close()

@@ -56,6 +56,9 @@ COUNTER_WINDOW = f"{int(FOLD_COUNTER_WINDOW.total_seconds())}s"
 # increase is sampled at: a subquery, since the link number is read from the metric name.
 NVLINK_PER_LINK = "DCGM_FI_DEV_NVLINK_(CRC_FLIT|CRC_DATA|REPLAY|RECOVERY)_ERROR_COUNT_L[0-9]+"
 PER_LINK_STEP = "5s"
+# A link's state (DCGM field 1508, a link entity; renamed LINK_STATUS in newer DCGM): 0 is down.
+# Its link label is taken as dcgm-exporter's `nvlink` (not checked against a real exporter).
+NVLINK_STATE = "DCGM_FI_DEV_NVLINK_(GET_STATE|LINK_STATUS)"
 
 
 def _tag(expr: str, problem: str) -> str:
@@ -71,7 +74,8 @@ class PrometheusQueries(BaseModel):
 
     xid: str | None = "DCGM_FI_DEV_XID_ERRORS != 0"
     thermal: str | None = "DCGM_FI_DEV_GPU_TEMP"
-    # Per link where the exporter has DCGM's per-link fields (`DCGM_FI_DEV_NVLINK_<C>_ERROR_
+    # A link that is down (code 1, `link_down`, value 1) whatever its counters say. Errors per
+    # link where the exporter has DCGM's per-link fields (`DCGM_FI_DEV_NVLINK_<C>_ERROR_
     # COUNT_L<n>`, NVLink domains' trays): each link a signal with a `link` label, so a failing
     # link names its GPU and link. Elsewhere the GPU's totals, one signal per GPU. Each counter
     # is tagged before the sum: increase() drops the metric name, and several series with one
@@ -88,7 +92,13 @@ class PrometheusQueries(BaseModel):
             for c in NVLINK_COUNTERS
         )
         + f') unless on ({GPU_KEYS}) group by ({GPU_KEYS}) ({{__name__=~"{NVLINK_PER_LINK}"}})'
-        + ")) > 0"
+        + ") or "
+        + _tag(
+            f'label_replace(min by ({GPU_KEYS}, nvlink) ({{__name__=~"{NVLINK_STATE}"}})'
+            ' == bool 0, "link", "$1", "nvlink", "(.+)")',
+            "link_down",
+        )
+        + ") > 0"
     )
     # New double-bit errors (code 1) are told apart from a lifetime count above zero (code 2),
     # which stays true long after the event.
