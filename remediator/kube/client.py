@@ -506,6 +506,16 @@ class KubeClient:
         )
         return [Pod.from_json(item) for item in data.get("items") or ()]
 
+    def list_pods_everywhere(self, label_selector: str) -> list[Pod]:
+        """Pods of every namespace with this label (the rack view's gang jobs)."""
+        data = self._call(
+            "GET",
+            "/api/v1/pods",
+            f"list pods labelled {label_selector}",
+            query=[("labelSelector", label_selector)],
+        )
+        return [Pod.from_json(item) for item in data.get("items") or ()]
+
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[Pod]:
         query = [("labelSelector", label_selector)] if label_selector else []
         data = self._call(

@@ -74,10 +74,10 @@ def _dash_none(value: Any) -> Any:
 
 def _node_row(node: Obj, now: datetime) -> list[Any]:
     status = node.get("status", {})
-    ready = "Unknown"
+    ready = "Unknown"  # no Ready condition at all; an Unknown one prints NotReady, as kubectl's
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Ready":
-            ready = {"True": "Ready", "False": "NotReady"}.get(cond.get("status"), "Unknown")
+            ready = "Ready" if cond.get("status") == "True" else "NotReady"
     states = [ready]
     if node.get("spec", {}).get("unschedulable"):
         states.append("SchedulingDisabled")
