@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remediator.model.states import State
+from remediator.signals.model import Signal, SignalKind
 from tests.fixtures.sim import start_sim
 from tests.integration.engine_support import Engine, start_engine, write_policies, xid
 
@@ -116,3 +118,59 @@ def test_xid_79_on_a_tray_notifies_the_gang_drains_the_tray_and_takes_the_spare(
     # The gang is back, whole, in its own rack, on the spare instead of the faulty tray.
     after = wait_for("the gang running again in rack 0", lambda: running_nodes(engine))
     assert after <= set(RACK0) and "nvl-r0-t16" in after and TRAY not in after
+
+
+SXID_POLICY = """
+policies:
+  - name: nvswitch-fatal
+    description: A fatal NVSwitch error degrades the whole NVLink domain.
+    why: Every tray of the rack shares the switch fabric; fence them together.
+    match: {kind: sxid, labels: {fatal: "true"}}
+    scope: domain
+    priority: 100
+    actions: [{action: notify}, {action: cordon}]
+"""
+
+
+def sxid(node: str) -> Signal:
+    return Signal(
+        node=node,
+        kind=SignalKind.SXID,
+        source="push",
+        observed_at=datetime.now(UTC),
+        code=22003,
+        labels={"fatal": "true", "switch": "3"},
+    )
+
+
+def fenced(engine: Engine, name: str) -> bool:
+    node = engine.node(name)
+    return bool(node and node["spec"].get("unschedulable"))
+
+
+def test_a_fatal_sxid_on_every_tray_of_rack_0_fences_rack_0_in_one_remediation(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    sim = start_sim(
+        tmp_path / "sim", rbac=False, extra_args=("--topology", "nvl72", "--racks", "2")
+    )
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "sxid.yaml").write_text(SXID_POLICY)
+        engine = start_engine(sim, migrated_database_url, policies)
+        try:
+            # The simulator writes the SXid on every compute tray of the rack: 18 signals.
+            engine.push(*(sxid(node) for node in RACK0))
+            engine.wait_state(RACK0[0], State.QUARANTINED, State.SUCCEEDED, timeout=WAIT)
+            wait_for("every tray of rack 0 fenced", lambda: all(fenced(engine, n) for n in RACK0))
+            assert not any(fenced(engine, f"nvl-r1-t{t:02d}") for t in range(18))
+            (only,) = engine.remediations()
+            record = engine.of_node(RACK0[0])
+            assert record is not None and record.id == only.id
+            opened = dict(record.events[0].detail)
+            assert (opened["scope"], opened["trays"], opened["signals"]) == ("domain", 18, 18)
+        finally:
+            engine.close()
+    finally:
+        sim.stop()
