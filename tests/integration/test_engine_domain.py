@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from remediator.kube.client import KubeClient
 from remediator.model.states import State
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.sources.node_conditions import NodeConditionSource
 from tests.fixtures.sim import start_sim
 from tests.integration.engine_support import Engine, start_engine, write_policies, xid
 
@@ -173,4 +175,48 @@ def test_a_fatal_sxid_on_every_tray_of_rack_0_fences_rack_0_in_one_remediation(
         finally:
             engine.close()
     finally:
+        sim.stop()
+
+
+RACK_DOWN_POLICY = """
+policies:
+  - name: rack-down
+    description: Trays of an NVLink domain gone NotReady.
+    why: A rack that loses power is one fault of its domain, not a storm of tray faults.
+    match: {kind: node_condition, labels: {type: Ready}}
+    scope: domain
+    actions: [{action: notify}, {action: cordon}]
+"""
+
+
+def test_eighteen_trays_of_one_rack_not_ready_trip_no_breaker_and_open_one_remediation(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    sim = start_sim(
+        tmp_path / "sim", rbac=False, extra_args=("--topology", "nvl72", "--racks", "2")
+    )
+    kube = KubeClient.from_kubeconfig(sim.kubeconfig, timeout=5.0)
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "rack.yaml").write_text(RACK_DOWN_POLICY)
+        # The shipped breaker: 3 new faults (its floor) within 5m trip it; 18 trays would.
+        (policies / "settings.yaml").write_text(
+            "storm_breaker: {enabled: true, max_new_faults: {count: 20, percent: 10, min: 3}}\n"
+        )
+        engine = start_engine(
+            sim, migrated_database_url, policies, sources=[NodeConditionSource(kube)]
+        )
+        try:
+            engine.fault({"type": "rack_power", "rack": 0})
+            wait_for("every tray of rack 0 fenced", lambda: all(fenced(engine, n) for n in RACK0))
+            (only,) = engine.remediations()
+            assert only.node in RACK0 and only.policy == "rack-down"
+            status = engine.repository.controller_status()
+            assert not status.breaker_tripped, status.breaker_reason
+            assert not any(fenced(engine, f"nvl-r1-t{t:02d}") for t in range(18))
+        finally:
+            engine.close()
+    finally:
+        kube.close()
         sim.stop()
