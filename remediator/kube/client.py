@@ -438,6 +438,11 @@ class KubeClient:
                 time.sleep(pause)
         raise ConflictError(f"{what}: still conflicting after {CONFLICT_RETRIES} attempts")
 
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        """Set the given labels; a None value deletes that key."""
+        patch = {"metadata": {"labels": dict(labels)}}
+        return self._patch_node(name, patch, MERGE_PATCH, f"label node {name}")
+
     def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
         """Set the given annotations; a None value deletes that key."""
         patch = {"metadata": {"annotations": dict(annotations)}}

@@ -55,6 +55,9 @@ class ClusterState:
     # node → its NVLink domain (model/topology.py), for nodes that have one: a domain out of
     # service is one unit to the budgets and one fault to the breaker, whatever its tray count.
     domains: Mapping[str, str] = field(default_factory=dict)
+    # pool → the domains a remediation is taking out of service now (`max_domains_out`): a
+    # tray NotReady on its own does not make its domain one of ours to count.
+    domains_out: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def unit(self, node: str) -> str:
         """What the budgets and the breaker count `node` as: itself, or its domain."""
@@ -125,6 +128,7 @@ def admit(
     unhealthy = {
         pool: {cluster.unit(n) for n in nodes} for pool, nodes in cluster.unhealthy.items()
     }
+    domains_out = {pool: set(domains) for pool, domains in cluster.domains_out.items()}
     total_nodes = sum(cluster.nodes_per_pool.values())
     cluster_cap = limit_for(settings.max_unhealthy.cluster, total_nodes)
     running = cluster.open_remediations
@@ -145,12 +149,9 @@ def admit(
         if pool_cap is not None and after_pool > pool_cap:
             held.append(Held(decision, f"max unhealthy in pool {pool or '(none)'} ({pool_cap})"))
             continue
-        domains_out = {u for u in in_pool if u.startswith(DOMAIN_UNIT)}
-        if (
-            unit.startswith(DOMAIN_UNIT)
-            and unit not in domains_out
-            and len(domains_out) >= settings.max_domains_out
-        ):
+        domain = cluster.domains.get(decision.node)
+        out = domains_out.setdefault(pool, set())
+        if domain is not None and domain not in out and len(out) >= settings.max_domains_out:
             held.append(
                 Held(
                     decision,
@@ -163,6 +164,8 @@ def admit(
             held.append(Held(decision, f"max unhealthy in cluster ({cluster_cap})"))
             continue
         unhealthy.setdefault(pool, set()).add(unit)
+        if domain is not None:
+            out.add(domain)
         running += 1
         admitted.append(decision)
     return Admission(tuple(admitted), tuple(held), breaker)

@@ -142,6 +142,7 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
     pools = {n.name: n.pool for n in scenario.fleet}
     labels = {n.name: dict(n.labels) for n in scenario.fleet}
     topology = build_topology(labels)
+    domains = domain_map(labels)
     per_pool: dict[str, int] = {}
     for member in scenario.fleet:
         per_pool[member.pool] = per_pool.get(member.pool, 0) + 1
@@ -187,7 +188,11 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
             nodes_per_pool=per_pool,
             unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
             open_remediations=len(open_nodes),
-            domains=domain_map(labels),
+            domains=domains,
+            domains_out={
+                pool: frozenset(domains[n] for n in open_nodes if n in domains and pools[n] == pool)
+                for pool in per_pool
+            },
         )
         admission = admit(decisions, cluster, settings, breaker, now)
         breaker = admission.breaker

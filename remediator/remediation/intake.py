@@ -178,15 +178,20 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
         and r.state is not State.QUEUED
         and (not known or r.node in known or r.state in REPLACEMENT_STATES)
     ]
+    domains = domain_map(inventory.labels)
+    domains_out: dict[str, set[str]] = {}
     for record in acting:
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
+        if record.node in domains:
+            domains_out.setdefault(pool, set()).add(domains[record.node])
     return ClusterState(
         nodes_per_pool=inventory.nodes_per_pool(),
         unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
         open_remediations=sum(1 for r in acting if r.state is not State.HELD_BY_OPT_OUT),
         known=frozenset(inventory.pools) or None,
-        domains=domain_map(inventory.labels),
+        domains=domains,
+        domains_out={pool: frozenset(out) for pool, out in domains_out.items()},
     )
 
 

@@ -63,7 +63,10 @@ def test_at_most_max_domains_out_per_pool() -> None:
 
 def test_a_domain_already_out_takes_more_of_its_trays_but_no_second_domain() -> None:
     config = settings(storm_breaker={"enabled": False}, max_domains_out=1)
-    out = nvl72(unhealthy={"nvl": frozenset(TRAYS[:18])})
+    out = nvl72(
+        unhealthy={"nvl": frozenset(TRAYS[:18]) | {"nvl-r2-t00"}},
+        domains_out={"nvl": frozenset({"rack0-uuid"})},
+    )
     result = admit(
         [decision("nvl-r0-t05", "nvl"), decision("nvl-r2-t00", "nvl")],
         out,
