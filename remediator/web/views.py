@@ -63,6 +63,8 @@ _KIND_RUNBOOKS: Mapping[SignalKind, str] = {
     SignalKind.GPU_MISSING: "gpu-missing",
     SignalKind.NODE_CONDITION: "node-condition",
     SignalKind.SLURM_NODE: "slurm-node",
+    SignalKind.SXID: "nvswitch-sxid",
+    SignalKind.FABRIC_MANAGER: "nvswitch-sxid",
 }
 
 

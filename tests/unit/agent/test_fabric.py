@@ -4,13 +4,16 @@ and the SXid and Fabric Manager signals it sends (checked against the controller
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from remediator.agent.fabric import (
     parse_fabric,
     parse_fabric_manager_line,
     parse_is_active,
 )
+from remediator.agent.follow import Entry
 from remediator.agent.report import fabric_manager_signal, sxid_signal
+from remediator.agent.runner import Agent, AgentConfig
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.sxid import parse_sxid_line
 
@@ -114,3 +117,54 @@ def test_signals_the_controller_accepts() -> None:
     )
     assert down.kind is SignalKind.FABRIC_MANAGER and down.code == 1
     assert down.labels == {"state": "failed"}
+
+
+def test_the_agent_reports_fabric_manager_changes_and_log_errors(tmp_path: Path) -> None:
+    """With the real commands replaced by shell one-liners: nothing while Fabric Manager is
+    active; a signal when it fails and one when it is back; one per error line appended to its
+    log after the agent started (not its history); the tray's domain then labels its SXids."""
+    smi = tmp_path / "smi-q.txt"
+    smi.write_text(SMI_Q)
+    state = tmp_path / "fm-state"
+    state.write_text("active")
+    log = tmp_path / "fabricmanager.log"
+    log.write_text("[Dec 02 2026 06:00:00] [ERROR] [tid 1] an old error, before the agent\n")
+    agent = Agent(
+        AgentConfig(
+            node="nvl-r0-t07",
+            controller_url="http://127.0.0.1:9",
+            state_dir=tmp_path / "state",
+            boot_id_file=tmp_path / "no-boot-id",
+            driver_dir=tmp_path / "no-driver",
+            smi_command=("cat", str(smi)),
+            fabric_manager_command=(
+                "sh",
+                "-c",
+                f'cat {state}; echo; [ "$(cat {state})" = active ] || exit 3',
+            ),
+            fabric_manager_log=log,
+        )
+    )
+    try:
+        assert agent.check_fabric() == []
+        state.write_text("failed")
+        with log.open("a") as f:
+            f.write("[Dec 02 2026 07:00:01] [ERROR] [tid 9] detected NVSwitch fatal error 20034\n")
+            f.write("[Dec 02 2026 07:00:01] [INFO] [tid 9] retraining\n")
+        failed = agent.check_fabric()
+        assert [(s["code"], s["labels"]) for s in failed] == [
+            (1, {"state": "failed"}),
+            (1, {"level": "ERROR", "message": "detected NVSwitch fatal error 20034"}),
+        ]
+        state.write_text("active")
+        assert [(s["code"], s["labels"]) for s in agent.check_fabric()] == [
+            (0, {"state": "active"})
+        ]
+        assert agent.check_fabric() == []
+        assert len(agent.queue) == 3
+        line = "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
+        [signal] = agent.handle([Entry("1:0", line, None)])
+        assert signal["labels"]["domain"] == UUID and signal["labels"]["clique"] == "3"
+    finally:
+        agent.queue.close()
+        agent.client.close()
