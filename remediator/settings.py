@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from remediator.errors import RemediatorError
 from remediator.model.cluster import name_problem
+from remediator.model.topology import TopologySettings
 from remediator.slurm.settings import SlurmSettings
 
 
@@ -251,6 +252,8 @@ class Settings(BaseSettings):
     kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)
     repair: RepairSettings = Field(default_factory=RepairSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    # The labels that place a tray in its rack (remediator/model/topology.py, docs/topology.md).
+    topology: TopologySettings = Field(default_factory=TopologySettings)
     pool_label: str = "simcloud.io/nodepool"
     opt_out_label: str = "remediator.io/disable-auto-replace"
     poll_interval_seconds: float = Field(default=15.0, gt=0)

@@ -121,9 +121,15 @@ def give_notice(
     min_grace: float,
     max_grace: float,
     now: datetime,
+    pods: Iterable[Pod] | None = None,
 ) -> Outcome:
-    """One round of the grace step (idempotent): ask, evict, report."""
-    plan = plan_grace(client.list_pods_on_node(node), started_at, now, min_grace, max_grace)
+    """One round of the grace step (idempotent): ask, evict, report. `pods`: only these pods
+    of the node (a gang's, on another tray of its clique) instead of all of them."""
+    on_node = client.list_pods_on_node(node)
+    if pods is not None:
+        keys = {p.key for p in pods}
+        on_node = [p for p in on_node if p.key in keys]
+    plan = plan_grace(on_node, started_at, now, min_grace, max_grace)
     stamp = format_time(started_at)
     asked: list[str] = []
     gone: set[str] = set()

@@ -9,6 +9,7 @@ from remediator.actions.outcome import Done, Failed, Outcome, Waiting
 from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
+from remediator.model.topology import SPARE_LABEL
 
 POLL_SECONDS = 2.0
 # Lifecycle taints (not-ready, unreachable, unschedulable, …) and our own quarantine; a pool's
@@ -31,7 +32,14 @@ def node_problems(node: Node | None, name: str) -> list[str]:
         problems.append(f"{name} is not Ready{detail}")
     if node.unschedulable:
         problems.append(f"{name} is cordoned")
-    blocking = [t.key for t in node.taints if t.key.startswith(FENCING_TAINT_PREFIXES)]
+    # A replaced NVL72 tray may come back as its rack's spare: labelled and tainted so, on
+    # purpose (model/topology.py), which is how it should look.
+    spare = node.labels.get(SPARE_LABEL) == "true"
+    blocking = [
+        t.key
+        for t in node.taints
+        if t.key.startswith(FENCING_TAINT_PREFIXES) and not (spare and t.key == SPARE_LABEL)
+    ]
     if blocking:
         problems.append(f"{name} has taints {', '.join(blocking)}")
     return problems

@@ -85,6 +85,18 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="the longest wait between delivery attempts",
     )
+    parser.add_argument(
+        "--fabric",
+        action="store_true",
+        help="a rack-scale tray (NVL72): read the GPUs' fabric section (nvidia-smi -q), Fabric "
+        "Manager's state (systemctl is-active nvidia-fabricmanager) and its log",
+    )
+    parser.add_argument(
+        "--fabric-manager-log",
+        type=Path,
+        default=Path("/var/log/fabricmanager.log"),
+        help="Fabric Manager's log, under --host-root (with --fabric)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -114,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: --node and --controller-url are required", file=sys.stderr)
         return 2
     from remediator.agent.expected import KubeAccess
-    from remediator.agent.runner import Agent, AgentConfig
+    from remediator.agent.runner import Agent, AgentConfig, fabric_manager_command
 
     kube = None
     if args.kube_url:
@@ -140,6 +152,15 @@ def run(args: argparse.Namespace) -> int:
             queue_capacity=args.queue_capacity,
             poll_seconds=args.poll_interval,
             backoff=Backoff(cap=args.backoff_cap),
+            fabric_smi_command=("nvidia-smi", "-q") if args.fabric else None,
+            fabric_manager_command=fabric_manager_command() if args.fabric else None,
+            fabric_manager_log=(
+                args.host_root / args.fabric_manager_log.relative_to("/")
+                if args.fabric and args.fabric_manager_log.is_absolute()
+                else args.fabric_manager_log
+                if args.fabric
+                else None
+            ),
         )
         agent = Agent(config)
     except (OSError, ValueError) as exc:

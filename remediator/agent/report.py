@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from remediator.agent.fabric import FabricManagerLine, FabricManagerState, GpuFabric
 from remediator.agent.gpus import GpuInfo
+from remediator.signals.sxid import KernelSxid, lookup
 from remediator.signals.xid import KernelXid
 
 SOURCE = "agent"
@@ -51,6 +53,76 @@ def xid_signal(
         "code": xid.code,
         "labels": labels,
         **_gpu_fields(gpu, uuid),
+    }
+
+
+def _fabric_labels(fabric: GpuFabric | None) -> dict[str, str]:
+    """The NVLink domain (clusterUUID) and clique of the tray, when `nvidia-smi -q` told them."""
+    if fabric is None or fabric.cluster_uuid is None:
+        return {}
+    labels = {"domain": fabric.cluster_uuid[:MAX_LABEL]}
+    if fabric.clique_id is not None:
+        labels["clique"] = str(fabric.clique_id)
+    return labels
+
+
+def sxid_signal(
+    node: str, sxid: KernelSxid, fabric: GpuFabric | None, observed_at: datetime
+) -> dict[str, Any]:
+    """An NVSwitch error. `fatal` is the driver's own verdict on the line; the catalog's name and
+    reach are added when the code is known (`impact` "unknown" when not). A line that could not
+    be read goes out with its raw text and no code, so it is recorded and shown, not lost."""
+    labels: dict[str, str] = {"message": sxid.message[:MAX_LABEL], **_fabric_labels(fabric)}
+    if sxid.switch is not None:
+        labels["switch"] = str(sxid.switch)
+    if sxid.pci is not None:
+        labels["pci"] = sxid.pci
+    if sxid.link is not None:
+        labels["link"] = str(sxid.link)
+    labels["fatal"] = "unknown" if sxid.fatal is None else str(sxid.fatal).lower()
+    info = lookup(sxid.code) if sxid.code is not None else None
+    labels["impact"] = info.impact.value if info is not None else "unknown"
+    if info is not None:
+        labels["name"] = info.name
+    if sxid.raw is not None:
+        labels["raw"] = sxid.raw[:MAX_LABEL]
+    signal: dict[str, Any] = {
+        "node": node,
+        "kind": "sxid",
+        "source": SOURCE,
+        "observed_at": observed_at.isoformat(),
+        "labels": labels,
+    }
+    if sxid.code is not None:
+        signal["code"] = sxid.code
+    return signal
+
+
+def fabric_manager_signal(
+    node: str,
+    observed_at: datetime,
+    *,
+    state: FabricManagerState | None = None,
+    line: FabricManagerLine | None = None,
+) -> dict[str, Any]:
+    """Fabric Manager not active (`state`), or an error line from its log (`line`); code 1 for
+    trouble, 0 when the service is active again."""
+    labels: dict[str, str] = {}
+    healthy = True
+    if state is not None:
+        labels["state"] = state.state[:MAX_LABEL]
+        healthy = state.healthy
+    if line is not None:
+        labels["level"] = line.level
+        labels["message"] = line.message[:MAX_LABEL]
+        healthy = False
+    return {
+        "node": node,
+        "kind": "fabric_manager",
+        "source": SOURCE,
+        "observed_at": observed_at.isoformat(),
+        "code": 0 if healthy else 1,
+        "labels": labels,
     }
 
 

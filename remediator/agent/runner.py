@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +23,14 @@ from typing import Any, Literal
 from remediator import __version__
 from remediator.agent import report
 from remediator.agent.expected import ExpectedUnknown, KubeAccess, fetch_expected
+from remediator.agent.fabric import (
+    FABRIC_MANAGER_UNIT,
+    FabricManagerState,
+    GpuFabric,
+    parse_fabric,
+    parse_fabric_manager_line,
+    parse_is_active,
+)
 from remediator.agent.follow import Entry, Follower, Journal, KmsgDevice, KmsgFile
 from remediator.agent.gpus import GpuInfo, count_pci_gpus, missing_gpus, scan_driver
 from remediator.agent.heartbeat import HeartbeatLoop, Pacing
@@ -35,7 +44,8 @@ from remediator.agent.identity import (
 from remediator.agent.push import Backoff, Pusher
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
-from remediator.signals.xid import is_sxid_line, parse_kernel_line, parse_pci_uuid_line
+from remediator.signals.sxid import parse_sxid_line
+from remediator.signals.xid import parse_kernel_line, parse_pci_uuid_line
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +80,11 @@ class AgentConfig:
     poll_seconds: float = 0.05
     timeout_seconds: float = 5.0
     backoff: Backoff = field(default_factory=Backoff)
+    # Rack-scale trays (NVL72): the GPUs' fabric section and Fabric Manager's state, read with
+    # the presence check. None: not read (a machine without NVSwitches).
+    fabric_smi_command: Sequence[str] | None = None
+    fabric_manager_command: Sequence[str] | None = None
+    fabric_manager_log: Path | None = None
 
 
 def _now() -> datetime:
@@ -82,6 +97,22 @@ def logged_at(entry: Entry, now: datetime) -> datetime:
     if entry.logged_at is None:
         return now
     return min(now, datetime.fromtimestamp(entry.logged_at, UTC))
+
+
+def _run(command: Sequence[str]) -> tuple[int, str, str] | None:
+    """(exit status, stdout, stderr); None when the program cannot be run at all."""
+    try:
+        done = subprocess.run(
+            list(command), capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("%s could not be run: %s", command[0], exc)
+        return None
+    return done.returncode, done.stdout, done.stderr
+
+
+def fabric_manager_command(unit: str = FABRIC_MANAGER_UNIT) -> tuple[str, ...]:
+    return ("systemctl", "is-active", unit)
 
 
 def read_boot_id(path: Path) -> str:
@@ -134,6 +165,9 @@ class Agent:
         self._dirty_position: str | None = None
         self._sxid_logged_at = -SXID_LOG_SECONDS
         self._flushed_at = time.monotonic()
+        self.fabric: dict[str, GpuFabric] = {}
+        self.fabric_manager: FabricManagerState | None = None
+        self._fm_offset: int | None = None
 
     def open_follower(self) -> Follower:
         config = self.config
@@ -156,8 +190,10 @@ class Agent:
                 continue
             self.stats.add("records_read")
             if "NVRM" not in message:
-                if "SXid" in message and is_sxid_line(message):
-                    self._unparsed_sxid(message)
+                if "SXid" in message:
+                    signal = self._sxid(message, logged_at(entry, now))
+                    if signal is not None:
+                        signals.append(signal)
                 continue
             mapping = parse_pci_uuid_line(message)
             if mapping is not None:
@@ -175,6 +211,20 @@ class Agent:
             signals.append(report.xid_signal(self.config.node, xid, gpu, uuid, when, hardware))
         return signals
 
+    def _sxid(self, message: str, when: datetime) -> dict[str, Any] | None:
+        """An NVSwitch error as a signal. Its detail lines (registers of the error just reported)
+        are counted, not sent again; a line that cannot be read goes out raw."""
+        sxid = parse_sxid_line(message)
+        if sxid is None:
+            return None
+        if sxid.detail:
+            self.stats.add("sxid_detail_lines")
+            return None
+        if sxid.raw is not None:
+            self._unparsed_sxid(message)
+        fabric = next((f for f in self.fabric.values() if f.cluster_uuid), None)
+        return report.sxid_signal(self.config.node, sxid, fabric, when)
+
     def _unparsed_sxid(self, message: str) -> None:
         """Counted, and logged at most once a minute: a failing NVSwitch can log many a second."""
         self.stats.add("sxid_lines_unparsed")
@@ -182,7 +232,7 @@ class Agent:
         if now - self._sxid_logged_at >= SXID_LOG_SECONDS:
             self._sxid_logged_at = now
             log.warning(
-                "NVSwitch SXid lines are not turned into signals (%d so far, counted in "
+                "NVSwitch SXid lines this agent cannot read are sent raw (%d so far, counted in "
                 "sxid_lines_unparsed); the latest: %s",
                 self.stats.get("sxid_lines_unparsed"),
                 message,
@@ -194,6 +244,60 @@ class Agent:
         if self.hardware is None:
             self.hardware = read_identity(self.config.dmi_serial_file, self.config.smi_command)
         return self.hardware
+
+    # -- the NVLink fabric ----------------------------------------------------------------
+
+    def check_fabric(self) -> list[dict[str, Any]]:
+        """Reads the GPUs' fabric section and Fabric Manager's state and log; queues a signal
+        when Fabric Manager stops or starts being active, and one per error line in its log."""
+        config = self.config
+        if config.fabric_smi_command is not None:
+            out = _run(config.fabric_smi_command)
+            if out is not None and out[0] == 0:
+                self.fabric = {f.pci: f for f in parse_fabric(out[1])}
+        now = _now()
+        new: list[dict[str, Any]] = []
+        if config.fabric_manager_command is not None:
+            out = _run(config.fabric_manager_command)
+            if out is not None:
+                state = parse_is_active(out[1], out[0], out[2])
+                before = self.fabric_manager
+                changed = before.healthy != state.healthy if before else not state.healthy
+                if state.present and changed:
+                    new.append(report.fabric_manager_signal(config.node, now, state=state))
+                self.fabric_manager = state
+        if config.fabric_manager_log is not None:
+            for line in self._fabric_manager_lines():
+                parsed = parse_fabric_manager_line(line)
+                if parsed is not None:
+                    new.append(report.fabric_manager_signal(config.node, now, line=parsed))
+        if new:
+            self.queue.commit(new, {BOOT: self.boot_id})
+            self.stats.add("signals_queued", len(new))
+            self.pusher.wake()
+        return new
+
+    def _fabric_manager_lines(self) -> list[str]:
+        """Lines appended to Fabric Manager's log since the last read (from its end at start: its
+        history was reported by the agent that read it then); a shorter file starts over."""
+        path = self.config.fabric_manager_log
+        assert path is not None
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return []
+        if self._fm_offset is None or size < self._fm_offset:
+            self._fm_offset = size if self._fm_offset is None else 0
+        if size == self._fm_offset:
+            return []
+        with path.open("rb") as f:
+            f.seek(self._fm_offset)
+            data = f.read(size - self._fm_offset)
+        complete, newline, _ = data.rpartition(b"\n")
+        if not newline:
+            return []
+        self._fm_offset += len(complete) + 1
+        return complete.decode("utf-8", errors="replace").splitlines()
 
     def _gpu(self, pci: str) -> GpuInfo | None:
         if pci not in self.gpus:
@@ -308,6 +412,7 @@ class Agent:
             while not stop.is_set():
                 if time.monotonic() >= next_presence:
                     self.check_presence()
+                    self.check_fabric()
                     next_presence = time.monotonic() + self.config.presence_seconds
                 self.consume(follower.read(timeout=0.5))
                 self.stats.set("records_lost", follower.lost)

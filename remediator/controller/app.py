@@ -83,6 +83,7 @@ from remediator.store.repository import Repository
 from remediator.web.app import create_app
 from remediator.web.deps import WebDeps
 from remediator.web.intake import limits_from
+from remediator.web.racks import GANG_LABEL
 from remediator.web.server import QuietServer
 
 log = logging.getLogger(__name__)
@@ -763,6 +764,8 @@ class Controller:
             heartbeats=self.heartbeats,
             admission=self.admission,
             node_known=self.nodes.knows,
+            list_nodes=self.nodes.list_nodes,
+            list_gang_pods=lambda: self.kube.list_pods_everywhere(GANG_LABEL),
         )
 
     def start_web(self) -> str:

@@ -438,6 +438,11 @@ class KubeClient:
                 time.sleep(pause)
         raise ConflictError(f"{what}: still conflicting after {CONFLICT_RETRIES} attempts")
 
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        """Set the given labels; a None value deletes that key."""
+        patch = {"metadata": {"labels": dict(labels)}}
+        return self._patch_node(name, patch, MERGE_PATCH, f"label node {name}")
+
     def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
         """Set the given annotations; a None value deletes that key."""
         patch = {"metadata": {"annotations": dict(annotations)}}
@@ -498,6 +503,16 @@ class KubeClient:
             "/api/v1/pods",
             f"list pods on {node}",
             query=[("fieldSelector", f"spec.nodeName={node}")],
+        )
+        return [Pod.from_json(item) for item in data.get("items") or ()]
+
+    def list_pods_everywhere(self, label_selector: str) -> list[Pod]:
+        """Pods of every namespace with this label (the rack view's gang jobs)."""
+        data = self._call(
+            "GET",
+            "/api/v1/pods",
+            f"list pods labelled {label_selector}",
+            query=[("labelSelector", label_selector)],
         )
         return [Pod.from_json(item) for item in data.get("items") or ()]
 

@@ -52,6 +52,21 @@ class ClusterState:
     unhealthy: Mapping[str, frozenset[str]] = field(default_factory=dict)
     open_remediations: int = 0
     known: frozenset[str] | None = None
+    # node → its NVLink domain (model/topology.py), for nodes that have one: a domain out of
+    # service is one unit to the budgets and one fault to the breaker, whatever its tray count.
+    domains: Mapping[str, str] = field(default_factory=dict)
+    # pool → the domains a remediation is taking out of service now (`max_domains_out`): a
+    # tray NotReady on its own does not make its domain one of ours to count.
+    domains_out: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def unit(self, node: str) -> str:
+        """What the budgets and the breaker count `node` as: itself, or its domain."""
+        domain = self.domains.get(node)
+        return node if domain is None else DOMAIN_UNIT + domain
+
+
+# Prefix of a domain's unit; a Kubernetes node name cannot contain ':'.
+DOMAIN_UNIT = "domain:"
 
 
 @dataclass(frozen=True)
@@ -105,12 +120,15 @@ def admit(
     when they were first decided) are never counted as new faults again."""
     ordered = sorted(decisions, key=lambda d: (-d.priority, d.node, d.policy))
     fleet = sum(cluster.nodes_per_pool.values())
-    breaker = _advance_breaker(ordered, settings, breaker, now, fleet, cluster.known, counted)
+    breaker = _advance_breaker(ordered, settings, breaker, now, fleet, cluster, counted)
     if breaker.tripped:
         reason = f"storm breaker tripped: {breaker.reason}"
         return Admission((), tuple(Held(d, reason, HoldCause.BREAKER) for d in ordered), breaker)
 
-    unhealthy = {pool: set(nodes) for pool, nodes in cluster.unhealthy.items()}
+    unhealthy = {
+        pool: {cluster.unit(n) for n in nodes} for pool, nodes in cluster.unhealthy.items()
+    }
+    domains_out = {pool: set(domains) for pool, domains in cluster.domains_out.items()}
     total_nodes = sum(cluster.nodes_per_pool.values())
     cluster_cap = limit_for(settings.max_unhealthy.cluster, total_nodes)
     running = cluster.open_remediations
@@ -124,17 +142,30 @@ def admit(
             held.append(Held(decision, f"max concurrent remediations ({settings.max_concurrent})"))
             continue
         pool = decision.pool or ""
+        unit = cluster.unit(decision.node)
         in_pool = unhealthy.get(pool, set())
         pool_cap = limit_for(settings.max_unhealthy.per_pool, cluster.nodes_per_pool.get(pool, 0))
-        after_pool = len(in_pool | {decision.node})
+        after_pool = len(in_pool | {unit})
         if pool_cap is not None and after_pool > pool_cap:
             held.append(Held(decision, f"max unhealthy in pool {pool or '(none)'} ({pool_cap})"))
             continue
+        domain = cluster.domains.get(decision.node)
+        out = domains_out.setdefault(pool, set())
+        if domain is not None and domain not in out and len(out) >= settings.max_domains_out:
+            held.append(
+                Held(
+                    decision,
+                    f"max domains out in pool {pool or '(none)'} ({settings.max_domains_out})",
+                )
+            )
+            continue
         everywhere = set().union(*unhealthy.values()) if unhealthy else set()
-        if cluster_cap is not None and len(everywhere | {decision.node}) > cluster_cap:
+        if cluster_cap is not None and len(everywhere | {unit}) > cluster_cap:
             held.append(Held(decision, f"max unhealthy in cluster ({cluster_cap})"))
             continue
-        unhealthy.setdefault(pool, set()).add(decision.node)
+        unhealthy.setdefault(pool, set()).add(unit)
+        if domain is not None:
+            out.add(domain)
         running += 1
         admitted.append(decision)
     return Admission(tuple(admitted), tuple(held), breaker)
@@ -161,27 +192,34 @@ def _advance_breaker(
     breaker: BreakerState,
     now: datetime,
     fleet: int,
-    known: frozenset[str] | None,
+    cluster: ClusterState,
     counted: frozenset[str],
 ) -> BreakerState:
+    """Faults are counted by unit: 18 trays of one rack going down together are one fault of
+    their domain, while trays of many domains are as many faults."""
     config = settings.storm_breaker
     if breaker.tripped or not config.enabled:
         return breaker
     since = now - config.window
     faults = {node: at for node, at in breaker.faults if at > since}
+    known = cluster.known
     for decision in ordered:
         node = decision.node
-        if not decision.disruptive or node in faults or node in counted:
+        unit = cluster.unit(node)
+        if not decision.disruptive or unit in faults or node in counted:
             continue
         if known is not None and node not in known:
             continue  # a node the cluster does not have is nobody's fault
-        faults[node] = now
+        faults[unit] = now
     kept = tuple(sorted(faults.items(), key=lambda item: (item[1], item[0])))
-    base = window_base(fleet, known, faults)
+    # The fleet in units too, so that a percent of it means the same with racks as without.
+    units = fleet - len(cluster.domains) + len(set(cluster.domains.values()))
+    base = window_base(units, known, (u for u in faults if not u.startswith(DOMAIN_UNIT)))
     limit = breaker_limit(settings, base)
     if len(kept) >= limit:
         reason = (
-            f"{len(kept)} of {base} nodes newly faulted within "
+            f"{len(kept)} of {base} {'nodes and NVLink domains' if cluster.domains else 'nodes'}"
+            " newly faulted within "
             f"{format_duration(config.window)} (limit {limit}); a human must reset it"
         )
         return BreakerState(tripped=True, tripped_at=now, reason=reason, faults=kept)

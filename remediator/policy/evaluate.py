@@ -122,6 +122,11 @@ class Decision:
     on_failure: str | None = None
     # The ladders a failed repair goes on to, resolved now: the remediation stores them.
     fallbacks: tuple[Fallback, ...] = ()
+    # What the ladder acts on (policy/scope.py): `node` alone, or, once folded, every node of
+    # `domain` (its clique or its whole NVLink domain) in `members`.
+    scope: Literal["node", "clique", "domain"] = "node"
+    domain: str | None = None
+    members: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,7 @@ def _decide(
         reason=f"{policy.name}: " + "; ".join(reasons),
         decided_at=now,
         on_failure=policy.on_failure,
+        scope=policy.scope,
     )
 
 

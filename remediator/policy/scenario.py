@@ -13,12 +13,14 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from remediator.errors import PolicyError
+from remediator.model.topology import build_topology, domain_map
 from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
 from remediator.policy.durations import Duration, format_duration
 from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
 from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet, parse_yaml, validate_model
 from remediator.policy.schema import GlobalSettings
+from remediator.policy.scope import fold_scopes
 from remediator.signals.model import Signal, SignalKind
 
 SCENARIO_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -140,6 +142,8 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
         settings = GlobalSettings.model_validate(merged)
     pools = {n.name: n.pool for n in scenario.fleet}
     labels = {n.name: dict(n.labels) for n in scenario.fleet}
+    topology = build_topology(labels)
+    domains = domain_map(labels)
     per_pool: dict[str, int] = {}
     for member in scenario.fleet:
         per_pool[member.pool] = per_pool.get(member.pool, 0) + 1
@@ -149,7 +153,9 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
         PastRemediation(e.node, e.policy, start - e.ago, e.outcome, kinds.get(e.policy))
         for e in scenario.history
     ]
-    open_nodes: dict[str, str] = {}
+    open_nodes: dict[str, str] = {}  # lead node → policy of its open remediation
+    members: dict[str, tuple[str, ...]] = {}
+    lead_of: dict[str, str] = {}
     state = EvalState()
     breaker = BreakerState()
 
@@ -166,25 +172,35 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
     for offset in ticks:
         now = start + offset
         for node in resolve_at.get(offset, ()):
-            open_nodes.pop(node, None)
+            open_nodes.pop(lead_of.get(node, node), None)
+        # A clique or domain remediation holds every tray of its unit (policy/scope.py).
+        lead_of = {m: lead for lead in open_nodes for m in members.get(lead, (lead,))}
+        held = {m: open_nodes[lead] for m, lead in lead_of.items()}
         history = History.build(
-            remediations=past, open=open_nodes, pools=pools, labels=labels, state=state
+            remediations=past, open=held, pools=pools, labels=labels, state=state
         )
         result = evaluate(signals_at.get(offset, ()), history, policy_set.policies, now, settings)
         state = result.state
+        decisions = fold_scopes(result.decisions, topology)
         unhealthy: dict[str, set[str]] = {}
-        for node in open_nodes:
+        for node in held:
             unhealthy.setdefault(pools.get(node, ""), set()).add(node)
         cluster = ClusterState(
             nodes_per_pool=per_pool,
             unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
             open_remediations=len(open_nodes),
+            domains=domains,
+            domains_out={
+                pool: frozenset(domains[n] for n in open_nodes if n in domains and pools[n] == pool)
+                for pool in per_pool
+            },
         )
-        admission = admit(result.decisions, cluster, settings, breaker, now)
+        admission = admit(decisions, cluster, settings, breaker, now)
         breaker = admission.breaker
         for decision in admission.admitted:
             if decision.disruptive:
                 open_nodes[decision.node] = decision.policy
+                members[decision.node] = decision.members or (decision.node,)
             past.append(
                 PastRemediation(
                     decision.node,

@@ -369,6 +369,10 @@ class Policy(_Strict):
     on_failure: Annotated[str, AfterValidator(_policy_name)] | None = None
     # Planned: when to act before the signal's deadline (docs/planned.md); None acts at once.
     when: When | None = None
+    # What the ladder acts on (docs/topology.md): the node; the trays of its NVLink clique (a
+    # gang job's partition); or its whole NVLink domain (an NVL72 rack). A node with no clique
+    # label is remediated per node whatever the scope.
+    scope: Literal["node", "clique", "domain"] = "node"
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
@@ -430,6 +434,14 @@ class Policy(_Strict):
             raise ValueError(
                 "when: and approval: required: a planned moment cannot wait on a human"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _scoped(self) -> Policy:
+        if self.scope == "node":
+            return self
+        if self.when is not None:
+            raise ValueError(f"scope: {self.scope} and when: planned work is planned per node")
         return self
 
     @property
@@ -533,6 +545,8 @@ class FleetBreaker(_Strict):
 class GlobalSettings(_Strict):
     max_unhealthy: MaxUnhealthy = MaxUnhealthy()
     max_concurrent: int = Field(default=5, ge=0)
+    # NVLink domains (NVL72 racks) of one pool out of service at once (docs/topology.md).
+    max_domains_out: int = Field(default=1, ge=0)
     storm_breaker: StormBreaker = StormBreaker()
     fleet_breaker: FleetBreaker = FleetBreaker()
     default_cooldown: Duration = timedelta(hours=1)

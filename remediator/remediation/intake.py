@@ -28,6 +28,7 @@ from remediator.kube.objects import Node
 from remediator.ledger.identity import machine_id
 from remediator.ledger.store import Ledger
 from remediator.model.states import State
+from remediator.model.topology import Topology, build_topology, domain_map
 from remediator.policy.budget import (
     Admission,
     BreakerState,
@@ -50,6 +51,7 @@ from remediator.policy.ladder import ladder_from_policy
 from remediator.policy.loader import PolicySet
 from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
+from remediator.policy.scope import fold_scopes
 from remediator.remediation.journal import log_transition
 from remediator.remediation.node_gone import REPLACEMENT_STATES
 from remediator.remediation.planned import (
@@ -185,15 +187,45 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
         and r.state is not State.QUEUED
         and (not known or r.node in known or r.state in REPLACEMENT_STATES)
     ]
+    domains = domain_map(inventory.labels)
+    domains_out: dict[str, set[str]] = {}
     for record in acting:
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
+        if record.node in domains:
+            domains_out.setdefault(pool, set()).add(domains[record.node])
     return ClusterState(
         nodes_per_pool=inventory.nodes_per_pool(),
         unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
         open_remediations=sum(1 for r in acting if r.state is not State.HELD_BY_OPT_OUT),
         known=frozenset(inventory.pools) or None,
+        domains=domains,
+        domains_out={pool: frozenset(out) for pool, out in domains_out.items()},
     )
+
+
+def members(node: str, scope: str, topology: Topology) -> tuple[str, ...]:
+    """The nodes a remediation of `node` under a policy of `scope` holds (policy/scope.py)."""
+    place = topology.placement(node)
+    if scope == "node" or place is None:
+        return (node,)
+    if scope == "clique":
+        return topology.clique_of(node)
+    return topology.domains[place.domain].nodes
+
+
+def covered(
+    fencing: Sequence[RemediationRecord], policies: PolicySet, topology: Topology
+) -> dict[str, str]:
+    """node → policy of the open remediation holding it: a clique or domain remediation holds
+    every tray of its unit, so a later signal from one of them joins it instead of opening
+    another. The unit is read from the lead node's labels and the policy's scope today."""
+    scopes = {p.name: p.scope for p in policies.policies}
+    held: dict[str, str] = {}
+    for record in fencing:
+        for node in members(record.node, scopes.get(record.policy, "node"), topology):
+            held.setdefault(node, record.policy)
+    return held
 
 
 def never_started(record: RemediationRecord) -> bool:
@@ -370,9 +402,18 @@ class Intake:
         fencing: Sequence[RemediationRecord],
         policies: PolicySet,
         now: datetime,
+        topology: Topology,
     ) -> None:
         """A disposition for each fresh signal the decisions did not account for."""
-        holding = {**{r.node: r.id for r in fencing}, **self._opened_on}
+        scopes = {p.name: p.scope for p in policies.policies}
+        holding = {
+            **{
+                node: r.id
+                for r in fencing
+                for node in members(r.node, scopes.get(r.policy, "node"), topology)
+            },
+            **self._opened_on,
+        }
         for signal in fresh:
             if id(signal) in self._said:
                 continue
@@ -411,13 +452,14 @@ class Intake:
         now: datetime,
     ) -> IntakeResult:
         fencing: Sequence[RemediationRecord] = self._fencing()
-        history = self._history(fencing, inventory, policies, now)
+        topology = build_topology(inventory.labels)
+        history = self._history(fencing, inventory, policies, now, topology)
         evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
         self._eval_state = evaluation.state
-        decisions = self._not_suppressed(evaluation.decisions, now)
+        decisions = fold_scopes(self._not_suppressed(evaluation.decisions, now), topology)
         fencing, closed = self._close_cleared(fencing, fresh, inventory, policies)
         result = self._admit(decisions, fencing, inventory, policies, now, fresh)
-        self._explain(fresh, history, fencing, policies, now)
+        self._explain(fresh, history, fencing, policies, now, topology)
         return replace(result, closed=closed)
 
     def _not_suppressed(self, decisions: Sequence[Decision], now: datetime) -> list[Decision]:
@@ -817,6 +859,7 @@ class Intake:
         inventory: Inventory,
         policies: PolicySet,
         now: datetime,
+        topology: Topology,
     ) -> History:
         horizon = max(
             [
@@ -845,7 +888,7 @@ class Intake:
                 for r in recent
                 if not never_started(r)
             ),
-            open={r.node: r.policy for r in fencing},
+            open=covered(fencing, policies, topology),
             pools=inventory.pools,
             labels=inventory.labels,
             state=self._eval_state,
@@ -869,6 +912,8 @@ class Intake:
         held: Held[Decision | RemediationRecord] | None = None,
     ) -> RemediationRecord | None:
         detail: dict[str, object] = {"reason": decision.reason, "signals": len(decision.signals)}
+        if decision.scope != "node":
+            detail.update(scope=decision.scope, domain=decision.domain, trays=len(decision.members))
         if held is not None:
             detail["held"] = held.reason
         try:
@@ -890,7 +935,8 @@ class Intake:
         )
         for signal in decision.signals:
             self._said[id(signal)] = said
-        self._opened_on[decision.node] = record.id
+        for node in decision.members or (decision.node,):
+            self._opened_on[node] = record.id
         self._repo.insert_signals(
             list(decision.signals),
             remediation_id=record.id,

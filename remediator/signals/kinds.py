@@ -19,9 +19,14 @@ class SignalKind(StrEnum):
     # Work the cloud or the GPU announced ahead, with an event id, a window and a deadline
     # (remediator/signals/maintenance.py).
     MAINTENANCE = "maintenance"
+    # An NVSwitch error (SXid) in a tray's kernel log (remediator/signals/sxid.py): labels carry
+    # the switch, link, `fatal` and the NVLink `domain` (clusterUUID) when the agent knows it.
+    SXID = "sxid"
+    # Fabric Manager not active on a tray, or an error in its log (remediator/agent/fabric.py).
+    FABRIC_MANAGER = "fabric_manager"
 
 
 # Kinds whose signal is an event with its own time (a line the kernel logged), not a reading of
 # a state that may have changed since: one delivered late is still evidence and is decided by
 # its `observed_at` (the push API bounds its age by a day, not by the readings' minutes).
-EVENT_KINDS = frozenset({SignalKind.XID})
+EVENT_KINDS = frozenset({SignalKind.XID, SignalKind.SXID})

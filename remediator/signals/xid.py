@@ -760,17 +760,6 @@ def parse_kernel_line(line: str) -> KernelXid | None:
     return None
 
 
-# An NVSwitch error, a "Switch Xid" (Fabric Manager User Guide), logged by the switch driver and
-# not by NVRM: `nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up`.
-# It names a switch and a link, not a GPU, and no SXid code means anything to a policy yet: the
-# agent counts these lines (never drops them unseen) until they are understood.
-_SXID_LINE = re.compile(r"nvidia-nvswitch\d*: SXid\b")
-
-
-def is_sxid_line(line: str) -> bool:
-    return _SXID_LINE.search(line) is not None
-
-
 def parse_pci_uuid_line(line: str) -> tuple[str, str] | None:
     """`NVRM: GPU at PCI:… : GPU-<uuid>` → (pci, uuid), to map kernel XIDs to GPUs."""
     match = _PCI_UUID.search(line)

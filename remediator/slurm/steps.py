@@ -45,8 +45,16 @@ class Journal:
         self.entries.append({"note": text, **facts})
 
 
-def jobs_on(jobs: Iterable[SlurmJob], node: str) -> list[SlurmJob]:
-    return [j for j in jobs if j.on_node and node in j.nodes]
+def jobs_on(jobs: Iterable[SlurmJob], node: str | Sequence[str]) -> list[SlurmJob]:
+    """The jobs running on `node`, or on any of `node`s (an NVLink domain's trays)."""
+    nodes = {node} if isinstance(node, str) else set(node)
+    return [j for j in jobs if j.on_node and nodes.intersection(j.nodes)]
+
+
+def _named(node: str | Sequence[str]) -> str:
+    if isinstance(node, str):
+        return node
+    return node[0] if len(node) == 1 else f"{len(node)} nodes ({','.join(node)})"
 
 
 def opt_out_match(job: SlurmJob, settings: SlurmSettings) -> str | None:
@@ -190,7 +198,7 @@ class JobsSoFar:
 
 def vacate(
     client: SlurmClient,
-    node: str,
+    node: str | Sequence[str],
     settings: SlurmSettings,
     *,
     so_far: JobsSoFar,
@@ -206,7 +214,13 @@ def vacate(
     other signal is sent once first, and what still runs at the end of the grace is requeued or
     cancelled. A job to requeue that did not ask for it is allowed to be requeued before it is
     signalled. Requeues and cancels address the whole job (an array task, a heterogeneous job),
-    signals the component on this node."""
+    signals the component on this node.
+
+    `node` may be the nodes of an NVLink domain, vacated as one: a job whose node list spans
+    several of them is decided, signalled and requeued once, not once per tray. (Slurm's block
+    topology, which would place and requeue by domain itself, is 23.11+; Debian's 22.05 has only
+    the node list.) The caller drains all of them first, so a requeued job cannot start again
+    on a tray of the faulty domain before its own tray is reached."""
     listed = client.jobs()
     here = jobs_on(listed, node)
     opt_outs = {j.id: m for j in here if (m := opt_out_match(j, settings))}
@@ -233,13 +247,17 @@ def vacate(
         elif term or remaining <= 0:
             _settle(client, job, fates[job.id], journal)
             sent.add(job.whole)
-    facts: dict[str, Any] = {"slurm_node": node, "slurm_jobs": [j.id for j in here]}
+    where = _named(node)
+    facts: dict[str, Any] = {
+        "slurm_node": node if isinstance(node, str) else list(node),
+        "slurm_jobs": [j.id for j in here],
+    }
     if leaving:
         if remaining > 0 and not term:
-            reason = f"waiting up to {remaining:.0f}s for {len(leaving)} Slurm job(s) on {node}"
+            reason = f"waiting up to {remaining:.0f}s for {len(leaving)} Slurm job(s) on {where}"
             return Waiting(f"{reason} to leave", min(POLL_SECONDS, remaining), facts)
         return Waiting(
-            f"{len(leaving)} Slurm job(s) leaving {node}: "
+            f"{len(leaving)} Slurm job(s) leaving {where}: "
             + ", ".join(f"{j.id} ({fates[j.id]})" for j in leaving),
             POLL_SECONDS,
             facts,
@@ -249,14 +267,14 @@ def vacate(
     held = [j.id for j in work if fates[j.id] == HOLD]
     if held:
         return Held(
-            f"non-requeueable Slurm job(s) {', '.join(held)} on {node} left running for a human "
+            f"non-requeueable Slurm job(s) {', '.join(held)} on {where} left running for a human "
             "(slurm.not_requeueable: hold)",
             {**facts, "held_jobs": held},
         )
     if not outcomes:
-        return Done(f"no Slurm job on {node}", facts)
+        return Done(f"no Slurm job on {where}", facts)
     return Done(
-        f"no Slurm job left on {node}: " + "; ".join(f"{j} {f}" for j, f in outcomes.items()),
+        f"no Slurm job left on {where}: " + "; ".join(f"{j} {f}" for j, f in outcomes.items()),
         facts,
     )
 

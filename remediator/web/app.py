@@ -55,6 +55,7 @@ from remediator.web.optouts import make_optouts_router
 from remediator.web.planned_page import make_planned_router
 from remediator.web.problems import WebError
 from remediator.web.query import single_valued_query
+from remediator.web.racks import make_racks_router
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
 from remediator.web.signal_dispositions import make_dispositions_router
@@ -214,6 +215,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     )
     app.include_router(make_intake_router())
     app.include_router(make_fleet_breaker_router())
+    app.include_router(make_racks_router())
     app.include_router(pages.make_pages_router())
     app.include_router(make_backtest_router())
     app.include_router(make_doctor_router())

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import PolicyError
-from remediator.kube.objects import Node
+from remediator.kube.objects import Node, Pod
 from remediator.policy.loader import PolicySet
 from remediator.settings import Settings
 from remediator.signals.admission import Admission
@@ -76,3 +76,7 @@ class WebDeps:
     admission: Admission | None = None
     # Whether the cluster has this node (the node cache); None when it cannot say yet.
     node_known: Callable[[str], bool | None] = _cannot_say
+    # The rack view (web/racks.py): every node (the node cache) and the gang jobs' pods; None:
+    # this console has no cluster access.
+    list_nodes: Callable[[], list[Node]] | None = None
+    list_gang_pods: Callable[[], list[Pod]] | None = None

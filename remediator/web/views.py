@@ -63,6 +63,8 @@ _KIND_RUNBOOKS: Mapping[SignalKind, str] = {
     SignalKind.GPU_MISSING: "gpu-missing",
     SignalKind.NODE_CONDITION: "node-condition",
     SignalKind.SLURM_NODE: "slurm-node",
+    SignalKind.SXID: "nvswitch-sxid",
+    SignalKind.FABRIC_MANAGER: "nvswitch-sxid",
 }
 
 
@@ -445,6 +447,9 @@ def signal_value(signal: Signal) -> str:
     match signal.kind:
         case SignalKind.THERMAL:
             return f"{number} °C"
+        case SignalKind.NVLINK if problem == "link_down":
+            link = signal.labels.get("link")
+            return f"NVLink {link} down" if link else "NVLink down"
         case SignalKind.NVLINK:
             return f"{_count(value)} NVLink errors in the window"
         case SignalKind.ECC:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from remediator.signals.model import Signal
 from remediator.sim.node import driver
 from remediator.sim.node.hosts import BOOT_ID
 from remediator.sim.node.kernel_log import KernelLog
@@ -42,6 +43,10 @@ def server(sqlite_head_template: Path, tmp_path: Path) -> Iterator[PushServer]:
 
 def codes(server: PushServer) -> list[tuple[int | None, int | None]]:
     return [(s.gpu, s.code) for s in server.signals() if s.kind.value == "xid"]
+
+
+def sxids(server: PushServer) -> list[Signal]:
+    return [s for s in server.signals() if s.kind.value == "sxid"]
 
 
 def queued(state: Path) -> int:
@@ -118,30 +123,39 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(
     host.log.write_raw("4,9999,123")  # cut off before the message
     host.log.write_raw("\x00\x01\x02;")
     host.log.write("NVRM: Xid (PCI:0000:18:00): 7")  # a record whose NVRM line was cut short
-    # NVSwitch errors (the Fabric Manager's SXids): not understood yet, so counted, not dropped.
+    # NVSwitch errors (SXids): each a signal; a detail line is counted; one cut short goes raw.
     host.log.write(
         "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
     )
+    host.log.write("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Data {0x10000000}")
     host.log.write("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 11004, Non-fatal, Link 36 ingress")
+    host.log.write("nvidia-nvswitch2: SXid (PCI:0000:07:0")
     host.xid(1, 48)
     running = AgentThread(agent_config(host, tmp_path / "state", server.url))
     try:
         wait_for("both XIDs", lambda: len(codes(server)) == 2)
+        wait_for("the SXids", lambda: len(sxids(server)) == 3)
         stats = running.agent.stats
         wait_for("the counters", lambda: stats.get("records_skipped") == 3)
         assert stats.get("xid_lines_unparsed") == 1
-        assert stats.get("sxid_lines_unparsed") == 2
+        assert stats.get("sxid_lines_unparsed") == 1
+        assert stats.get("sxid_detail_lines") == 1
         wait_for(
             "the heartbeat to carry them",
             lambda: (
                 (status := server.agent_status(host.node)) is not None
                 and status.stats.get("records_skipped") == 3
-                and status.stats.get("sxid_lines_unparsed") == 2
+                and status.stats.get("sxid_lines_unparsed") == 1
             ),
         )
     finally:
         running.stop()
     assert codes(server) == [(0, 79), (1, 48)]
+    fatal, non_fatal, raw = sxids(server)
+    assert (fatal.code, fatal.labels["fatal"], fatal.labels["link"]) == (20034, "true", "48")
+    assert (fatal.labels["switch"], fatal.labels["pci"]) == ("1", "0000:06:00.0")
+    assert (non_fatal.code, non_fatal.labels["fatal"]) == (11004, "false")
+    assert raw.code is None and raw.labels["raw"] == "nvidia-nvswitch2: SXid (PCI:0000:07:0"
 
 
 def test_a_vanished_gpu_is_reported_once_across_restarts(

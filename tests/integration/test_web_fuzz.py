@@ -48,6 +48,8 @@ OPERATIONS = (
     "POST /api/v1/controller/resume",
     "POST /api/v1/controller/reset-breaker",
     "GET /api/v1/fleet/breaker",
+    "GET /api/v1/domains",
+    "GET /api/v1/domains/{domain}",
     "POST /api/v1/fleet/breaker/reset",
     "POST /api/v1/signals",
     "GET /api/v1/signals",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from remediator.actions.checkpoint import give_notice, plan_grace
 from remediator.actions.outcome import Done, Outcome
 from remediator.policy.ladder import LadderStep, parse_ladder
+from remediator.remediation.steps import gang
 from remediator.remediation.steps.context import StepContext
 from remediator.remediation.steps.grace import (
     DEFAULT_GRACE_SECONDS,
@@ -40,7 +41,7 @@ def _pods(record: RemediationRecord, ctx: StepContext) -> Outcome:
     refused = capacity_refused(record, ctx)
     if refused is not None:
         return refused
-    return give_notice(
+    outcome = give_notice(
         ctx.kube,
         ctx.drainer,
         record.node,
@@ -49,3 +50,4 @@ def _pods(record: RemediationRecord, ctx: StepContext) -> Outcome:
         max_grace=high,
         now=now,
     )
+    return gang.notify_gang(record, ctx, low, high, outcome)

@@ -52,6 +52,13 @@ NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
 # The look-back of the counter queries: the NVLink fold window, so that one burst is one event
 # (see signals/dedup.py). Two minutes are four DCGM scrapes: one missed scrape hides nothing.
 COUNTER_WINDOW = f"{int(FOLD_COUNTER_WINDOW.total_seconds())}s"
+# DCGM's per-link NVLink error counters (links 0-17; dcgm_fields.h), and the step their
+# increase is sampled at: a subquery, since the link number is read from the metric name.
+NVLINK_PER_LINK = "DCGM_FI_DEV_NVLINK_(CRC_FLIT|CRC_DATA|REPLAY|RECOVERY)_ERROR_COUNT_L[0-9]+"
+PER_LINK_STEP = "5s"
+# A link's state (DCGM field 1508, a link entity; renamed LINK_STATUS in newer DCGM): 0 is down.
+# Its link label is taken as dcgm-exporter's `nvlink` (not checked against a real exporter).
+NVLINK_STATE = "DCGM_FI_DEV_NVLINK_(GET_STATE|LINK_STATUS)"
 
 
 def _tag(expr: str, problem: str) -> str:
@@ -67,14 +74,29 @@ class PrometheusQueries(BaseModel):
 
     xid: str | None = "DCGM_FI_DEV_XID_ERRORS != 0"
     thermal: str | None = "DCGM_FI_DEV_GPU_TEMP"
-    # Each counter is tagged before the sum: increase() drops the metric name, and several
-    # series with one label set in a vector is an execution error in PromQL.
+    # A link that is down (code 1, `link_down`, value 1) whatever its counters say. Errors per
+    # link where the exporter has DCGM's per-link fields (`DCGM_FI_DEV_NVLINK_<C>_ERROR_
+    # COUNT_L<n>`, NVLink domains' trays): each link a signal with a `link` label, so a failing
+    # link names its GPU and link. Elsewhere the GPU's totals, one signal per GPU. Each counter
+    # is tagged before the sum: increase() drops the metric name, and several series with one
+    # label set in a vector is an execution error in PromQL.
     nvlink: str | None = (
-        f"sum by ({GPU_KEYS}) ("
+        f"(sum by ({GPU_KEYS}, link) (increase(label_replace(label_replace("
+        f'{{__name__=~"{NVLINK_PER_LINK}"}}, "link", "$1", "__name__", ".*_L([0-9]+)$"),'
+        f' "counter", "$1", "__name__", "DCGM_FI_DEV_NVLINK_(.+)_ERROR_COUNT_L[0-9]+")'
+        f"[{COUNTER_WINDOW}:{PER_LINK_STEP}]))"
+        f" or (sum by ({GPU_KEYS}) ("
         + " or ".join(
             f"label_replace(increase(DCGM_FI_DEV_NVLINK_{c}_ERROR_COUNT_TOTAL[{COUNTER_WINDOW}]),"
             f' "counter", "{c.lower()}", "", "")'
             for c in NVLINK_COUNTERS
+        )
+        + f') unless on ({GPU_KEYS}) group by ({GPU_KEYS}) ({{__name__=~"{NVLINK_PER_LINK}"}})'
+        + ") or "
+        + _tag(
+            f'label_replace(min by ({GPU_KEYS}, nvlink) ({{__name__=~"{NVLINK_STATE}"}})'
+            ' == bool 0, "link", "$1", "nvlink", "(.+)")',
+            "link_down",
         )
         + ") > 0"
     )
@@ -120,7 +142,8 @@ class PrometheusQueries(BaseModel):
         changes: dict[str, Any] = {}
         for name in ("nvlink", "ecc", "gpu_missing", "infiniband"):
             query: str = getattr(base, name)
-            query = query.replace(f"[{COUNTER_WINDOW}]", f"[{counters}]").replace(
+            query = query.replace(f"[{COUNTER_WINDOW}]", f"[{counters}]")
+            query = query.replace(f"[{COUNTER_WINDOW}:", f"[{counters}:").replace(
                 "offset 5m", f"offset {missing}"
             )
             changes[name] = query.replace("[1h]", f"[{symbol_errors}]")

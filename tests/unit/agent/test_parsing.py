@@ -20,7 +20,8 @@ from remediator.agent.push import Backoff, refused_indices, retry_after
 from remediator.agent.report import missing_signal, xid_signal
 from remediator.agent.runner import logged_at
 from remediator.signals.model import Signal, SignalKind
-from remediator.signals.xid import is_sxid_line, parse_kernel_line
+from remediator.signals.sxid import parse_sxid_line
+from remediator.signals.xid import parse_kernel_line
 from remediator.sim.node import driver
 from remediator.sim.node.kernel_log import KernelLog, fallen_off_line, xid_line
 from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
@@ -224,7 +225,9 @@ def test_nvswitch_sxid_lines_are_recognised_and_are_no_xid() -> None:
         "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 11004, Non-fatal, Link 36 ingress (First)",
     ]
     for line in lines:
-        assert is_sxid_line(line) and parse_kernel_line(line) is None
-    assert not is_sxid_line("NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, x")
-    assert is_sxid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): ")  # cut short: counted too
-    assert not is_sxid_line("nvidia-nvswitch1: probe done")
+        assert parse_sxid_line(line) is not None and parse_kernel_line(line) is None
+    xid = "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, x"
+    assert parse_sxid_line(xid) is None
+    cut = parse_sxid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): ")  # cut short: kept raw
+    assert cut is not None and cut.raw is not None
+    assert parse_sxid_line("nvidia-nvswitch1: probe done") is None

@@ -278,6 +278,8 @@ def test_a_capacity_hold_links_its_own_runbook_and_says_release_waits() -> None:
         (SignalKind.ECC, 1.00131, {}, "1 double-bit ECC errors"),
         (SignalKind.ECC, 0.62, {}, "1 double-bit ECC errors"),
         (SignalKind.NVLINK, 11.97, {}, "12 NVLink errors in the window"),
+        (SignalKind.NVLINK, 1.0, {"problem": "link_down", "link": "9"}, "NVLink 9 down"),
+        (SignalKind.NVLINK, 1.0, {"problem": "link_down"}, "NVLink down"),
         (SignalKind.INFINIBAND, 2.4, {"problem": "link_errors"}, "2 link errors"),
         # A rate says it is one, and keeps its fraction.
         (SignalKind.INFINIBAND, 2.5, {"problem": "symbol_errors"}, "2.5 symbol errors per hour"),
