@@ -185,6 +185,16 @@ class Replace(_Strict):
     action: Literal["replace"]
 
 
+class Rma(_Strict):
+    """Open an RMA case for the owned GPU (or machine) at fault, with its evidence bundle, and
+    send it to `rma.webhook_url` (docs/rma.md). One case per hardware until it is closed."""
+
+    action: Literal["rma"]
+    target: Literal["gpu", "machine"] = "gpu"
+    # One line: it becomes the case's reason and the ticket's summary.
+    reason: str | None = Field(default=None, min_length=1, max_length=500, pattern=r"^[^\n]+$")
+
+
 class ResetGpu(_Strict):
     """Reset only the faulty GPU(s) (`nvidia-smi --gpu-reset -i N`, a privileged Job pinned to
     the node); follows a full drain, so no pod holds the GPU."""
@@ -284,6 +294,7 @@ Step = Annotated[
     | Reboot
     | Diagnose
     | Uncordon
+    | Rma
     | Replace
     | Validate,
     Field(discriminator="action"),
@@ -298,6 +309,7 @@ STEP_ORDER = (
     "reset_gpu",
     "reboot",
     "diagnose",
+    "rma",
     "replace",
     "validate",
     "uncordon",
@@ -309,7 +321,7 @@ REPLACE = "replace"  # `on_failure: replace`: the replace step, not a policy of 
 def fallback_steps(actions: list[Step]) -> list[Step]:
     """What a ladder contributes as another policy's `on_failure`: its steps from its first
     repair or replace step on (the node is fenced and drained already; notify is left out)."""
-    starts = [i for i, s in enumerate(actions) if s.action in REPAIR_STEPS | {REPLACE}]
+    starts = [i for i, s in enumerate(actions) if s.action in REPAIR_STEPS | {REPLACE, "rma"}]
     if not starts:
         return []
     return [s for s in actions[starts[0] :] if s.action != "notify"]
@@ -402,6 +414,8 @@ class Policy(_Strict):
             raise ValueError(
                 "uncordon needs diagnose or validate before it: no node goes back unchecked"
             )
+        if "rma" in steps and "uncordon" in steps:
+            raise ValueError("rma sends the hardware back: the ladder cannot uncordon after it")
         if "validate" in steps and not steps & (REPAIR_STEPS | {"replace"}):
             raise ValueError("validate needs a repair or a replace step before it")
         if self.on_failure is not None:
