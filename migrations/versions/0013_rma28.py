@@ -1,7 +1,7 @@
 """RMA cases: the GPU or machine sent back under RMA, its status, evidence bundle and webhook
 
 Revision ID: 0013_rma28
-Revises: 0011 (0012_ledger28 once merged)
+Revises: 0012_ledger28
 Create Date: 2026-12-02 07:30:00
 
 Only a new table: nothing existing changes.
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0013_rma28"
-down_revision: str | None = "0011"  # "0012_ledger28" once ledger28's tables are merged
+down_revision: str | None = "0012_ledger28"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -44,6 +44,7 @@ from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node
 from remediator.kube.ratelimit import TokenBucket
 from remediator.kube.waits import NodeActivity
+from remediator.ledger.store import Ledger
 from remediator.model.optout import DEFAULT_MAX_HOLD
 from remediator.model.states import State
 from remediator.policy.budget import HoldCause
@@ -334,12 +335,14 @@ class Controller:
             else None
         )
         self.fleet_breaker = FleetBreakerStore(self.repository.session_factory, self.clock)
+        self.ledger = Ledger(self.repository.session_factory, settings.cluster_name, self.clock)
         self.intake = Intake(
             self.repository,
             actor=self.actor,
             archive=self.archive,
             pods=pods_from(self.kube),
             fleet=self.fleet_breaker,
+            ledger=self.ledger,
         )
         self.inventory: Inventory | None = None
         self._inventory_at = 0.0

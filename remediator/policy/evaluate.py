@@ -29,6 +29,8 @@ class PastRemediation:
     started_at: datetime
     outcome: str
     kind: str | None = None  # the kind of the signal that started it (a repeat may count kinds)
+    gpus: frozenset[str] = frozenset()  # UUIDs of the GPUs its signals named
+    machine: str | None = None  # the machine it concerned, when the ledger knew it
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class History:
 
     open: Mapping[str, str] = field(default_factory=dict)  # node → policy of its open remediation
     past: Mapping[str, tuple[PastRemediation, ...]] = field(default_factory=dict)  # by node
+    machines: Mapping[str, str] = field(default_factory=dict)  # node → machine behind it now
     pools: Mapping[str, str] = field(default_factory=dict)  # node → pool
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node → labels
     state: EvalState = field(default_factory=EvalState)
@@ -71,6 +74,7 @@ class History:
         pools: Mapping[str, str] | None = None,
         labels: Mapping[str, Mapping[str, str]] | None = None,
         state: EvalState | None = None,
+        machines: Mapping[str, str] | None = None,
     ) -> History:
         by_node: dict[str, list[PastRemediation]] = {}
         for item in remediations:
@@ -81,7 +85,25 @@ class History:
             pools=dict(pools or {}),
             labels=dict(labels or {}),
             state=state or EvalState(),
+            machines=dict(machines or {}),
         )
+
+    def repeats_of(
+        self, node: str, by: str, signals: Sequence[Signal]
+    ) -> tuple[tuple[PastRemediation, ...], str]:
+        """The past remediations a `repeat` counts and what they share. Signals that name no
+        GPU are counted by the machine, and without a known machine by the node name: what is
+        known is never less than the name (the behaviour before the ledger)."""
+        everything = [r for items in self.past.values() for r in items]
+        if by == "gpu":
+            uuids = frozenset(s.gpu_uuid for s in signals if s.gpu_uuid is not None)
+            if uuids:
+                subject = "GPU " + ", ".join(sorted(uuids))
+                return tuple(r for r in everything if r.gpus & uuids), subject
+        machine = self.machines.get(node)
+        if by != "node" and machine is not None:
+            return tuple(r for r in everything if r.machine == machine), f"machine {machine}"
+        return self.past.get(node, ()), "this node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,15 +298,16 @@ def _decide(
             return None
         reasons.append(f"{found} events within {format_duration(match.burst.within)}")
     if match.repeat is not None and repeats is not None:
+        counted_past, subject = history.repeats_of(node, match.repeat.by, hit.signals)
         recent = sum(
             1
-            for r in past
+            for r in counted_past
             if r.started_at > now - match.repeat.within and repeats.counts(r.policy, r.kind)
         )
         if recent + 1 < match.repeat.count:
             return None
         reasons.append(
-            f"remediation #{recent + 1} of this node within "
+            f"remediation #{recent + 1} of {subject} within "
             f"{format_duration(match.repeat.within)} counting {repeats.describe()}"
         )
     return Decision(

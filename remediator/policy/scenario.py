@@ -45,6 +45,7 @@ class SignalSpec(_Strict):
     node: str
     kind: SignalKind
     gpu: int | None = None
+    gpu_uuid: str | None = None
     code: int | None = None
     value: float | None = None
     labels: dict[str, str] = Field(default_factory=dict)
@@ -186,7 +187,12 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
                 open_nodes[decision.node] = decision.policy
             past.append(
                 PastRemediation(
-                    decision.node, decision.policy, now, "started", kinds.get(decision.policy)
+                    decision.node,
+                    decision.policy,
+                    now,
+                    "started",
+                    kinds.get(decision.policy),
+                    gpus=frozenset(s.gpu_uuid for s in decision.signals if s.gpu_uuid),
                 )
             )
         seen[offset] = admission
@@ -212,6 +218,7 @@ def _signal(spec: SignalSpec, at: datetime) -> Signal:
         source="scenario",
         observed_at=at,
         gpu=spec.gpu,
+        gpu_uuid=spec.gpu_uuid,
         code=spec.code,
         value=spec.value,
         labels=spec.labels,

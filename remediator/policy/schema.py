@@ -88,11 +88,14 @@ class Repeat(_Strict):
     included). What counts is what the policy means: by default remediations of this policy and
     of the ladders it falls back to (`on_failure`); `of` names the policies or signal kinds to
     count instead (checked by the loader). A notify about something else never makes a repeat.
+    `by` says of what: the node name (the default), the GPU the signal names (by UUID, wherever
+    it sat) or the machine behind the node (instance id or DMI serial, whatever its name).
     `nth` is the older name of `count`."""
 
     count: int = Field(ge=2)
     within: Duration
     of: list[str] | None = Field(default=None, min_length=1)
+    by: Literal["node", "gpu", "machine"] = "node"
 
     @model_validator(mode="before")
     @classmethod

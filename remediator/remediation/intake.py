@@ -25,6 +25,8 @@ from functools import partial
 
 from remediator.errors import ConflictError, IllegalTransition
 from remediator.kube.objects import Node
+from remediator.ledger.identity import machine_id
+from remediator.ledger.store import Ledger
 from remediator.model.states import State
 from remediator.policy.budget import (
     Admission,
@@ -97,6 +99,8 @@ class Inventory:
     gpus: Mapping[str, int | None] = field(default_factory=dict)  # node → GPU count, if known
     # node → condition type → status, so a queued remediation whose condition cleared can close
     conditions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # node → the machine behind it (ledger/identity.py), when its providerID names one
+    machines: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
@@ -108,6 +112,11 @@ class Inventory:
             cordoned=frozenset(n.name for n in nodes if n.unschedulable),
             gpus={n.name: n.gpus for n in nodes},
             conditions={n.name: {c.type: c.status for c in n.conditions} for n in nodes},
+            machines={
+                n.name: machine
+                for n in nodes
+                if (machine := machine_id(n.provider_id, n.annotations)) is not None
+            },
         )
 
     def gpu_counts(self) -> dict[str, int | None]:
@@ -237,8 +246,10 @@ class Intake:
         archive: SignalArchive | None = None,
         pods: PodAnnotations = no_pods,
         fleet: FleetBreakerStore | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self._repo = repository
+        self._ledger = ledger
         self._pods = pods
         self._fleet = fleet
         self._archive = archive
@@ -273,6 +284,8 @@ class Intake:
     ) -> IntakeResult:
         screened = screen(signals, inventory.gpu_counts())
         signals = screened.kept
+        if self._ledger is not None:
+            signals = self._link_hardware(signals, inventory, now)
         fresh = self._folder.fold(signals, now)
         kept = {id(s) for s in fresh}
         folded: dict[str, int] = {}
@@ -304,6 +317,17 @@ class Intake:
         self._linked = set()
         self._store(signals, linked, now)
         return replace(result, dropped=screened.dropped)
+
+    def _link_hardware(
+        self, signals: Sequence[Signal], inventory: Inventory, now: datetime
+    ) -> list[Signal]:
+        """The machine behind each node, and each signal's GPU by UUID (see ledger/store.py):
+        what `repeat: {by: gpu|machine}` counts and the GPU pages show. The ledger keeps each
+        node's picture in memory and writes only when something changed."""
+        assert self._ledger is not None
+        for node, machine in inventory.machines.items():
+            self._ledger.observe_machine(node, machine, now)
+        return self._ledger.resolve(signals)
 
     def _folded_text(self, signal: Signal) -> str:
         what = signal.kind.value if signal.code is None else f"{signal.kind.value} {signal.code}"
@@ -758,6 +782,8 @@ class Intake:
         if keep:
             said = [self._said.get(id(s), ("", None))[1] for s in keep]
             self._repo.insert_signals(keep, dispositions=said)
+            if self._ledger is not None:
+                self._ledger.link_signals(keep)
 
     def _fencing(self) -> tuple[RemediationRecord, ...]:
         """Remediations that hold their node: the open ones and the failed ones (a failed step
@@ -780,9 +806,22 @@ class Intake:
             ]
         )
         recent = self._all(RemediationFilter(created_from=now - horizon))
+        machines: dict[int, str] = {}
+        if self._ledger is not None and any(
+            p.match.repeat is not None and p.match.repeat.by == "machine" for p in policies.policies
+        ):
+            machines = self._ledger.machines_of_remediations([r.id for r in recent])
         return History.build(
             remediations=(
-                PastRemediation(r.node, r.policy, r.created_at, r.state.value, r.signal_kind)
+                PastRemediation(
+                    r.node,
+                    r.policy,
+                    r.created_at,
+                    r.state.value,
+                    r.signal_kind,
+                    gpus=frozenset(s.gpu_uuid for s in r.signals if s.gpu_uuid is not None),
+                    machine=machines.get(r.id),
+                )
                 for r in recent
                 if not never_started(r)
             ),
@@ -790,6 +829,7 @@ class Intake:
             pools=inventory.pools,
             labels=inventory.labels,
             state=self._eval_state,
+            machines=inventory.machines,
         )
 
     def _all(self, filters: RemediationFilter) -> list[RemediationRecord]:
@@ -836,6 +876,15 @@ class Intake:
             remediation_id=record.id,
             dispositions=[said[1]] * len(decision.signals),
         )
+        if self._ledger is not None:
+            self._ledger.link_signals(decision.signals)
+            self._ledger.link_remediation(
+                record.id,
+                decision.node,
+                decision.signals,
+                record.created_at,
+                {"policy": decision.policy},
+            )
         self._opened.append(decision)
         log.info(
             "remediation queued: %s (%s)" if held else "remediation opened: %s%s",

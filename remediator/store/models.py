@@ -495,6 +495,112 @@ class FleetNodeCount(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class LedgerMachine(Base):
+    """A machine as hardware (issue #28): a cloud instance by its instance id, bare metal by its
+    DMI serial; a node name is only where it is now (`cluster`, `node`: where it was last seen).
+    A quarantined machine is never returned to a pool."""
+
+    __tablename__ = "ledger_machines"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    provider_id: Mapped[str | None] = mapped_column(String(512))
+    dmi_serial: Mapped[str | None] = mapped_column(String(128))
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    quarantined_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_ledger_machines_cluster_node", "cluster", "node"),)
+
+
+class LedgerGpu(Base):
+    """A GPU by its UUID, with the board serial and versions when something reported them."""
+
+    __tablename__ = "ledger_gpus"
+
+    uuid: Mapped[str] = mapped_column(String(128), primary_key=True)
+    serial: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(128))
+    vbios: Mapped[str | None] = mapped_column(String(64))
+    driver: Mapped[str | None] = mapped_column(String(64))
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_ledger_gpus_model", "model"),)
+
+
+class LedgerPlacement(Base):
+    """Where a GPU sat from when to when (`to_at` None: it still sits there)."""
+
+    __tablename__ = "ledger_placements"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    gpu_uuid: Mapped[str] = mapped_column(
+        String(128), ForeignKey("ledger_gpus.uuid", ondelete="RESTRICT")
+    )
+    machine_id: Mapped[str | None] = mapped_column(
+        String(256), ForeignKey("ledger_machines.id", ondelete="RESTRICT")
+    )
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    pci_bus_id: Mapped[str | None] = mapped_column(String(32))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    from_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    to_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_ledger_placements_gpu", "gpu_uuid", "from_at"),
+        Index("ix_ledger_placements_machine", "machine_id", "from_at"),
+        Index("ix_ledger_placements_cluster_node", "cluster", "node", "from_at"),
+    )
+
+
+class LedgerLink(Base):
+    """A signal, remediation or diagnostic verdict tied to the GPU and/or machine it concerns;
+    `kind`/`code` repeat the signal's so that a GPU's faults by XID need no join."""
+
+    __tablename__ = "ledger_links"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    subject: Mapped[str] = mapped_column(String(16))  # signal | remediation | verdict
+    ref_id: Mapped[int | None] = mapped_column(BigInteger)  # the remediation's id, when one
+    node: Mapped[str] = mapped_column(String(253))
+    gpu_uuid: Mapped[str | None] = mapped_column(String(128))
+    machine_id: Mapped[str | None] = mapped_column(String(256))
+    kind: Mapped[str] = mapped_column(String(32))
+    code: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[dict[str, Any]] = mapped_column(Json)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_ledger_links_gpu", "gpu_uuid", "at"),
+        Index("ix_ledger_links_machine", "machine_id", "at"),
+        Index("ix_ledger_links_subject", "subject", "ref_id"),
+        Index("ix_ledger_links_cluster_at", "cluster", "at"),
+    )
+
+
+class LedgerConflict(Base):
+    """Bad input kept, not merged: a second UUID at a PCI address of a machine (a swapped card),
+    recorded with both UUIDs for a human to look at."""
+
+    __tablename__ = "ledger_conflicts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    machine_id: Mapped[str | None] = mapped_column(String(256))
+    pci_bus_id: Mapped[str] = mapped_column(String(32))
+    known_uuid: Mapped[str] = mapped_column(String(128))
+    seen_uuid: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_ledger_conflicts_cluster_at", "cluster", "at"),)
+
+
 class RmaCaseRow(Base):
     """An RMA case (issue #28): the GPU or machine sent back, its forward-only status with each
     move kept in `history`, the evidence bundle as it was when the case opened, and the webhook's

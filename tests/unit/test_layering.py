@@ -23,10 +23,22 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "kube": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy", "store"}),
     "providers": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
     "remediation": frozenset({"web", "controller", "demo"}),
+    # The hardware ledger sits beside store/, over its own tables.
+    "ledger": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
     "rma": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
 }
 # doctor/ sits beside web/ and controller/, which run it: nothing below imports it.
-for _lower in ("model", "store", "policy", "signals", "kube", "providers", "rma", "remediation"):
+for _lower in (
+    "model",
+    "store",
+    "ledger",
+    "policy",
+    "signals",
+    "kube",
+    "providers",
+    "rma",
+    "remediation",
+):
     FORBIDDEN[_lower] = FORBIDDEN[_lower] | {"doctor"}
 
 

@@ -470,3 +470,72 @@ def test_a_value_less_reading_is_still_no_breach() -> None:
     """Only a state (an alert) speaks for its rule; a bare reading without a value does not."""
     bare = [signal("n1", "thermal", t, gpu=0) for t in (0, 60, 120, 180)]
     assert decide(*([s] for s in bare)) == [[], [], [], []]
+
+
+GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def decide_by_hardware(
+    by: str,
+    past: list[PastRemediation],
+    *,
+    node: str = "n1",
+    uuid: str | None = GPU_A,
+    machines: dict[str, str] | None = None,
+) -> list[str]:
+    """The policy decided for an XID 79 on `node` at day 10 under `repeat: {by: ...}`."""
+    repeated = policy(
+        "again",
+        {
+            "kind": "xid",
+            "codes": [79],
+            "repeat": {"count": 2, "within": "7d", "by": by, "of": ["xid-79"]},
+        },
+        priority=200,
+    )
+    now = 10 * DAY
+    history = History.build(remediations=past, machines=machines)
+    sig = signal("n1", "xid", now, code=79).model_copy(update={"node": node, "gpu_uuid": uuid})
+    result = evaluate([sig], history, [repeated, XID79], at(now), SETTINGS)
+    return [d.policy for d in result.decisions]
+
+
+def past_on(
+    node: str, days_ago: float, *, gpus: set[str], machine: str | None = None
+) -> PastRemediation:
+    return PastRemediation(
+        node,
+        "xid-79",
+        at(10 * DAY - days_ago * DAY),
+        "succeeded",
+        "xid",
+        gpus=frozenset(gpus),
+        machine=machine,
+    )
+
+
+def test_repeat_by_gpu_follows_the_gpu_to_another_node_name() -> None:
+    """Issue 28: the GPU failed on n0, was repaired and came back as n1: the same GPU again."""
+    assert decide_by_hardware("gpu", [past_on("n0", 2, gpus={GPU_A})]) == ["again"]
+    # The node name's earlier remediation was about another GPU (new hardware under the name).
+    assert decide_by_hardware("gpu", [past_on("n1", 2, gpus={GPU_B})]) == ["xid-79"]
+    assert decide_by_hardware("gpu", [past_on("n0", 8, gpus={GPU_A})]) == ["xid-79"]
+    # By node, the move hides the repeat and the other GPU makes one: what #28 fixes.
+    assert decide_by_hardware("node", [past_on("n0", 2, gpus={GPU_A})]) == ["xid-79"]
+    assert decide_by_hardware("node", [past_on("n1", 2, gpus={GPU_B})]) == ["again"]
+
+
+def test_repeat_by_gpu_without_a_uuid_counts_the_machine_then_the_node() -> None:
+    past = [past_on("n0", 2, gpus=set(), machine="dmi:SN1")]
+    found = decide_by_hardware("gpu", past, uuid=None, machines={"n1": "dmi:SN1"})
+    assert found == ["again"]
+    assert decide_by_hardware("gpu", [past_on("n1", 2, gpus=set())], uuid=None) == ["again"]
+
+
+def test_repeat_by_machine_counts_the_machine_whatever_its_name() -> None:
+    past = [past_on("n0", 2, gpus={GPU_B}, machine="aws:i-1")]
+    assert decide_by_hardware("machine", past, machines={"n1": "aws:i-1"}) == ["again"]
+    # A recreated instance under the old name is another machine.
+    recreated = [past_on("n1", 2, gpus={GPU_B}, machine="gce:111")]
+    assert decide_by_hardware("machine", recreated, machines={"n1": "gce:222"}) == ["xid-79"]

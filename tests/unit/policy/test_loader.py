@@ -158,6 +158,10 @@ policies:
             "a.yaml:7: policies[0].match.burst.count: Input should be greater than or equal to 1",
         ),
         (
+            "repeat: {count: 2, within: 7d, by: rack}",
+            "a.yaml:7: policies[0].match.repeat.by: Input should be 'node', 'gpu' or 'machine'",
+        ),
+        (
             "repeat: {nth: 3, within: 1w}",
             "a.yaml:7: policies[0].match.repeat.within: "
             "invalid duration '1w': expected e.g. 90s, 2m, 1h30m, 7d",

@@ -1,0 +1,114 @@
+"""Hardware identity from what the real systems report: the Node's providerID (and GKE's
+instance-id annotation), nvidia-smi's CSV and the DMI serial (the driver's
+/proc/driver/nvidia/gpus/*/information is parsed by the agent, agent/gpus.py). Pure parsing:
+the agent and the intake read the inputs."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# GKE writes the Compute Engine instance id on its Nodes. GCE's providerID names the instance
+# (gce://project/zone/name), so an instance recreated under the same name keeps the providerID
+# but not this id.
+GCE_INSTANCE_ID = "container.googleapis.com/instance_id"
+# What a vendor writes in the DMI serial when it has none: not an identity.
+NO_SERIAL = frozenset(
+    {"", "0", "none", "n/a", "na", "not specified", "to be filled by o.e.m.", "default string"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """One GPU as a node reports it. `pci_bus_id` is normalised (see `pci`)."""
+
+    uuid: str
+    pci_bus_id: str | None = None
+    index: int | None = None
+    serial: str | None = None
+    model: str | None = None
+    vbios: str | None = None
+    driver: str | None = None
+
+
+def pci(bus_id: str | None) -> str | None:
+    """`0000:18:00`, the key the agent and the kernel log use: nvidia-smi and DCGM write
+    `00000000:18:00.0`, the driver `0000:18:00.0`, NVRM `PCI:0000:18:00`; one slot for all."""
+    if not bus_id:
+        return None
+    parts = bus_id.strip().lower().removeprefix("pci:").split(":")
+    if len(parts) == 2:  # no domain
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return None
+    domain, bus, rest = parts
+    try:
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(rest.partition('.')[0], 16):02x}"
+    except ValueError:
+        return None
+
+
+def _known(value: str | None) -> str | None:
+    """None for the driver's and nvidia-smi's ways of saying "unknown"."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or value.startswith("??") or value in {"N/A", "[N/A]", "[Not Supported]"}:
+        return None
+    return value
+
+
+SMI_QUERY = "serial,uuid,pci.bus_id,vbios_version"
+
+
+def parse_smi_csv(text: str) -> list[GpuIdentity]:
+    """`nvidia-smi --query-gpu=serial,uuid,pci.bus_id,vbios_version --format=csv`: a header
+    line, then one line per GPU, fields separated by `, `. Rows without a UUID are skipped."""
+    rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    if not rows:
+        return []
+    header = [h.strip() for h in rows[0]]
+    found: list[GpuIdentity] = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            continue
+        fields = dict(zip(header, (v.strip() for v in row), strict=True))
+        uuid = _known(fields.get("uuid"))
+        if uuid is None:
+            continue
+        found.append(
+            GpuIdentity(
+                uuid=uuid,
+                pci_bus_id=pci(fields.get("pci.bus_id")),
+                serial=_known(fields.get("serial")),
+                vbios=_known(fields.get("vbios_version")),
+            )
+        )
+    return found
+
+
+def dmi_serial(text: str | None) -> str | None:
+    """The content of /sys/class/dmi/id/product_serial, or None when it names no machine."""
+    if text is None:
+        return None
+    value = text.strip()
+    return None if value.lower() in NO_SERIAL else value
+
+
+def machine_id(
+    provider_id: str, annotations: Mapping[str, str], serial: str | None = None
+) -> str | None:
+    """The machine as hardware: the DMI serial when the agent read one (bare metal: the providerID
+    of Metal3 or a static name outlives a board swap), else the cloud's instance id. None when
+    nothing tells two machines under one name apart (GCE without the instance-id annotation)."""
+    if serial:
+        return f"dmi:{serial}"
+    if provider_id.startswith("gce://"):
+        instance = annotations.get(GCE_INSTANCE_ID)
+        return f"gce:{instance}" if instance else None
+    if provider_id.startswith("aws://"):
+        instance = provider_id.rsplit("/", 1)[-1]
+        return f"aws:{instance}" if instance.startswith("i-") else None
+    return provider_id or None

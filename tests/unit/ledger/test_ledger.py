@@ -1,0 +1,146 @@
+"""The ledger over a migrated SQLite: placements follow a GPU across node names and machines,
+a swapped card is a conflict (not merged), a signal without a UUID is linked by node + PCI
+address + time, and the questions policies and pages ask."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from remediator.clock import FakeClock
+from remediator.ledger.identity import GpuIdentity
+from remediator.ledger.store import Ledger
+from remediator.signals.model import Signal, SignalKind
+from remediator.store import db
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+
+
+@pytest.fixture
+def engine(sqlite_head_template: Path, tmp_path: Path) -> Iterator[Engine]:
+    shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+    built = db.make_engine(f"sqlite:///{tmp_path / 'remediator.db'}")
+    yield built
+    built.dispose()
+
+
+def ledger_on(engine: Engine, cluster: str = "c1") -> Ledger:
+    return Ledger(db.make_session_factory(engine), cluster, FakeClock(T0))
+
+
+def xid(node: str, at: datetime, *, uuid: str | None = None, pci: str | None = None) -> Signal:
+    return Signal(
+        node=node,
+        kind=SignalKind.XID,
+        source="agent",
+        observed_at=at,
+        code=79,
+        gpu_uuid=uuid,
+        labels={"pci": pci} if pci else {},
+    )
+
+
+def test_a_gpu_followed_to_another_node_keeps_its_history(engine: Engine) -> None:
+    ledger = ledger_on(engine)
+    ledger.observe_machine("gpu-a1", "dmi:SN1", T0)
+    ledger.observe_gpus("gpu-a1", [GpuIdentity(A, "00000000:18:00.0", 0, model="H100")], T0)
+    ledger.link_signals([xid("gpu-a1", T0, uuid=A)])
+    later = T0 + timedelta(days=2)
+    # Repaired and back under a new name: same board, same GPU.
+    ledger.observe_machine("gpu-a9", "dmi:SN1", later)
+    ledger.observe_gpus("gpu-a9", [GpuIdentity(A, "0000:18:00.0", 0)], later)
+    life = ledger.gpu(A)
+    assert life is not None
+    assert [(p.node, p.machine_id, p.to_at) for p in life.placements] == [
+        ("gpu-a1", "dmi:SN1", later),
+        ("gpu-a9", "dmi:SN1", None),
+    ]
+    assert life.faults_by_xid == {79: 1}
+    assert life.gpu.model == "H100"
+    machine = ledger.machine("dmi:SN1")
+    assert machine is not None and machine.node == "gpu-a9"
+
+
+def test_a_second_uuid_at_one_pci_address_is_flagged_not_merged(engine: Engine) -> None:
+    ledger = ledger_on(engine)
+    ledger.observe_machine("gpu-a1", "dmi:SN1", T0)
+    ledger.observe_gpus("gpu-a1", [GpuIdentity(A, "0000:18:00.0", 0)], T0)
+    conflicts = ledger.observe_gpus(
+        "gpu-a1", [GpuIdentity(B, "0000:18:00.0", 0)], T0 + timedelta(hours=1)
+    )
+    assert [(c.pci_bus_id, c.known_uuid, c.seen_uuid) for c in conflicts] == [("0000:18:00", A, B)]
+    a, b = ledger.gpu(A), ledger.gpu(B)
+    assert a is not None and b is not None
+    assert a.placements[-1].to_at == T0 + timedelta(hours=1)
+    assert b.placements[-1].to_at is None
+    assert len(b.conflicts) == 1
+
+
+def test_new_hardware_under_the_same_name_is_not_a_swapped_card(engine: Engine) -> None:
+    """A GCE instance recreated under its name: a new machine, its GPUs new, no conflict."""
+    ledger = ledger_on(engine)
+    ledger.observe_machine("gke-a1", "gce:111", T0)
+    ledger.observe_gpus("gke-a1", [GpuIdentity(A, "0000:18:00.0", 0)], T0)
+    later = T0 + timedelta(hours=3)
+    ledger.observe_machine("gke-a1", "gce:222", later)
+    assert ledger.observe_gpus("gke-a1", [GpuIdentity(B, "0000:18:00.0", 0)], later) == []
+    a = ledger.gpu(A)
+    assert a is not None and a.placements[-1].to_at == later
+
+
+def test_a_signal_without_uuid_is_linked_by_node_pci_and_time(engine: Engine) -> None:
+    ledger = ledger_on(engine)
+    ledger.observe_gpus("gpu-a1", [GpuIdentity(A, "0000:18:00.0", 0)], T0)
+    swap = T0 + timedelta(hours=1)
+    ledger.observe_gpus("gpu-a1", [GpuIdentity(B, "0000:18:00.0", 0)], swap)
+    # A fresh controller (no picture in memory) resolves from the table.
+    fresh = ledger_on(engine)
+    now, late = fresh.resolve(
+        [
+            xid("gpu-a1", swap + timedelta(minutes=5), pci="PCI:0000:18:00"),
+            xid("gpu-a1", T0 + timedelta(minutes=5), pci="0000:18:00"),
+        ]
+    )
+    assert (now.gpu_uuid, late.gpu_uuid) == (B, A)
+    (unknown,) = fresh.resolve([xid("gpu-a1", swap, pci="0000:3b:00")])
+    assert unknown.gpu_uuid is None
+
+
+def test_signals_carrying_a_uuid_teach_the_placement(engine: Engine) -> None:
+    ledger = ledger_on(engine)
+    dcgm = Signal(
+        node="gpu-a1",
+        kind=SignalKind.XID,
+        source="prometheus",
+        observed_at=T0,
+        code=48,
+        gpu=3,
+        gpu_uuid=A,
+        labels={"pci_bus_id": "00000000:3B:00.0", "modelName": "NVIDIA H100 80GB HBM3"},
+    )
+    ledger.resolve([dcgm])
+    assert ledger.gpu_at("gpu-a1", "0000:3b:00", None, T0) == A
+    (summary,) = ledger.gpus(model="NVIDIA H100 80GB HBM3", cluster="c1")
+    assert summary.uuid == A
+    assert ledger.gpus(cluster="other") == []
+
+
+def test_remediations_by_gpu_and_machine_and_quarantine(engine: Engine) -> None:
+    ledger = ledger_on(engine)
+    ledger.observe_machine("gpu-a1", "aws:i-1", T0)
+    ledger.link_remediation(7, "gpu-a1", [xid("gpu-a1", T0, uuid=A)], T0, {"policy": "p"})
+    ledger.link_remediation(8, "gpu-a1", [xid("gpu-a1", T0)], T0, {"policy": "p"})
+    since = T0 - timedelta(days=1)
+    assert [link.ref_id for link in ledger.remediations_of(since, gpus=[A])] == [7]
+    assert [link.ref_id for link in ledger.remediations_of(since, machines=["aws:i-1"])] == [7, 8]
+    assert ledger.remediations_of(T0, gpus=[A]) == []
+    assert ledger.quarantine("aws:i-1", "replaced 3 times", T0)
+    assert not ledger.quarantine("aws:i-1", "again", T0)
+    assert ledger.quarantined("aws:i-1")
