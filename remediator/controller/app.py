@@ -59,6 +59,7 @@ from remediator.remediation.node_gone import end_all_gone
 from remediator.remediation.planned import pods_from
 from remediator.remediation.service import RemediationService
 from remediator.rma.book import RmaBook
+from remediator.rma.ledger_source import LedgerHardware
 from remediator.rma.model import RmaCase
 from remediator.rma.webhook import RmaWebhook
 from remediator.settings import Settings, SignalSettings
@@ -260,6 +261,7 @@ class Controller:
             ProviderMetrics(self.registry),
         )
         self.notifier = WebhookNotifier.from_settings(settings.notify)
+        self.ledger = Ledger(self.repository.session_factory, settings.cluster_name, self.clock)
         self.rma_book = RmaBook(self.repository.session_factory, settings.cluster_name, self.clock)
         self.rma_webhook = (
             RmaWebhook(settings.rma, console_url=settings.web.external_url)
@@ -311,6 +313,7 @@ class Controller:
                 settings.pool_providers.get(pool or "", settings.provider).type
             ),
             rma_webhook=self.rma_webhook,
+            hardware=LedgerHardware(self.ledger),
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read
@@ -335,7 +338,6 @@ class Controller:
             else None
         )
         self.fleet_breaker = FleetBreakerStore(self.repository.session_factory, self.clock)
-        self.ledger = Ledger(self.repository.session_factory, settings.cluster_name, self.clock)
         self.intake = Intake(
             self.repository,
             actor=self.actor,

@@ -385,6 +385,8 @@ class Policy(_Strict):
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
         steps = {s.action for s in self.actions}
+        if "rma" in steps and "uncordon" in steps:
+            raise ValueError("rma sends the hardware back: the ladder cannot uncordon after it")
         if "uncordon" in steps and "replace" in steps:
             raise ValueError("a ladder ends in uncordon (repaired) or in replace, not both")
         ranks = [STEP_ORDER.index(s.action) for s in self.actions if s.action != "notify"]
@@ -417,8 +419,6 @@ class Policy(_Strict):
             raise ValueError(
                 "uncordon needs diagnose or validate before it: no node goes back unchecked"
             )
-        if "rma" in steps and "uncordon" in steps:
-            raise ValueError("rma sends the hardware back: the ladder cannot uncordon after it")
         if "validate" in steps and not steps & (REPAIR_STEPS | {"replace"}):
             raise ValueError("validate needs a repair or a replace step before it")
         if self.on_failure is not None:

@@ -11,6 +11,10 @@ from remediator.rma.model import Target
 
 
 class HardwareSource(Protocol):
+    def machine_of(self, node: str) -> str | None:
+        """The machine the node is now (instance id or DMI serial), if the ledger saw it."""
+        ...
+
     def hardware(self, target: Target, hardware_id: str) -> Hardware:
         """What is known of it (an empty Hardware for an id the ledger never saw)."""
         ...

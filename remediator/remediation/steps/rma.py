@@ -39,9 +39,13 @@ def gpu_at_fault(record: RemediationRecord) -> tuple[str | None, int | None]:
 
 
 def machine_id(record: RemediationRecord, ctx: StepContext) -> str:
-    """The cloud's instance id (the Node's providerID) when the node is still there, else the
+    """The ledger's machine (instance id or DMI serial); else the cloud's instance id (the
+    Node's providerID) when the node is still there, else the
     node name: on bare metal without the ledger's DMI serial the name is what is known. A node
     already gone (replaced) answers 404; anything else is retried by the service."""
+    known = ctx.hardware.machine_of(record.node) if ctx.hardware is not None else None
+    if known:
+        return known
     try:
         provider_id = ctx.kube.get_node(record.node).provider_id
     except NotFoundError:
