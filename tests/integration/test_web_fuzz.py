@@ -62,6 +62,7 @@ OPERATIONS = (
     "GET /api/v1/rma/{ref}",
     "GET /api/v1/rma/{ref}/bundle",
     "PATCH /api/v1/rma/{ref}",
+    "GET /api/v1/reliability",
     "GET /healthz",
     "HEAD /healthz",
     "GET /readyz",
