@@ -5,21 +5,28 @@ Method: build the signals once, then time `evaluate` (CPU time, median of severa
 cycle (empty state) and a next cycle (state carried over, 1% of GPUs hot), and compare with a bare
 loop that only touches each signal, as a ratio within the same run. Peak RSS is the process's
 maximum resident size after all runs, signals included.
+
+The hardware ledger (#28, target < 10% of the intake's CPU): the next cycle again, its readings
+carrying their GPU's UUID and PCI address as DCGM's do, with and without `Ledger.resolve` (on a
+migrated SQLite, its picture of the fleet warm from a first cycle) before `evaluate`.
 """
 
 from __future__ import annotations
 
 import resource
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from remediator.ledger.store import Ledger
 from remediator.policy.budget import BreakerState, ClusterState, admit
 from remediator.policy.evaluate import History, evaluate
 from remediator.policy.loader import load_policy_dir
 from remediator.signals.model import Signal, SignalKind
+from remediator.store import db
 
 NODES = 10_000
 GPUS = 8
@@ -49,6 +56,30 @@ def fleet_signals(at: datetime) -> list[Signal]:
             Signal(node=node, kind=SignalKind.XID, source="bench", observed_at=at, gpu=0, code=code)
         )
     return signals
+
+
+def with_identity(signals: list[Signal]) -> list[Signal]:
+    """The same signals as DCGM's exporter labels them: the GPU's UUID and PCI address."""
+    return [
+        s.model_copy(
+            update={
+                "gpu_uuid": f"GPU-{s.node[-5:]}-{s.gpu}",
+                "labels": {"pci_bus_id": f"00000000:{0x18 + (s.gpu or 0):02X}:00.0"},
+            }
+        )
+        if s.gpu is not None
+        else s
+        for s in signals
+    ]
+
+
+def warm_ledger(directory: str, signals: list[Signal]) -> Ledger:
+    """A ledger on a migrated SQLite that has seen these signals once (every placement known)."""
+    url = f"sqlite:///{directory}/ledger.db"
+    db.upgrade(url)
+    ledger = Ledger(db.make_session_factory(db.make_engine(url)), "bench")
+    ledger.resolve(signals)
+    return ledger
 
 
 def cpu_median(work: Callable[[], object]) -> float:
@@ -85,11 +116,30 @@ def main() -> None:
         result = evaluate(second, carried, policies, now, settings)
         admit(result.decisions, cluster, settings, BreakerState(), now)
 
+    identified = with_identity(second)
+    scratch = tempfile.TemporaryDirectory()
+    ledger = warm_ledger(scratch.name, identified)
+
+    def cycle_identified() -> None:
+        now = T0 + timedelta(seconds=30)
+        result = evaluate(identified, carried, policies, now, settings)
+        admit(result.decisions, cluster, settings, BreakerState(), now)
+
+    def cycle_linked() -> None:
+        now = T0 + timedelta(seconds=30)
+        result = evaluate(ledger.resolve(identified), carried, policies, now, settings)
+        admit(result.decisions, cluster, settings, BreakerState(), now)
+
     baseline = cpu_median(bare)
+    without = cpu_median(cycle_identified)
+    linked = cpu_median(cycle_linked)
+    scratch.cleanup()
     rows = [
         ("bare loop over signals", baseline),
         ("evaluate, first cycle", cpu_median(cycle_first)),
         ("evaluate + admit, next cycle", cpu_median(cycle_next)),
+        ("next cycle, UUID signals", without),
+        ("next cycle, UUID signals + ledger", linked),
     ]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
@@ -100,6 +150,7 @@ def main() -> None:
     for name, seconds in rows:
         print(f"{name:<32}{seconds:>10.3f}{seconds / baseline:>10.1f}")
     print(f"peak RSS {peak_mb:.0f} MB (signals included)")
+    print(f"hardware ledger linking adds {100 * (linked / without - 1):.1f}% to the cycle's CPU")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             driver_dir=args.host_root / "proc/driver/nvidia/gpus",
             pci_dir=pci_dir if pci_dir.is_dir() else None,
             boot_id_file=args.host_root / "proc/sys/kernel/random/boot_id",
+            dmi_serial_file=args.host_root / "sys/class/dmi/id/product_serial",
             expected_gpus=args.expected_gpus,
             kube=kube,
             heartbeat_seconds=args.heartbeat_interval,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,9 +25,16 @@ def _gpu_fields(gpu: GpuInfo | None, uuid: str | None) -> dict[str, Any]:
 
 
 def xid_signal(
-    node: str, xid: KernelXid, gpu: GpuInfo | None, uuid: str | None, observed_at: datetime
+    node: str,
+    xid: KernelXid,
+    gpu: GpuInfo | None,
+    uuid: str | None,
+    observed_at: datetime,
+    hardware: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """`hardware`: the machine's and GPU's serials and VBIOS (agent/identity.py), as labels."""
     labels = {"pci": xid.pci, "message": xid.message[:MAX_LABEL]}
+    labels.update({k: v[:MAX_LABEL] for k, v in (hardware or {}).items()})
     if xid.pid is not None:
         labels["pid"] = str(xid.pid)
     if xid.process:

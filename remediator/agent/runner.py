@@ -26,6 +26,12 @@ from remediator.agent.follow import Entry, Follower, Journal, KmsgDevice, KmsgFi
 from remediator.agent.gpus import GpuInfo, count_pci_gpus, missing_gpus, scan_driver
 from remediator.agent.heartbeat import HeartbeatLoop, Pacing
 from remediator.agent.http import HttpClient
+from remediator.agent.identity import (
+    DMI_SERIAL_FILE,
+    SMI_COMMAND,
+    HostIdentity,
+    read_identity,
+)
 from remediator.agent.push import Backoff, Pusher
 from remediator.agent.queue import DurableQueue
 from remediator.agent.stats import Stats
@@ -50,6 +56,8 @@ class AgentConfig:
     kmsg_path: Path = Path("/dev/kmsg")
     journal_command: Sequence[str] = JOURNAL_COMMAND
     driver_dir: Path = Path("/proc/driver/nvidia/gpus")
+    dmi_serial_file: Path = DMI_SERIAL_FILE
+    smi_command: Sequence[str] | None = SMI_COMMAND
     pci_dir: Path | None = None
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     expected_gpus: int | None = None
@@ -102,6 +110,7 @@ class Agent:
         )
         self.gpus: dict[str, GpuInfo] = scan_driver(config.driver_dir)
         self.uuids: dict[str, str] = {}
+        self.hardware: HostIdentity | None = None
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
         self.client = HttpClient(
             config.controller_url, headers=headers, timeout=config.timeout_seconds
@@ -161,9 +170,9 @@ class Agent:
                 continue
             gpu = self._gpu(xid.pci)
             when = logged_at(entry, now)
-            signals.append(
-                report.xid_signal(self.config.node, xid, gpu, self.uuids.get(xid.pci), when)
-            )
+            uuid = self.uuids.get(xid.pci)
+            hardware = self._hardware().labels(xid.pci)
+            signals.append(report.xid_signal(self.config.node, xid, gpu, uuid, when, hardware))
         return signals
 
     def _unparsed_sxid(self, message: str) -> None:
@@ -178,6 +187,13 @@ class Agent:
                 self.stats.get("sxid_lines_unparsed"),
                 message,
             )
+
+    def _hardware(self) -> HostIdentity:
+        """Read at the first XID, not at start: nvidia-smi may take seconds, and a node that
+        never faults never needs it."""
+        if self.hardware is None:
+            self.hardware = read_identity(self.config.dmi_serial_file, self.config.smi_command)
+        return self.hardware
 
     def _gpu(self, pci: str) -> GpuInfo | None:
         if pci not in self.gpus:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 # (gce://project/zone/name), so an instance recreated under the same name keeps the providerID
 # but not this id.
 GCE_INSTANCE_ID = "container.googleapis.com/instance_id"
+# Machine ids go in URLs (/api/v1/machines/{id}): whatever is not of these becomes `_`.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+MACHINE_ID = r"^[A-Za-z0-9_.:-]{1,256}$"
 # What a vendor writes in the DMI serial when it has none: not an identity.
 NO_SERIAL = frozenset(
     {"", "0", "none", "n/a", "na", "not specified", "to be filled by o.e.m.", "default string"}
@@ -104,11 +108,15 @@ def machine_id(
     of Metal3 or a static name outlives a board swap), else the cloud's instance id. None when
     nothing tells two machines under one name apart (GCE without the instance-id annotation)."""
     if serial:
-        return f"dmi:{serial}"
+        return "dmi:" + _UNSAFE.sub("_", serial)
     if provider_id.startswith("gce://"):
         instance = annotations.get(GCE_INSTANCE_ID)
         return f"gce:{instance}" if instance else None
     if provider_id.startswith("aws://"):
         instance = provider_id.rsplit("/", 1)[-1]
         return f"aws:{instance}" if instance.startswith("i-") else None
-    return provider_id or None
+    # Any other providerID (Cluster API's, Metal3's) as a path-safe id: the API takes it in a URL.
+    return (
+        _UNSAFE.sub("_", provider_id.replace(":///", ":").replace("://", ":").replace("/", ":"))
+        or None
+    )

@@ -19,7 +19,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
-from remediator.ledger.identity import GpuIdentity, pci
+from remediator.ledger.identity import GpuIdentity, dmi_serial, machine_id, pci
 from remediator.signals.model import Signal
 from remediator.store.db import session_scope
 from remediator.store.models import (
@@ -34,6 +34,7 @@ SIGNAL, REMEDIATION, VERDICT = "signal", "remediation", "verdict"
 # Labels that carry a GPU's PCI address: the agent's kernel-log XID, DCGM exporter's.
 PCI_LABELS = ("pci", "pci_bus_id")
 MODEL_LABEL = "modelName"  # DCGM exporter's
+DMI_LABEL = "dmi_serial"  # the agent's (agent/identity.py), with gpu_serial and vbios
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,10 @@ def _conflict(row: LedgerConflict) -> Conflict:
     )
 
 
+def _dmi(machine: str | None) -> bool:
+    return machine is not None and machine.startswith("dmi:")
+
+
 def signal_pci(signal: Signal) -> str | None:
     for label in PCI_LABELS:
         if label in signal.labels:
@@ -229,9 +234,14 @@ class Ledger:
             known = self._nodes.get(node)
             if known is not None and known.machine == machine_id:
                 return
+            # The DMI serial the agent read outranks the providerID (see identity.machine_id).
+            if known is not None and _dmi(known.machine) and not _dmi(machine_id):
+                return
             with session_scope(self.session_factory, write=True) as session:
                 picture = self._picture(session, node)
-                if picture.machine == machine_id:
+                if picture.machine == machine_id or (
+                    _dmi(picture.machine) and not _dmi(machine_id)
+                ):
                     return
                 row = session.get(LedgerMachine, machine_id)
                 if row is None:
@@ -376,6 +386,10 @@ class Ledger:
         first: dict[str, datetime] = {}
         for signal in signals:
             address = signal_pci(signal)
+            serial = dmi_serial(signal.labels.get(DMI_LABEL))
+            if serial is not None:
+                machine = machine_id("", {}, serial)
+                self.observe_machine(signal.node, machine, signal.observed_at, dmi_serial=serial)
             if signal.gpu_uuid is not None:
                 if address is not None or signal.gpu is not None:
                     at = first.get(signal.node, signal.observed_at)
@@ -386,6 +400,8 @@ class Ledger:
                             pci_bus_id=address,
                             index=signal.gpu,
                             model=signal.labels.get(MODEL_LABEL),
+                            serial=signal.labels.get("gpu_serial"),
+                            vbios=signal.labels.get("vbios"),
                         )
                     )
                 out.append(signal)
@@ -581,49 +597,50 @@ class Ledger:
         with session_scope(self.session_factory) as session:
             return [_summary(row, int(n)) for row, n in session.execute(query)]
 
-    def gpu(self, uuid: str) -> GpuLife | None:
+    def gpu(self, uuid: str, clusters: Collection[str] | None = None) -> GpuLife | None:
+        """A GPU's life; with `clusters` (a token's scope) only what happened in them, and None
+        for a GPU never placed in any of them."""
         with session_scope(self.session_factory) as session:
             row = session.get(LedgerGpu, uuid)
             if row is None:
                 return None
-            links = [
-                _link(r)
-                for r in session.scalars(
-                    select(LedgerLink).where(LedgerLink.gpu_uuid == uuid).order_by(LedgerLink.at)
-                )
+            placed = select(LedgerPlacement).where(LedgerPlacement.gpu_uuid == uuid)
+            linked = select(LedgerLink).where(LedgerLink.gpu_uuid == uuid)
+            swapped = select(LedgerConflict).where(
+                or_(LedgerConflict.known_uuid == uuid, LedgerConflict.seen_uuid == uuid)
+            )
+            if clusters is not None:
+                placed = placed.where(LedgerPlacement.cluster.in_(list(clusters)))
+                linked = linked.where(LedgerLink.cluster.in_(list(clusters)))
+                swapped = swapped.where(LedgerConflict.cluster.in_(list(clusters)))
+            placements = [
+                _placement(p) for p in session.scalars(placed.order_by(LedgerPlacement.from_at))
             ]
-            placements = session.scalars(
-                select(LedgerPlacement)
-                .where(LedgerPlacement.gpu_uuid == uuid)
-                .order_by(LedgerPlacement.from_at)
-            )
-            conflicts = session.scalars(
-                select(LedgerConflict)
-                .where(or_(LedgerConflict.known_uuid == uuid, LedgerConflict.seen_uuid == uuid))
-                .order_by(LedgerConflict.at)
-            )
+            if clusters is not None and not placements:
+                return None
+            links = [_link(r) for r in session.scalars(linked.order_by(LedgerLink.at))]
+            conflicts = session.scalars(swapped.order_by(LedgerConflict.at))
             return GpuLife(
                 _summary(row, sum(1 for link in links if link.subject == SIGNAL)),
-                tuple(_placement(p) for p in placements),
+                tuple(placements),
                 tuple(links),
                 tuple(_conflict(c) for c in conflicts),
             )
 
-    def machine(self, machine_id: str) -> MachineLife | None:
+    def machine(
+        self, machine_id: str, clusters: Collection[str] | None = None
+    ) -> MachineLife | None:
         with session_scope(self.session_factory) as session:
             row = session.get(LedgerMachine, machine_id)
-            if row is None:
+            if row is None or (clusters is not None and row.cluster not in clusters):
                 return None
-            placements = session.scalars(
-                select(LedgerPlacement)
-                .where(LedgerPlacement.machine_id == machine_id)
-                .order_by(LedgerPlacement.from_at)
-            )
-            links = session.scalars(
-                select(LedgerLink)
-                .where(LedgerLink.machine_id == machine_id)
-                .order_by(LedgerLink.at)
-            )
+            placed = select(LedgerPlacement).where(LedgerPlacement.machine_id == machine_id)
+            linked = select(LedgerLink).where(LedgerLink.machine_id == machine_id)
+            if clusters is not None:
+                placed = placed.where(LedgerPlacement.cluster.in_(list(clusters)))
+                linked = linked.where(LedgerLink.cluster.in_(list(clusters)))
+            placements = session.scalars(placed.order_by(LedgerPlacement.from_at))
+            links = session.scalars(linked.order_by(LedgerLink.at))
             return MachineLife(
                 row.id,
                 row.provider_id,

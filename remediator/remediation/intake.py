@@ -329,6 +329,26 @@ class Intake:
             self._ledger.observe_machine(node, machine, now)
         return self._ledger.resolve(signals)
 
+    def _link_remediation(
+        self, record: RemediationRecord, decision: Decision, policy: Policy | None
+    ) -> None:
+        """The remediation on its GPUs' and machine's records. A repeat counted by the
+        hardware (`repeat: {by: gpu|machine}`) is the hardware failing again wherever it sits:
+        its machine is quarantined in the ledger, so a pool never gets it back unnoticed."""
+        assert self._ledger is not None
+        self._ledger.link_signals(decision.signals)
+        self._ledger.link_remediation(
+            record.id, decision.node, decision.signals, record.created_at, {"policy": record.policy}
+        )
+        repeat = policy.match.repeat if policy is not None else None
+        machine = self._ledger.machine_of(decision.node)
+        if repeat is not None and repeat.by != "node" and machine is not None:
+            why = f"remediation #{record.id}: {decision.reason}"
+            if self._ledger.quarantine(machine, why, record.created_at):
+                log.warning(
+                    "machine %s quarantined: %s", machine, why, extra={"node": decision.node}
+                )
+
     def _folded_text(self, signal: Signal) -> str:
         what = signal.kind.value if signal.code is None else f"{signal.kind.value} {signal.code}"
         what = what.upper() if signal.kind is SignalKind.XID else what
@@ -877,14 +897,7 @@ class Intake:
             dispositions=[said[1]] * len(decision.signals),
         )
         if self._ledger is not None:
-            self._ledger.link_signals(decision.signals)
-            self._ledger.link_remediation(
-                record.id,
-                decision.node,
-                decision.signals,
-                record.created_at,
-                {"policy": decision.policy},
-            )
+            self._link_remediation(record, decision, policies.policy(decision.policy))
         self._opened.append(decision)
         log.info(
             "remediation queued: %s (%s)" if held else "remediation opened: %s%s",

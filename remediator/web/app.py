@@ -46,6 +46,7 @@ from remediator.web.deps import WebDeps
 from remediator.web.doctor_page import make_doctor_router
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
 from remediator.web.fleet_breaker import make_fleet_breaker_router
+from remediator.web.hardware import make_hardware_router
 from remediator.web.heartbeat_lane import HeartbeatLane
 from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
@@ -220,6 +221,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_doctor_router())
     app.include_router(make_shadow_router())
     app.include_router(make_optouts_router())
+    app.include_router(make_hardware_router())
     app.include_router(make_planned_router())
     app.include_router(make_validations_router())
     app.include_router(make_rma_router())

@@ -138,6 +138,12 @@ class Profile:
     nvlink_fraction: float = 1.0
 
     @property
+    def machine_serial(self) -> str:
+        """The board's DMI serial (/sys/class/dmi/id/product_serial): kept through a repair,
+        new with a replacement, like the GPUs' UUIDs."""
+        return f"SIM{_digits(f'dmi/{self.node}/{self.generation}', 10):010d}"
+
+    @property
     def spec(self) -> GpuModel:
         return model_spec(self.model)
 

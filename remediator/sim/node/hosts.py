@@ -1,5 +1,6 @@
 """One host directory per simulated node: `<root>/<node>/dev/kmsg` (a file of kmsg records),
-`proc/driver/nvidia/gpus/<pci>/information` and `proc/sys/kernel/random/boot_id` — the layout
+`proc/driver/nvidia/gpus/<pci>/information`, `proc/sys/kernel/random/boot_id` and
+`sys/class/dmi/id/product_serial` (the machine's serial, see hardware.py) — the layout
 the agent reads below its `--host-root`. A node joining the cluster boots (its GPUs attach and
 say so in the log); injected faults write what the driver would write.
 
@@ -37,6 +38,7 @@ from remediator.sim.telemetry.exporters import (
 
 KMSG = Path("dev/kmsg")
 BOOT_ID = Path("proc/sys/kernel/random/boot_id")
+DMI_SERIAL = Path("sys/class/dmi/id/product_serial")
 # Faults a job's process triggers carry its pid and name; the others are the hardware's.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69, 94})
 
@@ -82,6 +84,8 @@ class SimHosts:
             host = self.host_root(name)
             (host / BOOT_ID).parent.mkdir(parents=True, exist_ok=True)
             (host / BOOT_ID).write_text(f"{uuid.uuid4()}\n")
+            (host / DMI_SERIAL).parent.mkdir(parents=True, exist_ok=True)
+            (host / DMI_SERIAL).write_text(f"{profile.machine_serial}\n")
             # A new boot: a new ring buffer (a new file, so a reader of the old one sees it end)
             # and the driver attaches the GPUs again.
             (host / KMSG).unlink(missing_ok=True)

@@ -47,5 +47,7 @@ def test_machine_ids() -> None:
     assert machine_id("gce://p/z/gke-a1", {GCE_INSTANCE_ID: "4242"}) == "gce:4242"
     assert machine_id("metal3://ns/host-1/m", {}, serial="SN9") == "dmi:SN9"
     assert machine_id("", {}) is None
+    assert machine_id("metal3://ns/host-1/m-0", {}) == "metal3:ns:host-1:m-0"
+    assert machine_id("", {}, serial="SN 1/2") == "dmi:SN_1_2"
     assert dmi_serial("To Be Filled By O.E.M.\n") is None
     assert dmi_serial(" SN123\n") == "SN123"

@@ -103,8 +103,14 @@ class SimGce:
                 self._wear(name)
 
     def _wear(self, node: str) -> None:
+        # GKE writes the instance's numeric id on its Node: the providerID only names it, and a
+        # recreated instance keeps the name but not the id (the hardware ledger tells them so).
+        instance_id = str(self.instances[node].id)
+
         def change(obj: Obj) -> None:
             obj["spec"]["providerID"] = f"gce://{PROJECT}/{ZONE}/{node}"
+            annotations = obj["metadata"].setdefault("annotations", {})
+            annotations["container.googleapis.com/instance_id"] = instance_id
             labels = obj["metadata"].setdefault("labels", {})
             labels["topology.kubernetes.io/zone"] = ZONE
             labels["cloud.google.com/gke-nodepool"] = labels.get("simcloud.io/nodepool", "")

@@ -1,0 +1,71 @@
+"""The hardware the agent runs on, for the controller's ledger (issue #28): the machine's DMI
+serial (/sys/class/dmi/id/product_serial, root-readable on most boards) and each GPU's board
+serial and VBIOS from `nvidia-smi --query-gpu=serial,uuid,pci.bus_id,vbios_version
+--format=csv` when nvidia-smi is present. Read once: none of it changes while the node is up.
+It travels as labels on the agent's XID signals (`dmi_serial`, `gpu_serial`, `vbios`), the push
+API's own wire format, so no new endpoint or field is needed."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remediator.ledger.identity import SMI_QUERY, GpuIdentity, dmi_serial, parse_smi_csv
+
+log = logging.getLogger(__name__)
+
+DMI_SERIAL_FILE = Path("/sys/class/dmi/id/product_serial")
+SMI_COMMAND = ("nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv")
+SMI_TIMEOUT = 20.0
+
+Run = Callable[[Sequence[str]], str]
+
+
+def run_command(command: Sequence[str]) -> str:
+    return subprocess.run(
+        list(command), capture_output=True, text=True, check=True, timeout=SMI_TIMEOUT
+    ).stdout
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    dmi_serial: str | None = None
+    gpus: Mapping[str, GpuIdentity] = field(default_factory=dict)  # by PCI key DDDD:BB:DD
+
+    def labels(self, pci: str) -> dict[str, str]:
+        """What an XID signal about the GPU at `pci` carries of it."""
+        found: dict[str, str] = {}
+        if self.dmi_serial:
+            found["dmi_serial"] = self.dmi_serial
+        gpu = self.gpus.get(pci)
+        if gpu is not None and gpu.serial:
+            found["gpu_serial"] = gpu.serial
+        if gpu is not None and gpu.vbios:
+            found["vbios"] = gpu.vbios
+        return found
+
+
+def read_identity(
+    dmi_file: Path = DMI_SERIAL_FILE,
+    smi_command: Sequence[str] | None = SMI_COMMAND,
+    run: Run = run_command,
+) -> HostIdentity:
+    """What can be read; a missing file or nvidia-smi (a VM without DMI, a host without the
+    tools) leaves that part unknown and is logged, never fatal."""
+    try:
+        serial = dmi_serial(dmi_file.read_text(errors="replace"))
+    except OSError as exc:
+        log.info("no DMI serial: %s", exc)
+        serial = None
+    gpus: dict[str, GpuIdentity] = {}
+    if smi_command is not None:
+        try:
+            output = run(smi_command)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.info("no GPU serials from nvidia-smi: %s", exc)
+        else:
+            gpus = {g.pci_bus_id: g for g in parse_smi_csv(output) if g.pci_bus_id}
+    return HostIdentity(serial, gpus)

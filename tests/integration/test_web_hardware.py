@@ -1,0 +1,93 @@
+"""The hardware ledger through the API and the console pages on a real database (SQLite and
+PostgreSQL): a GPU's life (where it sat, faults by XID, diagnostics, remediations), a machine's,
+the list's filters, 404 for what the ledger does not know, and the remediation page's link."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remediator.ledger.identity import GpuIdentity
+from remediator.ledger.store import Ledger
+from remediator.signals.model import Signal, SignalKind
+from tests.fixtures.web import READONLY_TOKEN, Console
+
+pytestmark = pytest.mark.integration
+
+READONLY = {"Authorization": f"Bearer {READONLY_TOKEN}"}
+UUID = "GPU-5f1e2d3c-4b5a-4978-8a6b-1c2d3e4f5a6b"
+MODEL = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture
+def client(console: Console) -> Iterator[TestClient]:
+    ledger = Ledger(console.repository.session_factory, "test", console.clock)
+    then = console.clock.now() - timedelta(days=3)
+    ledger.observe_machine("gpu-node-01", "aws:i-0abc", then, provider_id="aws:///z/i-0abc")
+    ledger.observe_gpus("gpu-node-01", [GpuIdentity(UUID, "0000:18:00.0", 0, model=MODEL)], then)
+    xid = Signal(
+        node="gpu-node-01",
+        kind=SignalKind.XID,
+        source="agent",
+        observed_at=then,
+        code=79,
+        gpu_uuid=UUID,
+    )
+    ledger.link_signals([xid])
+    ledger.link_remediation(
+        console.ids["done"], "gpu-node-01", [xid], then, {"policy": "xid-79-fallen-off-bus"}
+    )
+    ledger.link_verdict(
+        "gpu-node-01", UUID, False, then, {"remediation_id": console.ids["done"], "level": 2}
+    )
+    with TestClient(console.app) as test_client:
+        yield test_client
+
+
+def test_a_gpus_life_through_the_api(client: TestClient, console: Console) -> None:
+    response = client.get(f"/api/v1/gpus/{UUID}", headers=READONLY)
+    assert response.status_code == 200, response.text
+    life = response.json()
+    assert life["gpu"]["model"] == MODEL and life["gpu"]["faults"] == 1
+    assert life["faults_by_xid"] == {"79": 1}
+    assert [(p["node"], p["machine_id"], p["to_at"]) for p in life["placements"]] == [
+        ("gpu-node-01", "aws:i-0abc", None)
+    ]
+    assert [r["remediation_id"] for r in life["remediations"]] == [console.ids["done"]]
+    assert [d["kind"] for d in life["diagnostics"]] == ["failed"]
+
+
+def test_the_list_filters_by_model_cluster_and_faults(client: TestClient) -> None:
+    def listed(**params: object) -> list[str]:
+        response = client.get("/api/v1/gpus", params=params, headers=READONLY)
+        assert response.status_code == 200, response.text
+        return [g["uuid"] for g in response.json()["gpus"]]
+
+    assert listed() == [UUID]
+    assert listed(model=MODEL, cluster="test", min_faults=1) == [UUID]
+    assert listed(min_faults=2) == []
+    assert listed(model="NVIDIA A100-SXM4-80GB") == []
+    assert listed(cluster="elsewhere") == []
+
+
+def test_a_machines_life_and_what_the_ledger_does_not_know(client: TestClient) -> None:
+    response = client.get("/api/v1/machines/aws:i-0abc", headers=READONLY)
+    assert response.status_code == 200, response.text
+    machine = response.json()
+    assert machine["node"] == "gpu-node-01" and machine["provider_id"] == "aws:///z/i-0abc"
+    assert [p["gpu_uuid"] for p in machine["placements"]] == [UUID]
+    assert client.get("/api/v1/machines/aws:i-none", headers=READONLY).status_code == 404
+    assert client.get("/api/v1/gpus/GPU-unknown", headers=READONLY).status_code == 404
+    assert client.get(f"/api/v1/gpus/{UUID}").status_code == 401
+
+
+def test_the_pages_and_the_remediation_pages_link(client: TestClient, console: Console) -> None:
+    page = client.get(f"/gpus/{UUID}", headers=READONLY)
+    assert page.status_code == 200, page.text
+    assert "XID 79 x 1" in page.text and "/machines/aws:i-0abc" in page.text
+    assert f"/remediations/{console.ids['done']}" in page.text
+    machine = client.get("/machines/aws:i-0abc", headers=READONLY)
+    assert machine.status_code == 200 and UUID in machine.text
