@@ -92,7 +92,7 @@ FROM (
     SELECT j, slot, at,
         CASE WHEN slot % 10 = 0 AND at >= :half THEN :gpus + slot / 10 ELSE slot END AS gpu
     FROM (
-        SELECT j, (j * 7919) % :gpus AS slot,
+        SELECT j, ((j::bigint * 7919) % :gpus)::int AS slot,
             :start + (j::double precision / :faults) * (:end - :start) AS at
         FROM generate_series(0, :faults - 1) AS j
     ) AS raw
