@@ -167,6 +167,26 @@ class NotifySettings(BaseModel):
     timeout_seconds: float = Field(default=5.0, gt=0)
 
 
+class RmaSettings(BaseModel):
+    """Where RMA cases go (docs/rma.md): a ticket system's JSON webhook. Without one, cases are
+    kept and shown in the console only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhook_url: str | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    # A failed delivery is retried after base·2^(n-1) seconds, at most max: never given up.
+    retry_base_seconds: float = Field(default=5.0, gt=0)
+    retry_max_seconds: float = Field(default=900.0, gt=0)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
 class SignalSettings(BaseModel):
     """Bounds on what the push API and the Alertmanager webhook take (docs/signals.md)."""
 
@@ -244,6 +264,7 @@ class Settings(BaseSettings):
     web: WebSettings = Field(default_factory=WebSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    rma: RmaSettings = Field(default_factory=RmaSettings)
     signals: SignalSettings = Field(default_factory=SignalSettings)
     signal_archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     agents: AgentIntakeSettings = Field(default_factory=AgentIntakeSettings)

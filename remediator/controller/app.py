@@ -58,6 +58,10 @@ from remediator.remediation.intake import Intake, IntakeResult, Inventory
 from remediator.remediation.node_gone import end_all_gone
 from remediator.remediation.planned import pods_from
 from remediator.remediation.service import RemediationService
+from remediator.rma.book import RmaBook
+from remediator.rma.ledger_source import LedgerHardware
+from remediator.rma.model import RmaCase
+from remediator.rma.webhook import RmaWebhook
 from remediator.settings import Settings, SignalSettings
 from remediator.signals.admission import Admission
 from remediator.signals.model import Signal
@@ -90,6 +94,8 @@ log = logging.getLogger(__name__)
 
 HOUSEKEEPING_SECONDS = 2.0
 RECONCILE_SECONDS = 10.0
+# How often due RMA webhook deliveries are looked for (each case keeps its own backoff).
+RMA_WEBHOOK_SECONDS = 5.0
 HEARTBEAT_SECONDS = 10.0
 ARCHIVE_RETENTION_SECONDS = 3600.0
 # Pushes are taken when they arrive (a put wakes the loop); this only bounds a missed wake.
@@ -256,6 +262,13 @@ class Controller:
             ProviderMetrics(self.registry),
         )
         self.notifier = WebhookNotifier.from_settings(settings.notify)
+        self.ledger = Ledger(self.repository.session_factory, settings.cluster_name, self.clock)
+        self.rma_book = RmaBook(self.repository.session_factory, settings.cluster_name, self.clock)
+        self.rma_webhook = (
+            RmaWebhook(settings.rma, console_url=settings.web.external_url)
+            if settings.rma.webhook_url
+            else None
+        )
         self.policies = PolicyStore(settings.policies_dir, self.clock)
         self.opt_outs = OptOutBook(
             self.repository.session_factory, settings.cluster_name, self.clock
@@ -301,6 +314,8 @@ class Controller:
             provider_kind=lambda pool: (
                 settings.pool_providers.get(pool or "", settings.provider).type
             ),
+            rma_webhook=self.rma_webhook,
+            hardware=LedgerHardware(self.ledger),
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read
@@ -325,7 +340,6 @@ class Controller:
             else None
         )
         self.fleet_breaker = FleetBreakerStore(self.repository.session_factory, self.clock)
-        self.ledger = Ledger(self.repository.session_factory, settings.cluster_name, self.clock)
         self.intake = Intake(
             self.repository,
             actor=self.actor,
@@ -430,6 +444,11 @@ class Controller:
                         "heartbeat",
                         guarded("heartbeat", self.heartbeat, self.database, reads_database=True),
                         HEARTBEAT_SECONDS,
+                    ),
+                    JobSpec(
+                        "rma-webhook",
+                        guarded("rma-webhook", self.deliver_rma, self.database),
+                        RMA_WEBHOOK_SECONDS,
                     ),
                     JobSpec(
                         "archive-retention",
@@ -808,6 +827,26 @@ class Controller:
             self._start_leading()
         self.housekeeping()
 
+    def deliver_rma(self) -> None:
+        """RMA cases whose webhook delivery is due (a failed one is retried with backoff)."""
+        if self.rma_webhook is not None:
+            self.rma_webhook.deliver_due(self.rma_book, note=self._rma_failure_note)
+
+    def _rma_failure_note(self, case: RmaCase, error: str, retry_in: timedelta) -> None:
+        if case.remediation_id is None:
+            return
+        self.repository.append_event(
+            case.remediation_id,
+            action="rma_webhook_failed",
+            actor=self.actor,
+            detail={
+                "case": case.id,
+                "error": error,
+                "attempt": case.webhook_attempts,
+                "retry_in_seconds": retry_in.total_seconds(),
+            },
+        )
+
     def stop(self) -> None:
         # Our jobs end before the lease is handed over, so two replicas never act at once.
         self._stop_leading(wait=True)
@@ -830,6 +869,8 @@ class Controller:
             close = getattr(source, "close", None)
             if callable(close):
                 close()
+        if self.rma_webhook is not None:
+            self.rma_webhook.close()
         self.nodes.stop()
         self.kube.close()
         self.engine.dispose()

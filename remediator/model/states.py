@@ -23,6 +23,9 @@ class State(StrEnum):
     REBOOTING = "rebooting"
     DIAGNOSING = "diagnosing"
     UNCORDONING = "uncordoning"
+    # Owned hardware at fault goes back to its vendor: open an RMA case with the evidence
+    # (remediator/rma/), then the ladder goes on (a replacement) or the node stays fenced.
+    OPENING_RMA = "opening_rma"
     REPLACING = "replacing"
     # Burn-in before a node takes work: a new machine (after REPLACING) or a repaired one
     # (before UNCORDONING) runs its checks fenced; a failure replaces it (again) or escalates.
@@ -43,6 +46,7 @@ _WORK = frozenset(
         State.REBOOTING,
         State.DIAGNOSING,
         State.UNCORDONING,
+        State.OPENING_RMA,
         State.REPLACING,
         State.VALIDATING,
         State.VERIFYING,
@@ -51,7 +55,9 @@ _WORK = frozenset(
 # A repair that fails may escalate to a replacement (`on_failure: replace`) or to another
 # repair, the first step of a named fallback ladder (`on_failure: <policy>`).
 _REPAIR = frozenset({State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING})
-_REPAIR_END = frozenset({State.REPLACING, State.HELD, State.FAILED, State.VALIDATING})
+_REPAIR_END = frozenset(
+    {State.OPENING_RMA, State.REPLACING, State.HELD, State.FAILED, State.VALIDATING}
+)
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.DETECTED}),
@@ -64,6 +70,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
             State.HELD_BY_OPT_OUT,
             State.CHECKPOINTING,
             State.DRAINING,
+            State.OPENING_RMA,
             State.REPLACING,
             State.SUCCEEDED,
             State.HELD,
@@ -71,7 +78,13 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         }
     ),
     State.HELD_BY_OPT_OUT: frozenset(
-        {State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.SUCCEEDED}
+        {
+            State.CHECKPOINTING,
+            State.DRAINING,
+            State.OPENING_RMA,
+            State.REPLACING,
+            State.SUCCEEDED,
+        }
     ),
     State.CHECKPOINTING: frozenset(
         {State.HELD_BY_OPT_OUT, State.DRAINING, State.SUCCEEDED, State.HELD, State.FAILED}
@@ -82,6 +95,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
             State.RESETTING_GPU,
             State.REBOOTING,
             State.DIAGNOSING,
+            State.OPENING_RMA,
             State.REPLACING,
             State.SUCCEEDED,
             State.HELD,
@@ -103,6 +117,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         | {State.VERIFYING, State.UNCORDONING, State.SUCCEEDED}
     ),
     State.UNCORDONING: frozenset({State.SUCCEEDED, State.HELD, State.FAILED}),
+    # The case is open: a replacement follows, or the fenced node waits for a human.
+    State.OPENING_RMA: frozenset({State.REPLACING, State.SUCCEEDED, State.HELD, State.FAILED}),
     State.REPLACING: frozenset({State.VALIDATING, State.VERIFYING, State.HELD, State.FAILED}),
     State.VERIFYING: frozenset({State.SUCCEEDED, State.FAILED}),
     State.HELD: frozenset(_WORK | {State.SUCCEEDED, State.FAILED}),

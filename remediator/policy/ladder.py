@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from remediator.policy.schema import Checkpoint, Step, Validate
+from remediator.policy.schema import Checkpoint, Rma, Step, Validate
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class LadderStep:
     ladder: str | None = None  # the policy a named fallback's steps come from
     via: str | None = None  # reboot: "maintenance" triggers the cloud's announced event
     checks: Mapping[str, Any] | None = None  # validate: the checks' settings (actions/burnin.py)
+    target: str | None = None  # rma: "gpu" or "machine"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class LadderStep:
             ladder=raw.get("ladder"),
             via=raw.get("via"),
             checks=dict(raw["checks"]) if raw.get("checks") is not None else None,
+            target=raw.get("target"),
         )
 
 
@@ -77,12 +79,13 @@ def _rung(step: Step) -> LadderStep:
         min_grace_seconds=floor.total_seconds() if floor is not None else None,
         timeout_seconds=timeout.total_seconds() if timeout is not None else None,
         on_timeout=getattr(step, "on_timeout", None),
-        message=getattr(step, "message", None),
+        message=step.reason if isinstance(step, Rma) else getattr(step, "message", None),
         level=getattr(step, "level", None),
         limit=getattr(step, "max_reboots", None),
         window_seconds=window.total_seconds() if window is not None else None,
         via="maintenance" if getattr(step, "via", None) == "maintenance" else None,
         checks=step.checks() if isinstance(step, Validate) else None,
+        target=step.target if isinstance(step, Rma) else None,
     )
 
 

@@ -188,6 +188,16 @@ class Replace(_Strict):
     action: Literal["replace"]
 
 
+class Rma(_Strict):
+    """Open an RMA case for the owned GPU (or machine) at fault, with its evidence bundle, and
+    send it to `rma.webhook_url` (docs/rma.md). One case per hardware until it is closed."""
+
+    action: Literal["rma"]
+    target: Literal["gpu", "machine"] = "gpu"
+    # One line: it becomes the case's reason and the ticket's summary.
+    reason: str | None = Field(default=None, min_length=1, max_length=500, pattern=r"^[^\n]+$")
+
+
 class ResetGpu(_Strict):
     """Reset only the faulty GPU(s) (`nvidia-smi --gpu-reset -i N`, a privileged Job pinned to
     the node); follows a full drain, so no pod holds the GPU."""
@@ -287,6 +297,7 @@ Step = Annotated[
     | Reboot
     | Diagnose
     | Uncordon
+    | Rma
     | Replace
     | Validate,
     Field(discriminator="action"),
@@ -301,6 +312,7 @@ STEP_ORDER = (
     "reset_gpu",
     "reboot",
     "diagnose",
+    "rma",
     "replace",
     "validate",
     "uncordon",
@@ -312,7 +324,7 @@ REPLACE = "replace"  # `on_failure: replace`: the replace step, not a policy of 
 def fallback_steps(actions: list[Step]) -> list[Step]:
     """What a ladder contributes as another policy's `on_failure`: its steps from its first
     repair or replace step on (the node is fenced and drained already; notify is left out)."""
-    starts = [i for i, s in enumerate(actions) if s.action in REPAIR_STEPS | {REPLACE}]
+    starts = [i for i, s in enumerate(actions) if s.action in REPAIR_STEPS | {REPLACE, "rma"}]
     if not starts:
         return []
     return [s for s in actions[starts[0] :] if s.action != "notify"]
@@ -377,6 +389,8 @@ class Policy(_Strict):
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
         steps = {s.action for s in self.actions}
+        if "rma" in steps and "uncordon" in steps:
+            raise ValueError("rma sends the hardware back: the ladder cannot uncordon after it")
         if "uncordon" in steps and "replace" in steps:
             raise ValueError("a ladder ends in uncordon (repaired) or in replace, not both")
         ranks = [STEP_ORDER.index(s.action) for s in self.actions if s.action != "notify"]

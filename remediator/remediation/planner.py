@@ -45,6 +45,7 @@ STEP_STATES: dict[str, State] = {
     "reboot": State.REBOOTING,
     "diagnose": State.DIAGNOSING,
     "uncordon": State.UNCORDONING,
+    "rma": State.OPENING_RMA,
     "replace": State.REPLACING,
     "validate": State.VALIDATING,
 }
@@ -57,6 +58,7 @@ STEP_NAMES: dict[State, str] = {
     State.REBOOTING: "reboot",
     State.DIAGNOSING: "diagnose",
     State.UNCORDONING: "uncordon",
+    State.OPENING_RMA: "rma",
     State.REPLACING: "replace",
     State.VALIDATING: "validate",
     State.VERIFYING: "verify",

@@ -56,6 +56,8 @@ from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.remediation.steps import STEPS, StepContext
 from remediator.remediation.steps.context import DEFAULT_JOBS, replacements, signal_text
+from remediator.rma.evidence import HardwareSource
+from remediator.rma.webhook import RmaWebhook
 from remediator.slurm.engine import SlurmSteps, both
 from remediator.store.optouts import OptOutBook
 from remediator.store.records import RemediationRecord
@@ -154,6 +156,8 @@ class RemediationService:
         opt_outs: OptOutBook | None = None,
         max_opt_out_hold: Callable[[], timedelta] = _default_hold,
         provider_kind: Callable[[str | None], str] = lambda _pool: "",
+        rma_webhook: RmaWebhook | None = None,
+        hardware: HardwareSource | None = None,
     ) -> None:
         self._repo = repository
         self._opt_outs = opt_outs
@@ -189,6 +193,8 @@ class RemediationService:
             repair_poll=repair_poll_seconds,
             slurm=slurm,
             provider_kind=provider_kind,
+            rma_webhook=rma_webhook,
+            hardware=hardware,
         )
 
     # -- driving -----------------------------------------------------------------------------

@@ -637,3 +637,36 @@ class LedgerConflict(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_ledger_conflicts_cluster_at", "cluster", "at"),)
+
+
+class RmaCaseRow(Base):
+    """An RMA case (issue #28): the GPU or machine sent back, its forward-only status with each
+    move kept in `history`, the evidence bundle as it was when the case opened, and the webhook's
+    delivery state (retried with backoff until delivered: a case is never lost)."""
+
+    __tablename__ = "rma_cases"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    target: Mapped[str] = mapped_column(String(16))
+    hardware_id: Mapped[str] = mapped_column(String(256))
+    node: Mapped[str] = mapped_column(String(253))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    remediation_id: Mapped[int | None] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    history: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    bundle: Mapped[dict[str, Any]] = mapped_column(Json)
+    webhook_state: Mapped[str] = mapped_column(String(16))
+    webhook_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    webhook_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    webhook_error: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_rma_cases_cluster_status", "cluster", "status", "opened_at"),
+        Index("ix_rma_cases_hardware", "hardware_id", "status"),
+        Index("ix_rma_cases_webhook", "webhook_state", "webhook_next_at"),
+    )

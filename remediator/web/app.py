@@ -56,6 +56,8 @@ from remediator.web.planned_page import make_planned_router
 from remediator.web.problems import WebError
 from remediator.web.query import single_valued_query
 from remediator.web.racks import make_racks_router
+from remediator.web.reliability import make_reliability_router
+from remediator.web.rma import make_rma_router
 from remediator.web.schemas import HealthOut
 from remediator.web.shadow_page import make_shadow_router
 from remediator.web.signal_dispositions import make_dispositions_router
@@ -224,6 +226,8 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_hardware_router())
     app.include_router(make_planned_router())
     app.include_router(make_validations_router())
+    app.include_router(make_rma_router())
+    app.include_router(make_reliability_router())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/docs", include_in_schema=False, response_class=HTMLResponse)

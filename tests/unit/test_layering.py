@@ -25,6 +25,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "remediation": frozenset({"web", "controller", "demo"}),
     # The hardware ledger sits beside store/, over its own tables.
     "ledger": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
+    "rma": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
 }
 # doctor/ sits beside web/ and controller/, which run it: nothing below imports it.
 for _lower in (
@@ -35,6 +36,7 @@ for _lower in (
     "signals",
     "kube",
     "providers",
+    "rma",
     "remediation",
 ):
     FORBIDDEN[_lower] = FORBIDDEN[_lower] | {"doctor"}

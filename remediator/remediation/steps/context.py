@@ -21,6 +21,8 @@ from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
 from remediator.providers.base import NodePoolProvider
 from remediator.remediation.journal import entered_at
+from remediator.rma.evidence import HardwareSource
+from remediator.rma.webhook import RmaWebhook
 from remediator.slurm.engine import SlurmSteps
 from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.repository import Repository
@@ -46,6 +48,10 @@ class StepContext:
     slurm: SlurmSteps | None = None
     # Which kind of provider serves a pool (http, aws, clusterapi, gce): the DOA figures' label.
     provider_kind: Callable[[str | None], str] = lambda _pool: ""
+    # The RMA step: where cases are posted (None: console only) and what the ledger knows of
+    # the hardware (None: the bundle carries what the signals reported).
+    rma_webhook: RmaWebhook | None = None
+    hardware: HardwareSource | None = None
     # (remediation, entry into the step) whose spare capacity was checked already.
     capacity_checked: set[tuple[int, datetime]] = field(default_factory=set)
 

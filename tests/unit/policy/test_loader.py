@@ -202,8 +202,8 @@ def test_ladder_order_is_checked(tmp_path: Path) -> None:
     )
     assert problems_of(write(tmp_path, {"a.yaml": text})) == [
         "a.yaml:14: policies[1]: actions must not repeat and must follow the order "
-        "cordon → taint → checkpoint → drain → reset_gpu → reboot → diagnose → replace → validate "
-        "→ uncordon"
+        "cordon → taint → checkpoint → drain → reset_gpu → reboot → diagnose → rma → replace "
+        "→ validate → uncordon"
     ]
 
 

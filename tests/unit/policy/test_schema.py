@@ -39,7 +39,7 @@ def test_problems_come_in_line_order_with_readable_messages(tmp_path: Path) -> N
         "a.yaml:8: policies[0].approval: Input should be 'auto' or 'required'",
         "a.yaml:10: policies[0].actions[0]: unknown action 'explode' (expected one of 'notify', "
         "'cordon', 'taint', 'checkpoint', 'drain', 'reset_gpu', 'reboot', 'diagnose', "
-        "'uncordon', 'replace', 'validate')",
+        "'uncordon', 'rma', 'replace', 'validate')",
         "a.yaml:11: policies[0].actions[1].on_timeout: Input should be 'force' or 'hold'",
         "a.yaml:12: policies[0].actions[2]: required field missing: action",
     ]

@@ -1,0 +1,102 @@
+"""The RMA webhook: each case (and each move of it) posted as JSON to the ticket system, with the
+evidence bundle. Delivery is durable: the case row says what is still to tell; a refusal or an
+unreachable endpoint is retried with exponential backoff, each failure a line on the
+remediation's timeline, until it is taken. Nothing is dropped after N tries: an RMA that never
+reached the vendor is a GPU that never comes back."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from remediator.rma.book import RmaBook
+from remediator.rma.model import RmaCase
+from remediator.settings import RmaSettings
+
+log = logging.getLogger(__name__)
+
+# (case, error) → a line on the case's remediation timeline.
+FailureNote = Callable[[RmaCase, str, timedelta], None]
+
+
+def payload(case: RmaCase, link: str | None = None) -> dict[str, Any]:
+    return {
+        "event": "rma.opened" if len(case.history) <= 1 else "rma.updated",
+        "case": {
+            "id": case.id,
+            "cluster": case.cluster,
+            "target": case.target.value,
+            "hardware_id": case.hardware_id,
+            "node": case.node,
+            "gpu_index": case.gpu_index,
+            "remediation_id": case.remediation_id,
+            "status": case.status.value,
+            "reason": case.reason,
+            "opened_at": case.opened_at.isoformat(),
+            "updated_at": case.updated_at.isoformat(),
+            "history": list(case.history),
+            "link": link,
+        },
+        "bundle": case.bundle,
+    }
+
+
+def backoff(attempts: int, settings: RmaSettings) -> timedelta:
+    """After the n-th failed attempt: base·2^(n-1), capped."""
+    seconds = settings.retry_base_seconds * 2 ** min(max(attempts - 1, 0), 20)
+    return timedelta(seconds=min(settings.retry_max_seconds, seconds))
+
+
+class RmaWebhook:
+    def __init__(
+        self,
+        settings: RmaSettings,
+        transport: httpx.BaseTransport | None = None,
+        console_url: str | None = None,
+    ) -> None:
+        if not settings.webhook_url:
+            raise ValueError("no rma.webhook_url configured")
+        self._settings = settings
+        self._url = settings.webhook_url
+        self._console = console_url.rstrip("/") if console_url else None
+        self._http = httpx.Client(timeout=settings.timeout_seconds, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def post(self, case: RmaCase) -> str | None:
+        """None when the ticket system took it, else why not."""
+        link = f"{self._console}/rma/{case.id}" if self._console else None
+        try:
+            response = self._http.post(self._url, json=payload(case, link))
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if response.is_success:
+            return None
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+
+    def deliver_due(self, book: RmaBook, note: FailureNote | None = None) -> int:
+        """Post every case whose delivery is due; how many were taken."""
+        taken = 0
+        for case in book.due(book.clock.now()):
+            error = self.post(case)
+            if error is None:
+                book.delivered(case)
+                taken += 1
+                continue
+            retry_in = backoff(case.webhook_attempts + 1, self._settings)
+            failed = book.failed(case, error, retry_in)
+            log.warning(
+                "rma webhook for case %s failed (attempt %s, next in %s): %s",
+                case.id,
+                failed.webhook_attempts,
+                retry_in,
+                error,
+            )
+            if note is not None:
+                note(failed, error, retry_in)
+        return taken

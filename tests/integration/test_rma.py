@@ -1,0 +1,293 @@
+"""End to end (#28): the `rma` step of a real ladder opens a case for the GPU at fault with a
+complete evidence bundle, posts it to a ticket system's webhook (a refusal retried, the failure
+on the timeline), and the API moves it through its states while the console shows it."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from remediator.clock import FakeClock, utcnow
+from remediator.kube.client import KubeClient
+from remediator.model.states import State
+from remediator.providers.http import HttpNodePoolProvider
+from remediator.remediation.service import RemediationService
+from remediator.rma.book import RmaBook
+from remediator.rma.bundle import PARTS
+from remediator.rma.webhook import RmaWebhook
+from remediator.settings import RmaSettings
+from remediator.signals.model import Signal, SignalKind
+from remediator.store import db
+from remediator.store.records import NewRemediation
+from remediator.store.repository import Repository
+from tests.fixtures.sim import SimHandle
+from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, build_console
+
+NODE = "a100-infer-0000"
+UUID = "GPU-3f2a9c1e-7b4d-4e8a-9c0f-1a2b3c4d5e6f"
+XID_LINE = "NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus."
+DCGM = {"version": "3.3.5", "DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware"}]}}
+
+
+class TicketSystem:
+    """A webhook receiver that refuses its first `refuse` posts with 503, then takes them."""
+
+    def __init__(self, refuse: int) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.refused = 0
+        self.got = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                if outer.refused < refuse:
+                    outer.refused += 1
+                    self.send_response(503)
+                else:
+                    outer.bodies.append(body)
+                    outer.got.set()
+                    self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/rma"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def tickets() -> Iterator[TicketSystem]:
+    system = TicketSystem(refuse=1)
+    yield system
+    system.stop()
+
+
+@pytest.fixture
+def kube_for() -> Iterator[Callable[[SimHandle], KubeClient]]:
+    opened: list[KubeClient] = []
+
+    def open_for(sim: SimHandle) -> KubeClient:
+        client = KubeClient.from_kubeconfig(sim.kubeconfig)
+        opened.append(client)
+        return client
+
+    yield open_for
+    for client in opened:
+        client.close()
+
+
+@pytest.fixture
+def store(
+    sqlite_head_template: Path, tmp_path: Path
+) -> Callable[[KubeClient], tuple[Repository, FakeClock, str]]:
+    def open_for(kube: KubeClient) -> tuple[Repository, FakeClock, str]:
+        seeded = max(n.created_at for n in kube.list_nodes() if n.created_at is not None)
+        deadline = time.monotonic() + 30
+        while utcnow() < seeded + timedelta(seconds=1):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        shutil.copyfile(sqlite_head_template, tmp_path / "remediator.db")
+        url = f"sqlite:///{tmp_path / 'remediator.db'}"
+        clock = FakeClock(seeded + timedelta(milliseconds=500))
+        return Repository(db.make_session_factory(db.make_engine(url)), "test", clock), clock, url
+
+    return open_for
+
+
+def xid(repository: Repository) -> Signal:
+    return Signal(
+        node=NODE,
+        kind=SignalKind.XID,
+        source="agent",
+        observed_at=repository.now(),
+        gpu=2,
+        gpu_uuid=UUID,
+        code=79,
+        labels={"message": XID_LINE, "serial": "1652823054567", "vbios_version": "96.00.89.00.01"},
+    )
+
+
+def earlier_diagnosis(repository: Repository) -> int:
+    """The same GPU's earlier remediation on this node, whose DCGM diagnostics failed."""
+    record = repository.create(
+        NewRemediation(
+            node=NODE,
+            policy="xid-79",
+            reason="xid 79 on GPU 2",
+            signals=[xid(repository)],
+            ladder=[{"action": "cordon"}, {"action": "drain"}, {"action": "diagnose"}],
+        ),
+        actor="controller-0",
+    )
+    walk = (
+        (State.DETECTED, State.QUARANTINED, "started", {}),
+        (State.QUARANTINED, State.DRAINING, "quarantine_done", {}),
+        (State.DRAINING, State.DIAGNOSING, "drain_done", {}),
+        (State.DIAGNOSING, State.FAILED, "diagnose_failed", {"reason": "level 2", "dcgm": DCGM}),
+    )
+    for before, after, action, detail in walk:
+        repository.transition(record.id, before, after, action=action, actor="c", detail=detail)
+    return record.id
+
+
+def test_the_rma_step_opens_a_case_the_api_moves_and_the_console_shows(
+    sim_factory: Callable[..., SimHandle],
+    kube_for: Callable[[SimHandle], KubeClient],
+    store: Callable[[KubeClient], tuple[Repository, FakeClock, str]],
+    tickets: TicketSystem,
+) -> None:
+    sim = sim_factory(nodes=2, provision_delay=0.3)
+    kube = kube_for(sim)
+    repository, clock, url = store(kube)
+    earlier = earlier_diagnosis(repository)
+    settings = RmaSettings(webhook_url=tickets.url, retry_base_seconds=1, retry_max_seconds=2)
+    webhook = RmaWebhook(settings)
+    service = RemediationService(
+        repository,
+        kube,
+        HttpNodePoolProvider(sim.nodepool_url, max_retries=0),
+        clock,
+        actor="controller-0",
+        rma_webhook=webhook,
+    )
+    record = repository.create(
+        NewRemediation(
+            node=NODE,
+            policy="xid-79-rma",
+            reason="xid 79 on GPU 2, again",
+            signals=[xid(repository)],
+            ladder=[{"action": "cordon"}, {"action": "rma", "target": "gpu"}],
+        ),
+        actor="controller-0",
+    )
+    for _ in range(10):
+        after = service.advance(record.id)
+        assert after is not None
+        if after.state is State.HELD:
+            break
+    assert after.state is State.HELD
+    (opened,) = [e for e in after.events if e.action == "rma_done"]
+    case_id = opened.detail["rma_case"]
+    assert opened.detail["hardware_id"] == UUID
+    # The ticket system refused the first post: on the timeline, and retried with backoff.
+    (refusal,) = [e for e in after.events if e.action == "rma_webhook_failed"]
+    assert refusal.detail["case"] == case_id and "503" in refusal.detail["error"]
+    book = RmaBook(repository.session_factory, "test", clock)
+    assert book.get(case_id).webhook_state == "pending"
+    assert webhook.deliver_due(book) == 0  # not due yet
+    clock.advance(1.0)
+    assert webhook.deliver_due(book) == 1
+    assert tickets.got.wait(60)
+    (posted,) = tickets.bodies
+    assert posted["event"] == "rma.opened" and posted["case"]["hardware_id"] == UUID
+    assert posted["bundle"]["xid"] and XID_LINE in posted["bundle"]["xid"][0]
+    assert book.get(case_id).webhook_state == "delivered"
+
+    # A second remediation of the same GPU finds its case open: no second case.
+    again = RmaBook(repository.session_factory, "test", clock).open_case_of(UUID)
+    assert again is not None and again.id == case_id
+
+    console = build_console(url)
+    operator = {"authorization": f"Bearer {OPERATOR_TOKEN}"}
+    reader = {"authorization": f"Bearer {READONLY_TOKEN}"}
+    with TestClient(console.app) as client:
+        archive = client.get(f"/api/v1/rma/{case_id}/bundle", headers=reader)
+        assert archive.status_code == 200, archive.text
+        assert archive.headers["content-type"] == "application/gzip"
+        with tarfile.open(fileobj=io.BytesIO(archive.content), mode="r:gz") as tar:
+            names = {m.name.split("/", 1)[1]: m for m in tar.getmembers()}
+            assert set(names) == set(PARTS.values())
+
+            def part(name: str) -> str:
+                extracted = tar.extractfile(names[name])
+                assert extracted is not None
+                return extracted.read().decode()
+
+            case = json.loads(part("case.json"))
+            assert (case["id"], case["hardware_id"], case["node"]) == (case_id, UUID, NODE)
+            hardware = json.loads(part("hardware.json"))
+            assert hardware["reported_by_signals"]["uuid"] == UUID
+            assert hardware["reported_by_signals"]["serial"] == "1652823054567"
+            assert hardware["reported_by_signals"]["vbios_version"] == "96.00.89.00.01"
+            assert XID_LINE in part("xid.log")
+            (diagnosis,) = json.loads(part("dcgm-diagnostics.json"))
+            assert diagnosis["remediation_id"] == earlier
+            assert diagnosis["result"]["dcgm"] == DCGM
+            timelines = json.loads(part("timelines.json"))
+            assert {t["remediation_id"] for t in timelines} == {record.id, earlier}
+            assert isinstance(json.loads(part("placements.json")), list)
+
+        for status in ("acknowledged", "shipped"):
+            moved = client.patch(
+                f"/api/v1/rma/{case_id}", headers=operator, json={"status": status, "note": "ok"}
+            )
+            assert moved.status_code == 200, moved.text
+            assert (moved.json()["status"], moved.json()["changed"]) == (status, True)
+        # The vendor's ticket names the GPU: a duplicate update by UUID changes nothing.
+        duplicate = client.patch(
+            f"/api/v1/rma/{UUID}", headers=operator, json={"status": "shipped"}
+        )
+        assert (duplicate.status_code, duplicate.json()["changed"]) == (200, False)
+        back = client.patch(f"/api/v1/rma/{case_id}", headers=operator, json={"status": "opened"})
+        assert back.status_code == 409 and "only moves forward" in back.json()["reason"]
+        unknown = "GPU-00000000-0000-0000-0000-000000000000"
+        missing = client.patch(
+            f"/api/v1/rma/{unknown}", headers=operator, json={"status": "closed"}
+        )
+        assert missing.status_code == 404 and unknown in missing.json()["reason"]
+        assert client.patch("/api/v1/rma/999", headers=operator, json={"status": "closed"}).json()[
+            "reason"
+        ] == ("no RMA case 999")
+        refused = client.patch(f"/api/v1/rma/{case_id}", headers=reader, json={"status": "closed"})
+        assert refused.status_code == 403
+        for status in ("replaced", "closed"):
+            done = client.patch(
+                f"/api/v1/rma/{UUID if status == 'replaced' else case_id}",
+                headers=operator,
+                json={"status": status},
+            )
+            assert done.status_code == 200, done.text
+
+        listed = client.get("/api/v1/rma?status=closed", headers=reader).json()["items"]
+        assert [c["id"] for c in listed] == [case_id]
+        assert [h["status"] for h in listed[0]["history"]] == [
+            "opened",
+            "acknowledged",
+            "shipped",
+            "replaced",
+            "closed",
+        ]
+        assert client.get("/api/v1/rma?status=opened", headers=reader).json()["items"] == []
+        audit = client.get("/api/v1/audit", headers=reader).json()
+        entries = audit["items"] if isinstance(audit, dict) else audit
+        outcomes = [e["outcome"] for e in entries if e["command"] == "rma_update"]
+        assert outcomes.count("done") == 4 and outcomes.count("refused") == 1
+
+        page = client.get("/rma", headers=reader)
+        assert page.status_code == 200
+        assert f'id="rma-{case_id}"' in page.text and "closed" in page.text and UUID in page.text
+        detail = client.get(f"/rma/{case_id}", headers=reader)
+        assert f"/api/v1/rma/{case_id}/bundle" in detail.text and "acknowledged" in detail.text
+    webhook.close()
