@@ -44,7 +44,7 @@ from remediator.policy.evaluate import (
     explain,
 )
 from remediator.policy.fleet_breaker import fleet_verdict
-from remediator.policy.ladder import ladder_from_policy
+from remediator.policy.ladder import ladder_from_policy, with_startup_taint
 from remediator.policy.loader import PolicySet
 from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
@@ -204,6 +204,23 @@ def breaker_of(status: ControllerStatus) -> BreakerState:
     )
 
 
+def without_brought_machines(
+    signals: Sequence[Signal], fencing: Sequence[RemediationRecord], pools: Mapping[str, str]
+) -> Sequence[Signal]:
+    """A machine a replacement brought carries the startup taint until its remediation's own
+    validation passes: it is not a scale-up to validate a second time. Until a replacement
+    names its machine (EC2, GCE and Cluster API do once the Node joined), any unclaimed new
+    node of that pool may be it, and waits (its signal comes again next poll)."""
+    brought = {r.new_node for r in fencing if r.new_node}
+    replacing = {r.pool for r in fencing if r.state is State.REPLACING and r.pool}
+    return [
+        s
+        for s in signals
+        if s.kind is not SignalKind.UNVALIDATED
+        or not (s.node in brought or pools.get(s.node) in replacing)
+    ]
+
+
 def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
     policy = next((p for p in policies.policies if p.name == decision.policy), None)
     return NewRemediation(
@@ -211,12 +228,10 @@ def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
         policy=decision.policy,
         reason=decision.reason,
         signals=decision.signals,
-        ladder=[
-            step.to_json()
-            for step in ladder_from_policy(
-                decision.actions, decision.on_failure, decision.fallbacks
-            )
-        ],
+        ladder=with_startup_taint(
+            ladder_from_policy(decision.actions, decision.on_failure, decision.fallbacks),
+            policies.settings.startup_taint,
+        ),
         pool=decision.pool or None,
         policy_priority=decision.priority,
         policy_commit=policies.commit,
@@ -367,6 +382,7 @@ class Intake:
         now: datetime,
     ) -> IntakeResult:
         fencing: Sequence[RemediationRecord] = self._fencing()
+        fresh = without_brought_machines(fresh, fencing, inventory.pools)
         history = self._history(fencing, inventory, policies, now)
         evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
         self._eval_state = evaluation.state

@@ -19,6 +19,9 @@ class SignalKind(StrEnum):
     # Work the cloud or the GPU announced ahead, with an event id, a window and a deadline
     # (remediator/signals/maintenance.py).
     MAINTENANCE = "maintenance"
+    # A node carrying the settings' startup taint that no remediation validates: a scale-up or
+    # a manual add (remediator/signals/sources/node_conditions.py).
+    UNVALIDATED = "unvalidated"
 
 
 # Kinds whose signal is an event with its own time (a line the kernel logged), not a reading of

@@ -25,6 +25,15 @@ def doa_rate(text: str) -> float:
     return value
 
 
+def taint(text: str) -> dict[str, str]:
+    """`key[=value]:effect`, the kubelet's --register-with-taints syntax."""
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    if not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise argparse.ArgumentTypeError(f"key[=value]:NoSchedule|NoExecute, not {text!r}")
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
     sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
@@ -101,6 +110,15 @@ def register(subparsers: Any) -> None:
         help="the fraction (0-1) of new nodes a cloud adds that arrive dead: an XID 79 or a GPU "
         "missing, a slow NVLink, an InfiniBand port down or another driver (default 0)",
     )
+    run.add_argument(
+        "--startup-taint",
+        type=taint,
+        action="append",
+        dest="startup_taints",
+        metavar="KEY[=VALUE]:EFFECT",
+        help="a taint every machine a cloud adds registers with, on every --cloud (the kubelet's "
+        "--register-with-taints, which each platform's node template sets; repeatable)",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -129,5 +147,6 @@ def _serve(args: argparse.Namespace) -> int:
             slurm=args.slurm,
             rbac=args.rbac,
             doa_rate=args.doa_rate,
+            startup_taints=tuple(args.startup_taints or ()),
         )
     )

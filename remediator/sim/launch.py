@@ -105,6 +105,7 @@ def start_sim(
     slurm: bool = False,
     rbac: Path | bool = True,
     doa_rate: float = 0.0,
+    startup_taint: str | None = None,
 ) -> SimHandle:
     """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
     controller's is `controller_kubeconfig`), a path other manifests, False none."""
@@ -136,6 +137,7 @@ def start_sim(
             *(["--slurm"] if slurm else []),
             *(["--rbac"] if rbac is True else ["--rbac", str(rbac)] if rbac else []),
             *(["--doa-rate", str(doa_rate)] if doa_rate else []),
+            *(["--startup-taint", startup_taint] if startup_taint else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -60,6 +60,8 @@ class ServeOptions:
     slurm: bool = False  # a real slurmctld + one slurmd per node, beside the cluster
     rbac: Path | None = None  # RBAC manifests to enforce for the ServiceAccounts' tokens
     doa_rate: float = 0.0  # the fraction of new nodes that arrive with a hardware fault
+    # What every new machine registers with (kubelet --register-with-taints), on every cloud.
+    startup_taints: tuple[dict[str, str], ...] = ()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -194,6 +196,7 @@ def serve(options: ServeOptions) -> int:
     options.ready_file.unlink(missing_ok=True)  # present exactly while this process serves
     cluster = SimCluster()
     cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
+    cluster.set_startup_taints([dict(t) for t in options.startup_taints])
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
     rbac = load_rbac(options)
