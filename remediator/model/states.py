@@ -65,13 +65,15 @@ TRANSITIONS: dict[State, frozenset[State]] = {
             State.CHECKPOINTING,
             State.DRAINING,
             State.REPLACING,
+            # A machine that joined by itself with the startup taint: nothing ran on it to drain.
+            State.VALIDATING,
             State.SUCCEEDED,
             State.HELD,
             State.FAILED,
         }
     ),
     State.HELD_BY_OPT_OUT: frozenset(
-        {State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.SUCCEEDED}
+        {State.CHECKPOINTING, State.DRAINING, State.REPLACING, State.VALIDATING, State.SUCCEEDED}
     ),
     State.CHECKPOINTING: frozenset(
         {State.HELD_BY_OPT_OUT, State.DRAINING, State.SUCCEEDED, State.HELD, State.FAILED}
