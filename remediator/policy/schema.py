@@ -498,6 +498,17 @@ class PlannedBudget(_Strict):
     per_pool: int = Field(default=1, ge=0)
 
 
+class NewMachinesBudget(_Strict):
+    """Validations of machines that joined by themselves (a scale-up, a manual add) are no
+    fault: they have their own limit instead of `max_unhealthy`, `max_concurrent` and the
+    breakers, so a 200-node scale-up validates in waves. The stricter of count and percent (of
+    the cluster's nodes) wins."""
+
+    max_concurrent: Annotated[Limit, BeforeValidator(_count_limit)] = Limit(
+        count=20, percent=10, min=5
+    )
+
+
 def _window_names(value: dict[str, MaintenanceWindow]) -> dict[str, MaintenanceWindow]:
     for name in value:
         _policy_name(name)
@@ -570,6 +581,7 @@ class GlobalSettings(_Strict):
         default_factory=dict
     )
     planned: PlannedBudget = PlannedBudget()
+    new_machines: NewMachinesBudget = NewMachinesBudget()
     # The taint every new machine registers with (kubelet --register-with-taints, docs/
     # validation.md): it keeps the machine from work until a passed validation removes it, and a
     # node that carries it with no remediation (a scale-up, a manual add) gets a validation.

@@ -46,6 +46,7 @@ from remediator.policy.evaluate import (
 from remediator.policy.fleet_breaker import fleet_verdict
 from remediator.policy.ladder import ladder_from_policy, with_startup_taint
 from remediator.policy.loader import PolicySet
+from remediator.policy.new_machines import admit_new_machines, is_new_machine
 from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
 from remediator.remediation.journal import log_transition
@@ -162,8 +163,10 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
     service for new work) but not toward `max_concurrent`, which bounds work in flight: the hold
     evicts and replaces nothing while it waits for the labelled pods to finish."""
     queued = {r.node for r in fencing if r.state is State.QUEUED}
+    # A new machine's validation is no fault: it has its own limit (policy/new_machines.py).
+    validating = {r.node for r in fencing if is_new_machine(r.signals)}
     unhealthy: dict[str, set[str]] = {}
-    for node in inventory.not_ready | (inventory.cordoned - queued):
+    for node in (inventory.not_ready | (inventory.cordoned - queued)) - validating:
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
     # A node that left the cluster takes nothing out of service: its remediation never counts
     # toward a budget. A replacement in flight is the exception: its old node goes on purpose
@@ -174,6 +177,7 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
         for r in fencing
         if not r.dry_run
         and r.state is not State.QUEUED
+        and r.node not in validating
         and (not known or r.node in known or r.state in REPLACEMENT_STATES)
     ]
     for record in acting:
@@ -432,6 +436,9 @@ class Intake:
         decisions, queued, planned = self._plan(
             decisions, queued, fencing, policies, now, paused if status.paused else None, fresh
         )
+        decisions, queued, machines = self._new_machines(
+            decisions, queued, fencing, inventory, policies, paused if status.paused else None
+        )
         candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         tripped: str | None = None
         admission: Admission[Decision | RemediationRecord]
@@ -467,8 +474,8 @@ class Intake:
                 self._requeue(candidate, held)
             elif (record := self._open(candidate, policies, held)) is not None:
                 newly_queued.append(record)
-        created.extend(planned.created)
-        newly_queued.extend(planned.queued)
+        created.extend([*planned.created, *machines.created])
+        newly_queued.extend([*planned.queued, *machines.queued])
         return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
 
     def _plan(
@@ -538,6 +545,54 @@ class Intake:
             if opened is not None:
                 self._note_plan(opened, moment, reason=reason)
                 result.queued.append(opened)
+        return ordinary, others, result
+
+    def _new_machines(
+        self,
+        decisions: Sequence[Decision],
+        queued: Sequence[RemediationRecord],
+        fencing: Sequence[RemediationRecord],
+        inventory: Inventory,
+        policies: PolicySet,
+        paused: str | None,
+    ) -> tuple[list[Decision], list[RemediationRecord], PlannedResult]:
+        """New-machine validations (policy/new_machines.py) are admitted under their own limit,
+        never through the breakers or the fault budgets; the rest is handed back."""
+        ordinary = [d for d in decisions if not is_new_machine(d.signals)]
+        others = [r for r in queued if not is_new_machine(r.signals)]
+        items: list[Decision | RemediationRecord] = [
+            *(d for d in decisions if is_new_machine(d.signals)),
+            *(r for r in queued if is_new_machine(r.signals)),
+        ]
+        result = PlannedResult()
+        if not items:
+            return ordinary, others, result
+        running = sum(
+            1
+            for r in fencing
+            if r.state is not State.QUEUED and not r.dry_run and is_new_machine(r.signals)
+        )
+        limit = policies.settings.new_machines.max_concurrent
+        admitted, held = admit_new_machines(
+            items, limit, running, fleet=max(len(inventory.pools), running + len(items))
+        )
+        holds = [(item, f"new-machine budget: {why}") for item, why in held]
+        if paused is not None:
+            admitted, holds = [], [(item, paused) for item in items]
+        cause = HoldCause.PAUSE if paused is not None else HoldCause.BUDGET
+        for item in admitted:
+            if isinstance(item, RemediationRecord):
+                opened = self._dequeue(item)
+            else:
+                opened = self._open(item, policies)
+            if opened is not None:
+                result.created.append(opened)
+        for item, reason in holds:
+            hold: Held[Decision | RemediationRecord] = Held(item, reason, cause)
+            if isinstance(item, RemediationRecord):
+                self._requeue(item, hold)
+            elif (record := self._open(item, policies, hold)) is not None:
+                result.queued.append(record)
         return ordinary, others, result
 
     def _follow(self, record: RemediationRecord, fresh: Sequence[Signal]) -> list[Signal]:
