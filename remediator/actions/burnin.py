@@ -52,6 +52,8 @@ class Checks:
     inventory: bool = True
     pins: Mapping[str, Any] = field(default_factory=dict)
     max_replacements: int = 2
+    # The settings' startup taint (kubelet syntax): only a passed validation removes it.
+    startup_taint: str | None = None
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any] | None) -> Checks:
@@ -64,6 +66,7 @@ class Checks:
             inventory=bool(raw.get("inventory", True)),
             pins=dict(raw.get("pins") or {}),
             max_replacements=int(raw.get("max_replacements", 2)),
+            startup_taint=str(raw["startup_taint"]) if raw.get("startup_taint") else None,
         )
 
     def enabled(self) -> tuple[str, ...]:

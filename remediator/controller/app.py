@@ -41,7 +41,7 @@ from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.informer import NodeInformer
 from remediator.kube.leader import LeaderElector, default_identity
-from remediator.kube.objects import Node
+from remediator.kube.objects import Node, Taint
 from remediator.kube.ratelimit import TokenBucket
 from remediator.kube.waits import NodeActivity
 from remediator.ledger.store import Ledger
@@ -50,6 +50,7 @@ from remediator.model.states import State
 from remediator.policy.budget import HoldCause
 from remediator.policy.interest import interest_of
 from remediator.policy.loader import content_hash, git_revision, policy_files
+from remediator.policy.startup import startup_taint_warning
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
 from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
@@ -518,6 +519,10 @@ class Controller:
         active = self.policies.active
         if active is None or active.content_hash == self._interest_for:
             return
+        spec = active.settings.startup_taint
+        for source in self.sources:
+            if isinstance(source, NodeConditionSource):
+                source.startup_taint = Taint.parse(spec).key if spec else None
         interest = interest_of(active.policies)
         for source in self.sources:
             narrow = getattr(source, "set_interest", None)
@@ -711,6 +716,9 @@ class Controller:
         if version != self._shown_version:
             self.metrics.policy_set(active.commit, active.content_hash)
             self._shown_version = version
+            unfenced = startup_taint_warning(active.policies, active.settings)
+            if unfenced:
+                log.warning("%s (see docs/validation.md)", unfenced)
         if version != self._recorded_version and self.is_leader():
             self.repository.record_policy_set(
                 content_hash=active.content_hash,

@@ -153,6 +153,12 @@ def demo_texts(
     return texts, changes
 
 
+def startup_taint_of(source: Path) -> str | None:
+    """The taint the demo's simulated machines register with: the policies' own, so the demo
+    shows new machines kept from work until their validation passes (docs/validation.md)."""
+    return load_policy_dir(source).settings.startup_taint
+
+
 def write_demo_policies(source: Path, target: Path, timings: DemoTimings) -> list[str]:
     """Write the demo copy of `source` into `target` (emptied first) and validate it with the
     controller's loader, so a bad copy fails here with the loader's message."""

@@ -41,6 +41,7 @@ from remediator.demo.policies import (
     DemoTimings,
     describe_budgets,
     find_policies_dir,
+    startup_taint_of,
     write_demo_policies,
 )
 from remediator.demo.relay import Relay
@@ -296,6 +297,8 @@ class Demo:
         prometheus_bin = find_prometheus()
         mode = choose_signals(opts.signals, prometheus_bin)
 
+        source = opts.policies or find_policies_dir()
+        taint = startup_taint_of(source)
         self.say(f"starting a simulated GPU cluster of {opts.nodes} nodes…")
         kubeconfig = self.data_dir / "kubeconfig"
         sim_ready = self.data_dir / "sim-ready.json"
@@ -313,6 +316,7 @@ class Demo:
                 "--cloud", opts.cloud,
                 *(["--slurm"] if opts.slurm else []),
                 *(["--doa-rate", str(opts.doa_rate)] if opts.doa_rate else []),
+                *(["--startup-taint", taint] if taint else []),
                 # The controller runs under the shipped RBAC, as in a cluster (from a checkout).
                 *(["--rbac"] if DEFAULT_RBAC.is_dir() else []),
             ),
@@ -323,7 +327,6 @@ class Demo:
         account = (urls.get("service_accounts") or {}).get(CONTROLLER_ACCOUNT)
         controller_kubeconfig = Path(account["kubeconfig"]) if account else kubeconfig
 
-        source = opts.policies or find_policies_dir()
         policies_dir = self.data_dir / "policies"
         timings = DemoTimings()
         changes = write_demo_policies(source, policies_dir, timings)

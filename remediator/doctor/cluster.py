@@ -9,6 +9,7 @@ from remediator.doctor.report import Finding, Status
 from remediator.errors import PolicyError, RemediatorError
 from remediator.kube import rbac
 from remediator.policy.budget import limit_for
+from remediator.policy.startup import startup_taint_warning
 
 K8S = "kubernetes"
 RBAC_FIX = (
@@ -165,6 +166,13 @@ def policies(ctx: DoctorContext) -> list[Finding]:
     ]
     for warning in policy_set.warnings:
         findings.append(Finding("policies", "valid", Status.WARN, warning, "check the XID code"))
+    unfenced = startup_taint_warning(policy_set.policies, policy_set.settings)
+    if unfenced:
+        fix = (
+            "register new machines with a taint (kubelet --register-with-taints, docs/"
+            "validation.md) and name it as startup_taint in settings.yaml"
+        )
+        findings.append(Finding("policies", "startup taint", Status.WARN, unfenced, fix))
     try:
         pools = ctx.pools()
         all_nodes = ctx.nodes.get()

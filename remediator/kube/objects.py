@@ -68,6 +68,14 @@ class Taint:
             str(added) if added else None,
         )
 
+    @classmethod
+    def parse(cls, spec: str) -> Taint:
+        """`key[=value]:effect`, as kubectl taint and the kubelet's --register-with-taints take
+        it (checked where it is configured: the policy settings' `startup_taint`)."""
+        head, _, effect = spec.rpartition(":")
+        key, _, value = head.partition("=")
+        return cls(key, value, effect)
+
     def to_json(self) -> dict[str, str]:
         out = {"key": self.key, "effect": self.effect}
         if self.value:

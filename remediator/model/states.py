@@ -72,6 +72,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
             State.DRAINING,
             State.OPENING_RMA,
             State.REPLACING,
+            # A machine that joined by itself with the startup taint: nothing ran on it to drain.
+            State.VALIDATING,
             State.SUCCEEDED,
             State.HELD,
             State.FAILED,
@@ -83,6 +85,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
             State.DRAINING,
             State.OPENING_RMA,
             State.REPLACING,
+            State.VALIDATING,
             State.SUCCEEDED,
         }
     ),

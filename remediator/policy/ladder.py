@@ -112,3 +112,16 @@ def ladder_from_policy(
 
 def parse_ladder(raw: Sequence[Mapping[str, Any]]) -> tuple[LadderStep, ...]:
     return tuple(LadderStep.from_json(item) for item in raw)
+
+
+def with_startup_taint(
+    ladder: Sequence[LadderStep], startup_taint: str | None
+) -> list[dict[str, Any]]:
+    """The ladder as stored, each validate step told the settings' startup taint (a passed
+    validation removes it): fixed when the remediation opens, like the rest of its ladder."""
+    return [
+        step.to_json()
+        if step.checks is None or startup_taint is None
+        else replace(step, checks={**step.checks, "startup_taint": startup_taint}).to_json()
+        for step in ladder
+    ]

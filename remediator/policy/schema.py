@@ -423,7 +423,9 @@ class Policy(_Strict):
             raise ValueError(
                 "uncordon needs diagnose or validate before it: no node goes back unchecked"
             )
-        if "validate" in steps and not steps & (REPAIR_STEPS | {"replace"}):
+        # A machine that joined by itself (`unvalidated`) has nothing to repair or replace first.
+        new_machine = self.match.kind is SignalKind.UNVALIDATED
+        if "validate" in steps and not new_machine and not steps & (REPAIR_STEPS | {"replace"}):
             raise ValueError("validate needs a repair or a replace step before it")
         if self.on_failure is not None:
             if not steps & REPAIR_STEPS:
@@ -525,6 +527,17 @@ class PlannedBudget(_Strict):
     per_pool: int = Field(default=1, ge=0)
 
 
+class NewMachinesBudget(_Strict):
+    """Validations of machines that joined by themselves (a scale-up, a manual add) are no
+    fault: they have their own limit instead of `max_unhealthy`, `max_concurrent` and the
+    breakers, so a 200-node scale-up validates in waves. The stricter of count and percent (of
+    the cluster's nodes) wins."""
+
+    max_concurrent: Annotated[Limit, BeforeValidator(_count_limit)] = Limit(
+        count=20, percent=10, min=5
+    )
+
+
 def _window_names(value: dict[str, MaintenanceWindow]) -> dict[str, MaintenanceWindow]:
     for name in value:
         _policy_name(name)
@@ -556,6 +569,23 @@ class FleetBreaker(_Strict):
         return self
 
 
+# kubelet `--register-with-taints` syntax: key[=value]:effect (a taint key may carry a DNS prefix).
+STARTUP_TAINT = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+    r"(?:=[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?:(NoSchedule|NoExecute)$"
+)
+
+
+def _startup_taint(value: str | None) -> str | None:
+    if value is not None and not STARTUP_TAINT.match(value):
+        raise ValueError(
+            "a taint as the kubelet's --register-with-taints takes it, key[=value]:effect with "
+            "effect NoSchedule or NoExecute (e.g. remediator.io/unvalidated=true:NoSchedule), "
+            f"not {value!r}"
+        )
+    return value
+
+
 class GlobalSettings(_Strict):
     max_unhealthy: MaxUnhealthy = MaxUnhealthy()
     max_concurrent: int = Field(default=5, ge=0)
@@ -582,3 +612,8 @@ class GlobalSettings(_Strict):
         default_factory=dict
     )
     planned: PlannedBudget = PlannedBudget()
+    new_machines: NewMachinesBudget = NewMachinesBudget()
+    # The taint every new machine registers with (kubelet --register-with-taints, docs/
+    # validation.md): it keeps the machine from work until a passed validation removes it, and a
+    # node that carries it with no remediation (a scale-up, a manual add) gets a validation.
+    startup_taint: Annotated[str | None, AfterValidator(_startup_taint)] = None

@@ -47,8 +47,9 @@ from remediator.policy.evaluate import (
     explain,
 )
 from remediator.policy.fleet_breaker import fleet_verdict
-from remediator.policy.ladder import ladder_from_policy
+from remediator.policy.ladder import ladder_from_policy, with_startup_taint
 from remediator.policy.loader import PolicySet
+from remediator.policy.new_machines import admit_new_machines, is_new_machine
 from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
 from remediator.policy.scope import fold_scopes
@@ -173,8 +174,10 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
     service for new work) but not toward `max_concurrent`, which bounds work in flight: the hold
     evicts and replaces nothing while it waits for the labelled pods to finish."""
     queued = {r.node for r in fencing if r.state is State.QUEUED}
+    # A new machine's validation is no fault: it has its own limit (policy/new_machines.py).
+    validating = {r.node for r in fencing if is_new_machine(r.signals)}
     unhealthy: dict[str, set[str]] = {}
-    for node in inventory.not_ready | (inventory.cordoned - queued):
+    for node in (inventory.not_ready | (inventory.cordoned - queued)) - validating:
         unhealthy.setdefault(inventory.pools.get(node, ""), set()).add(node)
     # A node that left the cluster takes nothing out of service: its remediation never counts
     # toward a budget. A replacement in flight is the exception: its old node goes on purpose
@@ -185,6 +188,7 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
         for r in fencing
         if not r.dry_run
         and r.state is not State.QUEUED
+        and r.node not in validating
         and (not known or r.node in known or r.state in REPLACEMENT_STATES)
     ]
     domains = domain_map(inventory.labels)
@@ -245,6 +249,23 @@ def breaker_of(status: ControllerStatus) -> BreakerState:
     )
 
 
+def without_brought_machines(
+    signals: Sequence[Signal], fencing: Sequence[RemediationRecord], pools: Mapping[str, str]
+) -> Sequence[Signal]:
+    """A machine a replacement brought carries the startup taint until its remediation's own
+    validation passes: it is not a scale-up to validate a second time. Until a replacement
+    names its machine (EC2, GCE and Cluster API do once the Node joined), any unclaimed new
+    node of that pool may be it, and waits (its signal comes again next poll)."""
+    brought = {r.new_node for r in fencing if r.new_node}
+    replacing = {r.pool for r in fencing if r.state is State.REPLACING and r.pool}
+    return [
+        s
+        for s in signals
+        if s.kind is not SignalKind.UNVALIDATED
+        or not (s.node in brought or pools.get(s.node) in replacing)
+    ]
+
+
 def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
     policy = next((p for p in policies.policies if p.name == decision.policy), None)
     return NewRemediation(
@@ -252,12 +273,10 @@ def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
         policy=decision.policy,
         reason=decision.reason,
         signals=decision.signals,
-        ladder=[
-            step.to_json()
-            for step in ladder_from_policy(
-                decision.actions, decision.on_failure, decision.fallbacks
-            )
-        ],
+        ladder=with_startup_taint(
+            ladder_from_policy(decision.actions, decision.on_failure, decision.fallbacks),
+            policies.settings.startup_taint,
+        ),
         pool=decision.pool or None,
         policy_priority=decision.priority,
         policy_commit=policies.commit,
@@ -453,6 +472,7 @@ class Intake:
     ) -> IntakeResult:
         fencing: Sequence[RemediationRecord] = self._fencing()
         topology = build_topology(inventory.labels)
+        fresh = without_brought_machines(fresh, fencing, inventory.pools)
         history = self._history(fencing, inventory, policies, now, topology)
         evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
         self._eval_state = evaluation.state
@@ -502,6 +522,9 @@ class Intake:
         decisions, queued, planned = self._plan(
             decisions, queued, fencing, policies, now, paused if status.paused else None, fresh
         )
+        decisions, queued, machines = self._new_machines(
+            decisions, queued, fencing, inventory, policies, paused if status.paused else None
+        )
         candidates: list[Decision | RemediationRecord] = [*decisions, *queued]
         tripped: str | None = None
         admission: Admission[Decision | RemediationRecord]
@@ -537,8 +560,8 @@ class Intake:
                 self._requeue(candidate, held)
             elif (record := self._open(candidate, policies, held)) is not None:
                 newly_queued.append(record)
-        created.extend(planned.created)
-        newly_queued.extend(planned.queued)
+        created.extend([*planned.created, *machines.created])
+        newly_queued.extend([*planned.queued, *machines.queued])
         return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
 
     def _plan(
@@ -608,6 +631,54 @@ class Intake:
             if opened is not None:
                 self._note_plan(opened, moment, reason=reason)
                 result.queued.append(opened)
+        return ordinary, others, result
+
+    def _new_machines(
+        self,
+        decisions: Sequence[Decision],
+        queued: Sequence[RemediationRecord],
+        fencing: Sequence[RemediationRecord],
+        inventory: Inventory,
+        policies: PolicySet,
+        paused: str | None,
+    ) -> tuple[list[Decision], list[RemediationRecord], PlannedResult]:
+        """New-machine validations (policy/new_machines.py) are admitted under their own limit,
+        never through the breakers or the fault budgets; the rest is handed back."""
+        ordinary = [d for d in decisions if not is_new_machine(d.signals)]
+        others = [r for r in queued if not is_new_machine(r.signals)]
+        items: list[Decision | RemediationRecord] = [
+            *(d for d in decisions if is_new_machine(d.signals)),
+            *(r for r in queued if is_new_machine(r.signals)),
+        ]
+        result = PlannedResult()
+        if not items:
+            return ordinary, others, result
+        running = sum(
+            1
+            for r in fencing
+            if r.state is not State.QUEUED and not r.dry_run and is_new_machine(r.signals)
+        )
+        limit = policies.settings.new_machines.max_concurrent
+        admitted, held = admit_new_machines(
+            items, limit, running, fleet=max(len(inventory.pools), running + len(items))
+        )
+        holds = [(item, f"new-machine budget: {why}") for item, why in held]
+        if paused is not None:
+            admitted, holds = [], [(item, paused) for item in items]
+        cause = HoldCause.PAUSE if paused is not None else HoldCause.BUDGET
+        for item in admitted:
+            if isinstance(item, RemediationRecord):
+                opened = self._dequeue(item)
+            else:
+                opened = self._open(item, policies)
+            if opened is not None:
+                result.created.append(opened)
+        for item, reason in holds:
+            hold: Held[Decision | RemediationRecord] = Held(item, reason, cause)
+            if isinstance(item, RemediationRecord):
+                self._requeue(item, hold)
+            elif (record := self._open(item, policies, hold)) is not None:
+                result.queued.append(record)
         return ordinary, others, result
 
     def _follow(self, record: RemediationRecord, fresh: Sequence[Signal]) -> list[Signal]:

@@ -31,7 +31,13 @@ from operator import attrgetter
 from remediator.signals.model import Signal, SignalKind
 
 READING_KINDS: frozenset[SignalKind] = frozenset(
-    {SignalKind.THERMAL, SignalKind.NODE_CONDITION, SignalKind.SLURM_NODE, SignalKind.MAINTENANCE}
+    {
+        SignalKind.THERMAL,
+        SignalKind.NODE_CONDITION,
+        SignalKind.SLURM_NODE,
+        SignalKind.MAINTENANCE,
+        SignalKind.UNVALIDATED,
+    }
 )
 
 # Kinds whose every emission reports new errors (a counter rose within the query window), so a

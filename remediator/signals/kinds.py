@@ -24,6 +24,9 @@ class SignalKind(StrEnum):
     SXID = "sxid"
     # Fabric Manager not active on a tray, or an error in its log (remediator/agent/fabric.py).
     FABRIC_MANAGER = "fabric_manager"
+    # A node carrying the settings' startup taint that no remediation validates: a scale-up or
+    # a manual add (remediator/signals/sources/node_conditions.py).
+    UNVALIDATED = "unvalidated"
 
 
 # Kinds whose signal is an event with its own time (a line the kernel logged), not a reading of

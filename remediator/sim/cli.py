@@ -48,6 +48,15 @@ def positive(text: str) -> int:
     return value
 
 
+def taint(text: str) -> dict[str, str]:
+    """`key[=value]:effect`, the kubelet's --register-with-taints syntax."""
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    if not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise argparse.ArgumentTypeError(f"key[=value]:NoSchedule|NoExecute, not {text!r}")
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sim", help="the simulated GPU cluster")
     sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
@@ -157,6 +166,15 @@ def register(subparsers: Any) -> None:
         help="multiply the run times of the programs Jobs run on nodes (dcgmi diag, "
         "all_reduce_perf, nvidia-smi, ibstat, a GPU reset) by F; default 1, as the demo runs",
     )
+    run.add_argument(
+        "--startup-taint",
+        type=taint,
+        action="append",
+        dest="startup_taints",
+        metavar="KEY[=VALUE]:EFFECT",
+        help="a taint every machine a cloud adds registers with, on every --cloud (the kubelet's "
+        "--register-with-taints, which each platform's node template sets; repeatable)",
+    )
     run.set_defaults(func=_serve)
 
     inject = sub.add_parser("inject", help="inject a fault into a running simulator")
@@ -195,5 +213,6 @@ def _serve(args: argparse.Namespace) -> int:
             racks=args.racks,
             cliques_per_rack=args.cliques_per_rack,
             spare_trays=args.spare_trays,
+            startup_taints=tuple(args.startup_taints or ()),
         )
     )

@@ -107,6 +107,7 @@ def start_sim(
     doa_rate: float = 0.0,
     program_time_scale: float = 1.0,
     extra_args: tuple[str, ...] = (),
+    startup_taint: str | None = None,
 ) -> SimHandle:
     """`rbac`: True enforces the shipped deploy/ RBAC for the ServiceAccounts' tokens (the
     controller's is `controller_kubeconfig`), a path other manifests, False none. `extra_args`
@@ -145,6 +146,7 @@ def start_sim(
                 else []
             ),
             *extra_args,
+            *(["--startup-taint", startup_taint] if startup_taint else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -65,6 +65,8 @@ class ServeOptions:
     racks: int = 1
     cliques_per_rack: int = 1
     spare_trays: int = 2
+    # What every new machine registers with (kubelet --register-with-taints), on every cloud.
+    startup_taints: tuple[dict[str, str], ...] = ()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -207,6 +209,8 @@ def serve(options: ServeOptions) -> int:
         cluster.seed(nvl72.plan(options.racks, options.cliques_per_rack, options.spare_trays))
     else:
         cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
+    cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
+    cluster.set_startup_taints([dict(t) for t in options.startup_taints])
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
     rbac = load_rbac(options)

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from remediator.kube.client import KubeClient
+from remediator.kube.client import KubeClient, WatchStream
+from remediator.kube.objects import Node
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import ControllerProcess, provider_setting
 from tests.integration.test_engine_validate import H100, POOL, REPLACE, SETTINGS
@@ -28,13 +29,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TOKEN = "operator-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FINISHED = ("succeeded", "failed", "held", "cancelled")
+STARTUP_TAINT = "remediator.io/unvalidated=true:NoSchedule"
+TAINT_KEY = "remediator.io/unvalidated"
 
 
 def config(workdir: Path, sim: SimHandle, database: Path) -> Path:
     policies = workdir / "policies"
     policies.mkdir(parents=True, exist_ok=True)
     (policies / "p.yaml").write_text(REPLACE)
-    (policies / "settings.yaml").write_text(SETTINGS)
+    (policies / "settings.yaml").write_text(f"{SETTINGS}startup_taint: {STARTUP_TAINT}\n")
     values = {
         "kubeconfig": str(sim.controller_kubeconfig),
         "policies_dir": str(policies),
@@ -50,31 +53,50 @@ def config(workdir: Path, sim: SimHandle, database: Path) -> Path:
     return path
 
 
-class Schedulable:
-    """Samples the pool's nodes: which machines (name and creation time: GCE recreates an
-    instance under its old name) were ever Ready with no fence at all."""
+class NodeVersions:
+    """Every version of every Node the simulator's API served, as a watch from before the
+    signal sees them (ADDED, each MODIFIED, DELETED): a sampler could miss a moment between two
+    polls, a watch cannot. A watch that broke off (410) is recorded, and fails the test."""
 
     def __init__(self, kube: KubeClient) -> None:
-        self.seen: set[tuple[str, datetime | None]] = set()
+        self.versions: list[tuple[str, Node]] = []
+        self.broken: list[str] = []
         self._kube = kube
         self._stop = threading.Event()
+        self._stream: WatchStream | None = None
+        _, self._version = kube.list_nodes_versioned()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.is_set():
             try:
-                nodes = self._kube.list_nodes(f"simcloud.io/nodepool={POOL}")
-            except Exception:  # a missed sample only weakens the check
-                continue
-            for node in nodes:
-                prefixes = ("remediator.io/", "node.kubernetes.io/")
-                fenced = node.unschedulable or any(t.key.startswith(prefixes) for t in node.taints)
-                if node.ready and not fenced:
-                    self.seen.add((node.name, node.created_at))
+                self._stream = self._kube.watch_nodes(self._version, timeout_seconds=60)
+                for event in self._stream.events():
+                    obj = event.get("object") or {}
+                    self._version = str((obj.get("metadata") or {}).get("resourceVersion"))
+                    if event.get("type") != "BOOKMARK":
+                        self.versions.append((str(event.get("type")), Node.from_json(obj)))
+            except Exception as exc:  # the reason goes to the assertion
+                if not self._stop.is_set():
+                    self.broken.append(f"{type(exc).__name__}: {exc}")
+                return
+
+    def of(self, name: str, since: datetime, until: datetime) -> list[tuple[str, Node]]:
+        """The versions of one machine (GCE recreates an instance under its old name: the
+        creation time tells them apart)."""
+        return [
+            (kind, node)
+            for kind, node in self.versions
+            if node.name == name
+            and node.created_at is not None
+            and since <= node.created_at <= until
+        ]
 
     def stop(self) -> None:
         self._stop.set()
+        if self._stream is not None:
+            self._stream.close()
         self._thread.join(timeout=10)
 
 
@@ -93,13 +115,6 @@ def finished(http: httpx.Client, node: str, timeout: float = 400.0) -> dict[str,
     raise AssertionError(f"{node}: not finished within {timeout:.0f}s")
 
 
-# The machine is fenced the moment the provider names it. The node-pool API names it while it
-# provisions, before its Node registers; EC2/ASG, GCE and Cluster API name it only once the Node
-# joined (instance -> node, Machine.status.nodeRef), so there it is schedulable for that moment.
-# A known gap (found by this test): only the HTTP provider is held to "never schedulable".
-NAMED_BEFORE_JOINING = frozenset({"http"})
-
-
 @pytest.mark.parametrize("cloud", ["http", "aws", "clusterapi", "gce"])
 def test_a_dead_on_arrival_replacement_ends_succeeded_on_the_second(
     cloud: str,
@@ -107,12 +122,12 @@ def test_a_dead_on_arrival_replacement_ends_succeeded_on_the_second(
     sqlite_head_template: Path,
     tmp_path: Path,
 ) -> None:
-    sim = sim_factory(nodes=4, provision_delay=1.0, cloud=cloud)
+    sim = sim_factory(nodes=4, provision_delay=1.0, cloud=cloud, startup_taint=STARTUP_TAINT)
     database = tmp_path / "remediator.db"
     shutil.copyfile(sqlite_head_template, database)
     controller = ControllerProcess(tmp_path, config(tmp_path, sim, database), "controller")
     kube = KubeClient.from_kubeconfig(sim.kubeconfig, timeout=10.0)
-    watcher = Schedulable(kube)
+    watcher = NodeVersions(kube)
     http = httpx.Client(base_url="http://unset", headers=AUTH, timeout=30.0)
     try:
         controller.wait_ready(timeout=120)
@@ -146,17 +161,23 @@ def test_a_dead_on_arrival_replacement_ends_succeeded_on_the_second(
         assert "GPU 2" in failed["detail"]["reason"]
         assert failed["detail"]["provider"] == cloud
         assert any(e["action"] == "validation_check" and not e["detail"]["passed"] for e in events)
-        # The bad machine: created after the signal, before its validation failed (on GCE the
-        # good one, recreated under the same name, is created after that).
-        bad_seen = [
-            created
-            for name, created in watcher.seen
-            if name == bad
-            and created is not None
-            and pushed - timedelta(seconds=1) <= created <= at(failed)
+        # The bad machine, from its registration to its deletion: every version the API served
+        # carried the startup taint (it failed, so nothing removed it) and, once the validate
+        # step fenced it, the cordon. (On GCE the good one, recreated under the same name, is
+        # created after the failure.)
+        assert not watcher.broken, watcher.broken
+        served = watcher.of(bad, pushed - timedelta(seconds=1), at(failed))
+        kinds = [kind for kind, _ in served]
+        assert kinds[0] == "ADDED" and kinds[-1] == "DELETED", kinds
+        unfenced = [
+            (kind, version.resource_version)
+            for kind, version in served
+            if not any(t.key == TAINT_KEY and t.effect == "NoSchedule" for t in version.taints)
         ]
-        if cloud in NAMED_BEFORE_JOINING:
-            assert not bad_seen, f"the bad machine {bad} (created {bad_seen}) was schedulable"
+        assert not unfenced, f"{bad} was served without the startup taint: {unfenced}"
+        assert served[-1][1].unschedulable, "the failed machine left uncordoned"
+        # The good machine: the startup taint went with its passed validation.
+        assert not any(t.key == TAINT_KEY for t in kube.get_node(good).taints)
         assert done["new_node"] == good
 
         page = http.get("/validations").text

@@ -3,6 +3,8 @@ replacement, else the repaired node — is fenced (cordon + taint) first and sta
 runs its programs as Jobs on it (actions/jobs.py), one check after another (DCGM and NCCL both
 want every GPU), and its verdict (actions/burnin.py) goes on the timeline with its time. The
 first failing check fails the step with its evidence; the planner decides what follows.
+The settings' startup taint (every new machine registers with it) is removed on a pass only:
+a machine that fails keeps it, and its cordon, until it leaves.
 
 Resumable from the timeline alone: a check whose `validation_check` line exists since the step
 was entered is not run again; a check whose Jobs were started (`validation_check_started`) only
@@ -21,7 +23,7 @@ from remediator.actions.jobs import JobRun, JobState, job_name, render_job, run_
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.quarantine import Why, quarantine
 from remediator.errors import NotFoundError
-from remediator.kube.objects import Node
+from remediator.kube.objects import Node, Taint
 from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps.context import StepContext
@@ -107,7 +109,14 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
                 return Failed(verdict.reason, _evidence(facts, [*verdicts, line]))
         return outcome
     summary = "; ".join(str(v.get("reason")) for v in verdicts)
-    return Done(f"{node} passed validation: {summary}", _evidence(facts, verdicts))
+    evidence = _evidence(facts, verdicts)
+    if checks.startup_taint:
+        # Only now may the machine ever take work: it stays cordoned and quarantined until
+        # verify or uncordon releases it, so removing this first never opens a gap.
+        taint = Taint.parse(checks.startup_taint)
+        ctx.kube.remove_taint(node, taint.key, taint.effect)
+        evidence["startup_taint_removed"] = checks.startup_taint
+    return Done(f"{node} passed validation: {summary}", evidence)
 
 
 def _evidence(facts: Mapping[str, Any], verdicts: list[Mapping[str, Any]]) -> dict[str, Any]:

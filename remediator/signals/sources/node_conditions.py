@@ -100,6 +100,25 @@ def node_signals(
     return signals
 
 
+def unvalidated_signals(
+    nodes: Iterable[Node], startup_taint: str, source: str, now: datetime
+) -> list[Signal]:
+    """Pure: one `unvalidated` signal per node still carrying the startup taint (key `startup_
+    taint`). The intake leaves out the machines a replacement brought (their remediation
+    validates them); the rest joined by themselves and get a validation of their own."""
+    return [
+        Signal(
+            node=node.name,
+            kind=SignalKind.UNVALIDATED,
+            source=source,
+            observed_at=now,
+            labels={"taint": startup_taint, "ready": "true" if node.ready else "false"},
+        )
+        for node in nodes
+        if node.name and any(t.key == startup_taint for t in node.taints)
+    ]
+
+
 class NodeConditionSource:
     def __init__(
         self, kube: NodeLister, config: NodeConditionConfig | None = None, name: str = "nodes"
@@ -111,6 +130,8 @@ class NodeConditionSource:
         # Every node of the last poll's LIST (None after a failed or label-filtered one), so
         # the controller builds its inventory from the same LIST instead of a second one.
         self.all_nodes: list[Node] | None = None
+        # The key of the policy settings' startup_taint (set by the controller), if any.
+        self.startup_taint: str | None = None
 
     def poll(self, now: datetime) -> SourceResult:
         self.all_nodes = None
@@ -124,6 +145,8 @@ class NodeConditionSource:
             self.all_nodes = nodes
         refused: list[str] = []
         signals = node_signals(nodes, self.config, self.name, now, refused)
+        if self.startup_taint:
+            signals += unvalidated_signals(nodes, self.startup_taint, self.name, now)
         detail = {"nodes": str(len(nodes))}
         if refused:
             detail |= {"refused": str(len(refused)), "refused_example": refused[0]}

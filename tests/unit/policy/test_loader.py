@@ -131,7 +131,7 @@ policies:
         "b.yaml:7: policies[1].why: required field missing",
         "b.yaml:8: policies[1].match.kind: Input should be 'xid', 'thermal', 'nvlink', "
         "'infiniband', 'ecc', 'row_remap', 'gpu_missing', 'node_condition', 'slurm_node', "
-        "'maintenance', 'sxid' or 'fabric_manager'",
+        "'maintenance', 'sxid', 'fabric_manager' or 'unvalidated'",
         "b.yaml:9: policies[1].actions: List should have at least 1 item after validation, not 0",
         "c.yaml:4: yaml: expected ',' or ']', but got '<stream end>' "
         "(while parsing a flow sequence at line 3)",

@@ -135,6 +135,7 @@ class SimCluster:
         self._tick_callbacks: list[Callable[[datetime], None]] = []
         self._added_callbacks: list[Callable[[Obj], None]] = []
         self._pool_taints: dict[str, list[Obj]] = {}
+        self._startup_taints: list[Obj] = []
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._ctx.after(self._clock.now() + EVENT_GC_EVERY, EVENT_GC, None)
@@ -167,12 +168,16 @@ class SimCluster:
     ) -> Obj:
         """Register a node as its kubelet would: NotReady until `ready_after` seconds pass.
         A node joining a seeded pool carries that pool's taints, as its node template would,
-        and `taints` of its own (a spare tray's)."""
+        and `taints` of its own (a spare tray's), and the startup taints (`set_startup_taints`) its
+        kubelet registers with."""
         with self._lock:
-            created = self.store.create(
-                "nodes",
-                self._node_object(name, pool, gpus, labels, ready=ready_after <= 0, taints=taints),
-            )
+            obj = self._node_object(name, pool, gpus, labels, ready=ready_after <= 0, taints=taints)
+            if self._startup_taints:
+                spec = obj["spec"]
+                spec["taints"] = list(spec.get("taints") or []) + [
+                    dict(t) for t in self._startup_taints
+                ]
+            created = self.store.create("nodes", obj)
             if ready_after > 0:
                 self._ctx.after(
                     self._clock.now() + timedelta(seconds=ready_after), NODE_READY, name
@@ -180,6 +185,13 @@ class SimCluster:
             for callback in list(self._added_callbacks):
                 callback(created)
             return created
+
+    def set_startup_taints(self, taints: list[Obj]) -> None:
+        """What every machine a cloud adds from now on registers with (kubelet
+        --register-with-taints: EKS bootstrap/nodeadm args, GKE node pool taints, Cluster API's
+        nodeRegistration.taints); the seeded fleet is the running, already validated one."""
+        with self._lock:
+            self._startup_taints = [dict(t) for t in taints]
 
     def on_node_added(self, callback: Callable[[Obj], None]) -> None:
         """Called with each node a cloud adds after the fleet was seeded: a new machine, which
