@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("cluster", sa.String(length=128), nullable=False),
         sa.Column("day", sa.Date(), nullable=False),
         sa.Column("pending", JSON, nullable=False),
+        sa.Column("covered_until", sa.DateTime(timezone=True), nullable=False),
         sa.Column("built_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("cluster", "day", name=op.f("pk_fleet_rollup_days")),
     )

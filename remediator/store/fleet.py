@@ -210,6 +210,7 @@ class FaultRow:
     day: date
     outcome: str | None
     repair_seconds: float | None  # detection to back in service, for the succeeded
+    created_at: datetime
     open: bool = False  # still moving: its figures may change
 
 
@@ -275,6 +276,7 @@ def _fault_rows(
                     outcome=outcome,
                     repair_seconds=(finished - created).total_seconds() if succeeded else None,
                     open=state in OPEN_VALUES,
+                    created_at=created,
                 )
             )
         return tuple(found)

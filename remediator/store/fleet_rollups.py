@@ -2,11 +2,12 @@
 pool and GPU model, so a month of a 50-cluster fleet is a few thousand rows, not the 400,000
 remediations and their timelines it summarises.
 
-A day is built on the first read of a window that holds it, once it ended more than SETTLE ago
-(controllers' clocks may run behind the console's). Its remediations still open then are kept
-as `pending` and computed afresh on every read; a finished one that moves again (a retry)
-drops its day's marker in the same transaction (Repository.transition), so the day is built
-again. Today is always computed afresh.
+Each cluster's day is summed on the first read of a window that holds it, up to SKEW ago
+(controllers' clocks may run behind the console's), and moved on by later reads as the day goes
+(today every REFRESH at most). What a read computes afresh is only what the sums do not cover:
+remediations still open when their day was summed (`pending`) and those detected after its
+cover. A finished one that moves again (a retry) drops its day's marker in the same transaction
+(Repository.transition), so the day is summed again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from remediator.store.repository import quarantine_spans_of
 
 log = logging.getLogger(__name__)
 
-SETTLE = timedelta(hours=1)
+SKEW = timedelta(hours=1)
+REFRESH = timedelta(minutes=15)
 Key = tuple[str, date, str, str]  # cluster, day, pool, GPU model
 
 
@@ -104,54 +106,67 @@ def tally(rows: Iterable[FaultRow], spans: Mapping[int, QuarantineSpan]) -> dict
     return found
 
 
+@dataclass(frozen=True)
+class Cover:
+    """How far a cluster's day is summed: its remediations detected before `until`, the
+    finished ones in the rollup rows and the open ones as `pending`."""
+
+    until: datetime
+    pending: tuple[int, ...]
+
+
 class FleetRollups:
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self.session_factory = session_factory
 
     def tallies(self, names: Collection[str], first_day: date, now: datetime) -> dict[Key, Tally]:
-        """Every group of these clusters detected from `first_day` to now: built days from
-        their rollups plus their pending remediations, the other days computed (and the
-        settled ones among them built for the next read)."""
+        """Every group of these clusters detected from `first_day` to now: each day's rollup,
+        plus afresh what it does not cover (its pending remediations, and those detected after
+        its cover or on a day never summed); the covers moved on for the next read."""
         if not names:
             return {}
         today = now.astimezone(UTC).date()
         days = [first_day + timedelta(days=n) for n in range((today - first_day).days + 1)]
-        built, stored = self._read(names, first_day, today)
-        missing = {(c, d) for c in names for d in days if (c, d) not in built}
+        covers, stored = self._read(names, first_day, today)
+        # From when each cluster's day is read afresh: all of it when never summed.
+        fresh_from: dict[tuple[str, date], datetime] = {}
+        for cluster in names:
+            for day in days:
+                cover = covers.get((cluster, day))
+                if cover is None or cover.until < _end(day):
+                    fresh_from[(cluster, day)] = cover.until if cover else _start(day)
         fresh: list[FaultRow] = []
-        if missing:
-            since = datetime.combine(min(d for _, d in missing), time.min, UTC)
-            clusters = sorted({c for c, _ in missing})
+        if fresh_from:
+            clusters = sorted({c for c, _ in fresh_from})
+            since = min(fresh_from.values())
             fresh = [
                 row
                 for row in fault_rows(
                     self.session_factory, clusters, since, now + timedelta(seconds=1)
                 )
-                if (row.cluster, row.day) in missing
+                if (at := fresh_from.get((row.cluster, row.day))) is not None
+                and row.created_at >= at
             ]
-        pending = [rid for ids in built.values() for rid in ids]
-        rows = [*fresh, *fault_rows_of(self.session_factory, pending)]
+        pending = fault_rows_of(
+            self.session_factory, [rid for cover in covers.values() for rid in cover.pending]
+        )
+        rows = [*fresh, *pending]
         spans = {
             s.remediation_id: s
             for s in quarantine_spans_of(self.session_factory, [row.id for row in rows])
         }
-        settled = (now - SETTLE).astimezone(UTC).date()
-        buildable = {(c, d) for c, d in missing if d < settled}
-        if buildable:
-            self._build(
-                buildable, [r for r in fresh if (r.cluster, r.day) in buildable], spans, now
-            )
-        result = stored
+        self._extend(covers, stored, fresh_from, rows, spans, now)
+        result = {key: _copy(found) for key, found in stored.items()}
         for key, found in tally(rows, spans).items():
             result.setdefault(key, Tally()).merge(found)
         return result
 
     def _read(
         self, names: Collection[str], first_day: date, today: date
-    ) -> tuple[dict[tuple[str, date], list[int]], dict[Key, Tally]]:
+    ) -> tuple[dict[tuple[str, date], Cover], dict[Key, Tally]]:
         with session_scope(self.session_factory) as session:
-            built = {
-                (row.cluster, row.day): list(row.pending)
+            covers = {
+                (row.cluster, row.day): Cover(row.covered_until, tuple(row.pending))
                 for row in session.scalars(
                     select(FleetRollupDay).where(
                         FleetRollupDay.cluster.in_(list(names)),
@@ -169,26 +184,46 @@ class FleetRollups:
                 )
             ):
                 # Rows of a day whose marker a retry dropped are stale until it is rebuilt.
-                if (row.cluster, row.day) in built:
+                if (row.cluster, row.day) in covers:
                     stored[(row.cluster, row.day, row.pool, row.gpu_model)] = _tally_of(row)
-        return built, stored
+        return covers, stored
 
-    def _build(
+    def _extend(
         self,
-        days: set[tuple[str, date]],
+        covers: Mapping[tuple[str, date], Cover],
+        stored: Mapping[Key, Tally],
+        fresh_from: Mapping[tuple[str, date], datetime],
         rows: list[FaultRow],
         spans: Mapping[int, QuarantineSpan],
         now: datetime,
     ) -> None:
-        """Write these days' rollups of their finished remediations, the open ones' ids as
-        pending. Best effort: a console that cannot write (another reader built the day first,
-        a read-only replica) serves what it computed and leaves the day to a later read."""
-        pending: dict[tuple[str, date], list[int]] = {day: [] for day in days}
+        """Move on the covers that can move: up to SKEW ago (a controller's clock may run that
+        far behind ours), by REFRESH at least, so a busy day is written every few minutes, not
+        on every read. A day's new rollup is its old one plus what finished since; what is
+        still open stays pending. Best effort: a console that cannot write (another reader
+        moved the day first, a read-only replica) serves what it computed."""
+        horizon = now - SKEW
+        moving: dict[tuple[str, date], datetime] = {}
+        for key, since in fresh_from.items():
+            until = min(_end(key[1]), horizon)
+            if until > _start(key[1]) and (key not in covers or until - since >= REFRESH):
+                moving[key] = until
+        if not moving:
+            return
+        pending: dict[tuple[str, date], list[int]] = {key: [] for key in moving}
+        groups: dict[Key, Tally] = {
+            key: _copy(found) for key, found in stored.items() if key[:2] in moving
+        }
         for row in rows:
+            cover = moving.get((row.cluster, row.day))
+            if cover is None or row.created_at >= cover:
+                continue
             if row.open:
                 pending[(row.cluster, row.day)].append(row.id)
-        groups = tally([row for row in rows if not row.open], spans)
-        keys = list(days)
+            else:
+                group = (row.cluster, row.day, row.pool, row.gpu_model)
+                groups.setdefault(group, Tally()).add(row, spans.get(row.id))
+        keys = list(moving)
         try:
             with session_scope(self.session_factory, write=True) as session:
                 for start in range(0, len(keys), 1000):
@@ -204,12 +239,28 @@ class FleetRollups:
                         )
                     )
                 session.add_all(
-                    FleetRollupDay(cluster=c, day=d, pending=ids, built_at=now)
+                    FleetRollupDay(
+                        cluster=c, day=d, pending=ids, covered_until=moving[(c, d)], built_at=now
+                    )
                     for (c, d), ids in pending.items()
                 )
                 session.add_all(_row_of(key, found) for key, found in groups.items())
         except SQLAlchemyError as error:
-            log.info("fleet figures: %d day(s) not rolled up this time: %s", len(days), error)
+            log.info("fleet figures: %d day(s) not rolled up this time: %s", len(keys), error)
+
+
+def _start(day: date) -> datetime:
+    return datetime.combine(day, time.min, UTC)
+
+
+def _end(day: date) -> datetime:
+    return _start(day + timedelta(days=1))
+
+
+def _copy(found: Tally) -> Tally:
+    copied = Tally()
+    copied.merge(found)
+    return copied
 
 
 def _tally_of(row: FleetRollup) -> Tally:

@@ -497,16 +497,17 @@ class FleetNodeCount(Base):
 
 
 class FleetRollupDay(Base):
-    """One cluster's day whose remediations the fleet figures have rolled up: the rows below
-    hold every remediation detected that day that had finished when it was built; `pending` the
-    ids still open then, which each read computes afresh. Reopening a finished remediation (a
-    retry) deletes its day's marker, so the day is built again."""
+    """How far one cluster's day is rolled up: of its remediations detected before
+    `covered_until`, the finished ones are in the rows below and the open ones' ids in
+    `pending`, which each read computes afresh. Reopening a finished remediation (a retry)
+    deletes its day's marker, so the day is built again."""
 
     __tablename__ = "fleet_rollup_days"
 
     cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     pending: Mapped[list[int]] = mapped_column(Json)
+    covered_until: Mapped[datetime] = mapped_column(UTCDateTime)
     built_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 

@@ -1009,26 +1009,35 @@ def _spans(
     *where: ColumnElement[bool],
     events_where: Sequence[ColumnElement[bool]] = (),
 ) -> tuple[QuarantineSpan, ...]:
+    """`events_where`: the timeline read by these conditions instead of joined to `entered`."""
     query = (
-        select(Remediation, entered.c.at)
+        select(
+            Remediation.id,
+            Remediation.policy,
+            Remediation.node,
+            Remediation.state,
+            Remediation.finished_at,
+            entered.c.at,
+        )
         .join(entered, entered.c.remediation_id == Remediation.id)
         .where(Remediation.dry_run.is_(False), *where)
     )
     rows = session.execute(query).all()
     counted: dict[int, int | None] = {}
     details: dict[int, list[dict[str, Any]]] = {}
-    # Joined, not `IN (ids)`: a fleet's month holds more ids than a statement takes
-    # parameters (65,535 on PostgreSQL).
-    for rid, from_state, detail in session.execute(
-        select(
-            RemediationEvent.remediation_id,
-            RemediationEvent.from_state,
-            RemediationEvent.detail,
+    timeline = select(
+        RemediationEvent.remediation_id, RemediationEvent.from_state, RemediationEvent.detail
+    )
+    if events_where:
+        timeline = timeline.where(*events_where)
+    else:
+        # Joined, not `IN (ids)`: a fleet's month holds more ids than a statement takes
+        # parameters (65,535 on PostgreSQL).
+        timeline = timeline.join(
+            entered, entered.c.remediation_id == RemediationEvent.remediation_id
         )
-        .join(entered, entered.c.remediation_id == RemediationEvent.remediation_id)
-        .where(*events_where)
-        .order_by(RemediationEvent.id)
-    ):
+    dialect = session.get_bind().dialect
+    for rid, from_state, detail in session.execute(timeline.order_by(RemediationEvent.id)):
         details.setdefault(rid, []).append(detail or {})
         if from_state == State.QUARANTINED.value:
             gpus = (detail or {}).get("gpus")
@@ -1038,7 +1047,7 @@ def _spans(
             remediation_id=row.id,
             policy=row.policy,
             node=row.node,
-            quarantined_at=UTCDateTime().process_result_value(at, session.get_bind().dialect) or at,
+            quarantined_at=UTCDateTime().process_result_value(row.at, dialect) or row.at,
             gpus=counted.get(row.id),
             ended_at=(
                 row.finished_at
@@ -1047,7 +1056,7 @@ def _spans(
             ),
             evictions=evictions(details.get(row.id, ())),
         )
-        for row, at in rows
+        for row in rows
     )
 
 

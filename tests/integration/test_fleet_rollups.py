@@ -115,13 +115,16 @@ def test_rollups_answer_what_the_remediations_do_at_every_step(
 
     now = clock.now()
     assert _rolled(rollups, first, now) == _afresh(repo, first, now)
-    # Day 0 and day 1 (no faults) are built, today is not; the open one is pending.
-    assert _markers(repo) == {first: [still], first + timedelta(days=1): []}
+    # Day 0 and day 1 (no faults) are summed whole, today up to an hour ago (before its one
+    # remediation, read afresh); day 0's open one is pending.
+    assert _markers(repo) == {first: [still], first + timedelta(days=1): [], now.date(): []}
 
     # Hours later the failed one's GPU-hours have grown, from the same rollup.
     clock.advance(5 * 3600)
     now = clock.now()
     assert _rolled(rollups, first, now) == _afresh(repo, first, now)
+    # Today's cover moved on: its remediation, still open, is pending now.
+    assert _markers(repo)[now.date()] == [today]
     key = ("alpha", first, "train", MODEL)
     assert (
         _rolled(rollups, first, now)[key][4]
