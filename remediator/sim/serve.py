@@ -209,7 +209,6 @@ def serve(options: ServeOptions) -> int:
         cluster.seed(nvl72.plan(options.racks, options.cliques_per_rack, options.spare_trays))
     else:
         cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
-    cluster.seed(fleet.plan(options.nodes, options.gpus_per_node))
     cluster.set_startup_taints([dict(t) for t in options.startup_taints])
     add_namespaces(cluster.store, options.namespaces)
     token = secrets.token_urlsafe(24)
