@@ -16,6 +16,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 from sqlalchemy import delete, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
@@ -156,7 +157,7 @@ class FleetRollups:
             for s in quarantine_spans_of(self.session_factory, [row.id for row in rows])
         }
         self._extend(covers, stored, fresh_from, rows, spans, now)
-        result = {key: _copy(found) for key, found in stored.items()}
+        result = stored  # read for this call alone: _extend copied what it keeps
         for key, found in tally(rows, spans).items():
             result.setdefault(key, Tally()).merge(found)
         return result
@@ -176,8 +177,9 @@ class FleetRollups:
                 )
             }
             stored: dict[Key, Tally] = {}
-            for row in session.scalars(
-                select(FleetRollup).where(
+            # Columns, not ORM objects: a month of a 50-cluster fleet is ~20,000 rows.
+            for row in session.execute(
+                select(*FleetRollup.__table__.columns).where(
                     FleetRollup.cluster.in_(list(names)),
                     FleetRollup.day >= first_day,
                     FleetRollup.day <= today,
@@ -263,7 +265,7 @@ def _copy(found: Tally) -> Tally:
     return copied
 
 
-def _tally_of(row: FleetRollup) -> Tally:
+def _tally_of(row: Any) -> Tally:
     return Tally(
         faults=row.faults,
         repaired=row.repaired,
