@@ -51,6 +51,8 @@ class RealRemediation:
     state: str
     ladder: tuple[str, ...]
     dry_run: bool
+    # The machine its replacement brought: validated by this remediation, no scale-up.
+    new_node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,7 @@ def _remediations(
                     state=row.state,
                     ladder=tuple(str(step.get("action", "")) for step in row.ladder),
                     dry_run=row.dry_run,
+                    new_node=row.new_node,
                 )
             )
     return found
@@ -226,6 +229,7 @@ class _Remediation(_Line):
     state: str
     ladder: list[str]
     dry_run: bool
+    new_node: str | None = None
 
 
 class _Policies(_Line):
@@ -272,6 +276,7 @@ def export_lines(
             state=item.state,
             ladder=list(item.ladder),
             dry_run=item.dry_run,
+            new_node=item.new_node,
         ).model_dump(mode="json")
     for version in recording.policy_versions:
         yield _Policies(
@@ -475,6 +480,7 @@ def _parse_line(
                 m.state,
                 tuple(m.ladder),
                 m.dry_run,
+                m.new_node,
             )
         )
     elif kind == "policies":

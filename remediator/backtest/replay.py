@@ -344,6 +344,9 @@ def replay(
     real_fencing: dict[str, list[tuple[datetime, datetime | None]]] = {}
     for item in recording.remediations:
         real_fencing.setdefault(item.node, []).append((item.created_at, item.ended_at))
+    # As the live intake does (without_brought_machines): a machine a replacement brought is
+    # validated by that remediation, not taken for a scale-up.
+    brought = {item.new_node for item in recording.remediations if item.new_node}
 
     pools: dict[str, str] = {}
     labels: dict[str, Mapping[str, str]] = {}
@@ -399,6 +402,9 @@ def replay(
                 else:
                     flags.discard(change.node)
         policies = timeline[max(0, bisect.bisect_right(starts, now) - 1)][1]
+        signals = [
+            s for s in signals if s.kind is not SignalKind.UNVALIDATED or s.node not in brought
+        ]
         fresh = folder.fold(signals, now) if signals else ()
         if not fresh and not queued:
             continue

@@ -63,6 +63,8 @@ RUNBOOK_SLUGS = {
     "slurm-node",
     "planned-maintenance",
     "replacement-failed-validation",
+    "nvswitch-sxid",
+    "rma",
 }
 
 CONTROLLER_METRICS = {

@@ -42,6 +42,7 @@ from remediator.signals.sources.prometheus import (
     PrometheusSource,
     PrometheusSourceConfig,
 )
+from remediator.sim.node.hardware import gpu_uuid
 from tests.fixtures.prometheus import PrometheusHandle, free_port, scrape_config
 from tests.fixtures.sim import SimHandle, start_sim
 
@@ -229,7 +230,7 @@ class Case:
     faults: tuple[tuple[float, dict[str, Any]], ...]
     expect: tuple[str, ...]
     gpus: frozenset[int] = frozenset()
-    past: tuple[str, ...] = ()  # policies that remediated this node a day ago
+    past: tuple[str, ...] = ()  # policies that remediated this node's `gpus` a day ago
 
 
 def xid(gpu: int, code: int, at: float = 0.0) -> tuple[float, dict[str, Any]]:
@@ -335,8 +336,16 @@ def test_every_default_policy_family_decides_on_the_right_node_and_gpu(env: Env)
     node_of = {case.name: env.nodes[i] for i, case in enumerate(CASES)}
     bystanders = env.nodes[len(CASES) :]
     day_ago = datetime.now(UTC) - timedelta(days=1)
+    # The shipped repeat rules count by GPU (#28): the past remediation names the same GPUs, by
+    # the UUIDs the simulator gives the node's original hardware.
     chain.past += [
-        PastRemediation(node_of[c.name], policy, day_ago, "succeeded")
+        PastRemediation(
+            node_of[c.name],
+            policy,
+            day_ago,
+            "succeeded",
+            gpus=frozenset(gpu_uuid(node_of[c.name], g) for g in c.gpus),
+        )
         for c in CASES
         for policy in c.past
     ]
