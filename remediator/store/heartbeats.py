@@ -196,12 +196,13 @@ class HeartbeatBook:
 
     def statuses(self) -> tuple[AgentStatus, ...]:
         """Every agent that ever reported, by node: the stored rows, overlaid with this
-        replica's newer heartbeats."""
+        replica's heartbeats as new or newer (a tie is this replica's own write: memory holds at
+        least what it flushed)."""
         merged = dict(self._stored())
         with self._lock:
             for node, status in self._seen.items():
                 stored = merged.get(node)
-                if stored is None or stored.seen_at < status.seen_at:
+                if stored is None or stored.seen_at <= status.seen_at:
                     merged[node] = status
         return tuple(merged[node] for node in sorted(merged))
 
@@ -221,7 +222,7 @@ class HeartbeatBook:
         stored = self._repository.agent_status(node)
         with self._lock:
             mine = self._seen.get(node)
-        if mine is not None and (stored is None or stored.seen_at < mine.seen_at):
+        if mine is not None and (stored is None or stored.seen_at <= mine.seen_at):
             return mine
         return stored
 

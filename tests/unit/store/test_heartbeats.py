@@ -168,3 +168,17 @@ def test_a_large_fleet_is_asked_for_a_longer_period_and_judged_on_it(engine: Eng
     assert book.tick() == ()
     clock.advance(60)
     assert len(book.tick()) == 10_000
+
+
+def test_a_heartbeat_in_the_same_instant_as_the_flushed_one_is_the_one_read(engine: Engine) -> None:
+    """CI failure of stop 32: on a clock that did not move between two heartbeats (a frozen test
+    clock; a coarse one), the flushed row won the tie and readers kept its old stats for good.
+    This replica's memory is never older than what it wrote itself."""
+    clock = FakeClock(START)
+    book = book_on(engine, clock)
+    book.record("n1", agent="a", version="1", started_at=START, stats={"log_restarts": 0})
+    book.flush()
+    book.record("n1", agent="a", version="1", started_at=START, stats={"log_restarts": 1})
+    status = book.status("n1")
+    assert status is not None and status.stats["log_restarts"] == 1
+    assert [s.stats["log_restarts"] for s in book.statuses()] == [1]
