@@ -36,7 +36,7 @@ OUTAGE_SECONDS = float(os.environ.get("AGENT_OUTAGE_SECONDS", "3"))
 
 @pytest.fixture
 def server(sqlite_head_template: Path, tmp_path: Path) -> Iterator[PushServer]:
-    push = PushServer(tmp_path / "controller.db", sqlite_head_template).start()
+    push = PushServer(tmp_path / "controller.db", sqlite_head_template, real_time=True).start()
     yield push
     push.stop()
 
