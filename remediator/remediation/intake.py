@@ -714,27 +714,35 @@ class Intake:
             for signal in item.signals:
                 self._said[id(signal)] = ("ended", reason)
             return
+        self._cancel_queued(item, "maintenance_ended", reason)
+
+    def _cancel_queued(
+        self, record: RemediationRecord, action: str, reason: str
+    ) -> RemediationRecord | None:
+        """Close a queued remediation that has nothing left to do; None when it moved on
+        meanwhile (a human, another replica)."""
         try:
             after = self._repo.transition(
-                item.id,
+                record.id,
                 State.QUEUED,
                 State.CANCELLED,
-                action="maintenance_ended",
+                action=action,
                 actor=self._actor,
                 detail={"reason": reason},
-                expected_version=item.version,
+                expected_version=record.version,
                 hold_reason=reason,
             )
         except (ConflictError, IllegalTransition):
-            return
+            return None
         log_transition(
             State.QUEUED,
             after,
-            action="maintenance_ended",
+            action=action,
             detail={"reason": reason},
-            seconds_in_state=max(0.0, (after.updated_at - item.created_at).total_seconds()),
+            seconds_in_state=max(0.0, (after.updated_at - record.created_at).total_seconds()),
             actor=self._actor,
         )
+        return after
 
     def _note_plan(
         self,
@@ -873,30 +881,9 @@ class Intake:
             if reason is None:
                 kept.append(record)
                 continue
-            try:
-                after = self._repo.transition(
-                    record.id,
-                    State.QUEUED,
-                    State.CANCELLED,
-                    action="signals_cleared",
-                    actor=self._actor,
-                    detail={"reason": reason},
-                    expected_version=record.version,
-                    hold_reason=reason,
-                )
+            after = self._cancel_queued(record, "signals_cleared", reason)
+            if after is not None:
                 closed.append(after)
-                log_transition(
-                    State.QUEUED,
-                    after,
-                    action="signals_cleared",
-                    detail={"reason": reason},
-                    seconds_in_state=max(
-                        0.0, (after.updated_at - record.created_at).total_seconds()
-                    ),
-                    actor=self._actor,
-                )
-            except (ConflictError, IllegalTransition):
-                continue
         return kept, tuple(closed)
 
     def _store(self, signals: Sequence[Signal], linked: set[int], now: datetime) -> None:
