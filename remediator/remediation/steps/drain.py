@@ -6,6 +6,7 @@ from remediator.actions.drain import OnTimeout
 from remediator.actions.outcome import Done, Outcome
 from remediator.actions.pods import movable
 from remediator.policy.ladder import LadderStep
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
 from remediator.remediation.steps.grace import (
     DEFAULT_GRACE_SECONDS,
@@ -30,14 +31,22 @@ def _pods(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outc
             f"dry run: would evict {len(pods)} pod(s) with a {grace:.0f}s grace period",
             {"node": record.node, "would_evict": sorted(p.key for p in pods), "dry_run": True},
         )
-    refused = capacity_refused(record, ctx)
+    rack = domain.is_rack(record)
+    # A rack's repair or replacement takes no node from the pool's spare capacity.
+    refused = None if rack else capacity_refused(record, ctx)
     if refused is not None:
         return refused
-    return ctx.drainer.drain(
-        record.node,
-        started_at=ctx.entered(record),
-        grace_seconds=int(grace),
-        timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
-        on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
-        grace_for=rest_of_grace(record, ctx),
-    )
+    # A rack is repaired or replaced whole: every tray of it is drained first.
+    trays = domain.members(record, ctx) if rack else (record.node,)
+    outcomes = [
+        ctx.drainer.drain(
+            tray,
+            started_at=ctx.entered(record),
+            grace_seconds=int(grace),
+            timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
+            on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
+            grace_for=rest_of_grace(record, ctx),
+        )
+        for tray in trays
+    ]
+    return domain.all_trays(trays, outcomes)
