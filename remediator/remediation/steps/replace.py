@@ -27,7 +27,8 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
 
     if slurm is None:
         return work()
-    return both(slurm.before_replace(record), work)
+    trays = domain.members(record, ctx) if domain.is_rack(record) else ()
+    return both(slurm.before_replace(record, trays), work)
 
 
 def _replace(record: RemediationRecord, ctx: StepContext) -> Outcome:

@@ -24,4 +24,4 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
     returning = ctx.slurm_for(record)
     if returning is None:
         return back
-    return both(back, lambda: returning.after_verify(record))
+    return both(back, lambda: returning.after_verify(record, trays))

@@ -21,7 +21,7 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
     slurm = ctx.slurm_for(record)
     if slurm is None:
         return _verify(record, ctx)
-    return both(_verify(record, ctx), lambda: slurm.after_verify(record))
+    return both(_verify(record, ctx), lambda: slurm.after_verify(record, domain.rack_trays(record)))
 
 
 def _verify(record: RemediationRecord, ctx: StepContext) -> Outcome:
