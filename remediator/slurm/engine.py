@@ -162,8 +162,9 @@ class SlurmSteps:
         )
 
     def release(self, record: RemediationRecord) -> Outcome:
-        """On a cancel or a finished remediation: resume the node only if we drained it."""
-        return self.after_verify(record)
+        """On a cancel or a finished remediation: resume the node only if we drained it (and
+        every tray's of a clique or domain it fenced)."""
+        return self.after_verify(record, fenced_trays(record))
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -193,6 +194,15 @@ class SlurmSteps:
             for entry in journal.entries:
                 self._append(record.id, "slurm", {"slurm_node": node, "step": step, **entry})
         return outcome
+
+
+def fenced_trays(record: RemediationRecord) -> list[str]:
+    """The trays the quarantine step fenced together (a clique or domain); empty otherwise."""
+    for event in record.events:
+        trays = event.detail.get("trays") if event.action == "quarantine_done" else None
+        if isinstance(trays, list):
+            return [str(t) for t in trays]
+    return []
 
 
 def jobs_so_far(record: RemediationRecord) -> steps.JobsSoFar:

@@ -1,7 +1,8 @@
 """A Slurm job whose node list spans an NVLink domain, through the real controller against the
 real slurmctld/slurmd of `sim serve --topology nvl72 --slurm` (Debian's 22.05: no block
 topology, so the node list is what tells): a fatal SXid on the rack drains every tray's Slurm
-node with remediator's reason and requeues the job across them ONCE, not once per tray."""
+node with remediator's reason and requeues the job across them ONCE, not once per tray; a cancel
+resumes every one of them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from remediator.model.states import State
+from remediator.remediation import commands
 from remediator.signals.model import Signal, SignalKind
 from tests.fixtures.sim import SimHandle, start_sim
 from tests.fixtures.slurm import SlurmShell, restarts, submit, wait_job
-from tests.integration.engine_support import start_engine
+from tests.integration.engine_support import start_engine, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,17 +90,25 @@ def test_a_job_spanning_the_domain_is_requeued_once(
         engine.push(*(sxid(node) for node in RACK0))
         record = engine.wait_state(RACK0[0], State.HELD, State.FAILED, timeout=WAIT)
         assert record.state is State.HELD, record.error
-        commands = [
+        sent = [
             str(e.detail["command"])
             for e in record.events
             if e.action == "slurm" and "command" in e.detail
         ]
-        assert commands.count(f"scontrol requeue {job}") == 1, commands
+        assert sent.count(f"scontrol requeue {job}") == 1, sent
         assert restarts(shell, job) == 1
         reason = f"remediator #{record.id}: nvswitch-fatal"
         for node in RACK0:
             seen = shell.node(node)
             assert "DRAIN" in seen["State"], (node, seen)
             assert seen["Reason"].startswith(reason), (node, seen)
+
+        # A cancel gives every tray's Slurm node back, not just the lead tray's.
+        commands.run(engine.repository, "cancel", record.id, actor="carol", reason="done")
+        wait_for(
+            lambda: not any("DRAIN" in shell.node(n)["State"] for n in RACK0),
+            WAIT,
+            "every tray's Slurm node resumed",
+        )
     finally:
         engine.close()
