@@ -123,12 +123,12 @@ def rack_operation(
         except PermanentError as exc:
             return Failed(f"{detail['action']} of rack {detail['rack']}: {exc}", detail)
     started = requested.at if requested is not None else ctx.clock.now()
-    judged = judge_rack(
-        op, str(detail["rack"]), started, ctx.clock.now(), timeout or DEFAULT_RACK_TIMEOUT
-    )
+    limit = timeout or DEFAULT_RACK_TIMEOUT
+    judged = judge_rack(op, str(detail["rack"]), started, ctx.clock.now(), limit)
     if not isinstance(judged, Done):
         return judged
-    return _return_trays(record, ctx, [str(t) for t in detail["trays"]], boots, detail, started)
+    held = [str(t) for t in detail["trays"]]
+    return _return_trays(record, ctx, held, boots, detail, started, limit)
 
 
 def judge_rack(
@@ -169,15 +169,17 @@ def _return_trays(
     boots: dict[str, str],
     detail: dict[str, Any],
     started: datetime,
+    limit: float,
 ) -> Outcome:
-    """Every tray validated first; a replaced rack's trays are then returned to service together
-    (new machines: nothing else checks them before verify)."""
+    """Every tray validated first (within the step's `limit` from the request); a replaced rack's
+    trays are then returned to service together (new machines: nothing else checks them before
+    verify)."""
     nodes = {n.name: n for n in ctx.kube.list_nodes(label_selector=CLIQUE_LABEL)}
     problems = [p for t in trays for p in tray_problems(nodes.get(t), t, boots.get(t))]
     if problems:
         facts = {**detail, "problems": problems}
         waited = (ctx.clock.now() - started).total_seconds()
-        if waited > DEFAULT_RACK_TIMEOUT:
+        if waited > limit:
             return Failed(
                 f"rack {detail['rack']} not valid after {waited:.0f}s: {'; '.join(problems[:3])}",
                 facts,

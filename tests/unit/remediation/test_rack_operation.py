@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import respx
+from prometheus_client import CollectorRegistry
 
 from remediator.actions.outcome import Done, Failed, Held, Waiting
 from remediator.errors import NotFoundError, PermanentError
@@ -20,6 +21,8 @@ from remediator.providers.base import (
     request_rack_operation,
 )
 from remediator.providers.http import HttpNodePoolProvider
+from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
+from remediator.providers.select import PoolProviders
 from remediator.remediation.steps.domain import all_trays, judge_rack, tray_problems
 
 BASE = "http://nodepool.test"
@@ -110,3 +113,33 @@ def test_all_trays() -> None:
     assert isinstance(one_waits, Waiting) and one_waits.facts["waiting"] == ["b"]
     held = Held("someone else's", {})
     assert all_trays(trays, [done, waiting, held]) is held
+
+
+class Racks(HttpNodePoolProvider):
+    """A provider with racks that answers without a network."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, str]] = []
+
+    def request_rack_operation(
+        self, pool: str, rack: str, action: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        self.asked.append((pool, rack, action))
+        return Operation("op-r", pool, rack, OperationState.PENDING)
+
+
+def test_the_rack_call_passes_through_the_metrics_and_the_pools_own_provider() -> None:
+    registry = CollectorRegistry()
+    inner = Racks()
+    counted = InstrumentedProvider(inner, ProviderMetrics(registry))
+    assert request_rack_operation(counted, "p", "rack-0", "repair", "k", "r").id == "op-r"
+    calls = registry.get_sample_value(
+        "remediator_provider_call_duration_seconds_count",
+        {"operation": "request_rack_operation", "result": "ok"},
+    )
+    assert calls == 1
+    # A pool with its own provider: the operation id says which, to be followed there.
+    pools = PoolProviders(http(), {"gb200-nvl72": inner})
+    op = request_rack_operation(pools, "gb200-nvl72", "rack-1", "replace", "k", "r")
+    assert op.id == "gb200-nvl72::op-r"
+    assert inner.asked[-1] == ("gb200-nvl72", "rack-1", "replace")
