@@ -31,13 +31,11 @@ def _pods(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outc
             f"dry run: would evict {len(pods)} pod(s) with a {grace:.0f}s grace period",
             {"node": record.node, "would_evict": sorted(p.key for p in pods), "dry_run": True},
         )
-    rack = domain.is_rack(record)
-    # A rack's repair or replacement takes no node from the pool's spare capacity.
-    refused = None if rack else capacity_refused(record, ctx)
+    refused = capacity_refused(record, ctx)
     if refused is not None:
         return refused
     # A rack is repaired or replaced whole: every tray of it is drained first.
-    trays = domain.members(record, ctx) if rack else (record.node,)
+    trays = domain.members(record, ctx) if domain.is_rack(record) else (record.node,)
     outcomes = [
         ctx.drainer.drain(
             tray,

@@ -43,6 +43,8 @@ def released_into_current(record: RemediationRecord) -> bool:
 def capacity_refused(record: RemediationRecord, ctx: StepContext) -> Outcome | None:
     """Before the first eviction (the grace step's, else the drain's): draining a node that
     nobody can replace only loses work. Checked once per entry into that step."""
+    if domain.is_rack(record):
+        return None  # a rack's repair or replacement takes no node from the pool's spares
     ladder = parse_ladder(record.ladder)
     first = State.CHECKPOINTING if planner.step_of(ladder, "checkpoint") else State.DRAINING
     replaces = planner.step_of(ladder, "replace") is not None
