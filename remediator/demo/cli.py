@@ -32,6 +32,13 @@ def _nodes(text: str) -> int:
     return value
 
 
+def _racks(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 20:
+        raise argparse.ArgumentTypeError(f"between 1 and 20 racks, got {text}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
@@ -110,6 +117,19 @@ def register(subparsers: Any) -> None:
         help="the fraction (0-1) of replacement nodes that arrive dead on arrival (default 0)",
     )
     parser.add_argument(
+        "--topology",
+        choices=("default", "nvl72"),
+        default="default",
+        help="nvl72: GB200 NVL72 racks (--racks) of 18 four-GPU trays, one NVLink domain each, "
+        "with gang jobs across each rack; the console's rack view (/racks) shows them",
+    )
+    parser.add_argument(
+        "--racks",
+        type=_racks,
+        default=2,
+        help="NVL72 racks with --topology nvl72 (default 2)",
+    )
+    parser.add_argument(
         "--clusters",
         type=int,
         default=1,
@@ -141,7 +161,16 @@ def _demo(args: argparse.Namespace) -> int:
         cloud=args.cloud,
         slurm=args.slurm,
         doa_rate=args.doa_rate,
+        topology=args.topology,
+        racks=args.racks,
     )
+    if args.topology == "nvl72" and (args.slurm or args.cloud != "http" or args.clusters != 1):
+        print(
+            "remediator demo: --topology nvl72 runs one cluster on the node-pool contract; "
+            "--slurm, --cloud and --clusters are for the default topology",
+            file=sys.stderr,
+        )
+        return 2
     if args.clusters != 1:
         from remediator.demo.fleet import FleetDemo
 

@@ -81,6 +81,8 @@ class DemoOptions:
     cloud: str = "http"
     slurm: bool = False  # a real Slurm beside the cluster, with checkpointing jobs on it
     doa_rate: float = 0.0  # the fraction of replacement nodes that arrive dead
+    topology: str = "default"  # or "nvl72": `racks` GB200 NVL72 racks instead of `nodes`
+    racks: int = 2
 
 
 def _die_with_parent() -> None:
@@ -299,7 +301,13 @@ class Demo:
 
         source = opts.policies or find_policies_dir()
         taint = startup_taint_of(source)
-        self.say(f"starting a simulated GPU cluster of {opts.nodes} nodes…")
+        nvl72 = opts.topology == "nvl72"
+        fleet = (
+            f"{opts.racks} GB200 NVL72 racks (18 four-GPU trays each)"
+            if nvl72
+            else f"{opts.nodes} nodes"
+        )
+        self.say(f"starting a simulated GPU cluster of {fleet}…")
         kubeconfig = self.data_dir / "kubeconfig"
         sim_ready = self.data_dir / "sim-ready.json"
         sim_ready.unlink(missing_ok=True)
@@ -307,7 +315,11 @@ class Demo:
             "sim",
             remediator_argv(
                 "sim", "serve",
-                "--nodes", str(opts.nodes),
+                *(
+                    ["--topology", "nvl72", "--racks", str(opts.racks)]
+                    if nvl72
+                    else ["--nodes", str(opts.nodes)]
+                ),
                 "--provision-delay", str(opts.provision_delay),
                 "--kubeconfig", str(kubeconfig),
                 "--ready-file", str(sim_ready),
@@ -505,6 +517,15 @@ class Demo:
             f"  database  {self.data_dir / 'remediator.db'} (SQLite)",
             f"  logs      {self.logs}/ ({logs}, demo.log)",
             f"  kubectl   kubectl --kubeconfig {self.data_dir / 'kubeconfig'} get nodes",
+            *(
+                [
+                    f"  racks     {console}/racks: each rack an NVLink domain, a grid of its "
+                    "18 trays,",
+                    "            the gang jobs across them and the domain's open remediation",
+                ]
+                if self.options.topology == "nvl72"
+                else []
+            ),
             *inject_lines(
                 str(Path(sys.executable).parent / "remediator"),
                 urls["inject_url"],

@@ -108,6 +108,35 @@ class MaintenanceTrigger(Protocol):
         ...
 
 
+RACK_ACTIONS = ("repair", "replace")
+
+
+class RackUnsupported(PermanentError):
+    """This provider cannot act on a whole rack (an NVLink domain) as one operation."""
+
+
+@runtime_checkable
+class RackOperator(Protocol):
+    def request_rack_operation(
+        self, pool: str, rack: str, action: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        """Repair (mend the switches, power-cycle the trays) or replace `rack` as one operation,
+        followed with get_operation like a replacement; the same key returns the same one."""
+        ...
+
+
+def request_rack_operation(
+    provider: object, pool: str, rack: str, action: str, idempotency_key: str, reason: str
+) -> Operation:
+    """Through `provider` when it can act on racks at all."""
+    if action not in RACK_ACTIONS:
+        raise PermanentError(f"no rack action {action!r}: one of {', '.join(RACK_ACTIONS)}")
+    if not isinstance(provider, RackOperator):
+        name = type(provider).__name__
+        raise RackUnsupported(f"{name} cannot {action} a rack ({rack} in {pool})")
+    return provider.request_rack_operation(pool, rack, action, idempotency_key, reason)
+
+
 def trigger_maintenance(
     provider: object, pool: str, node: str, event: str, idempotency_key: str, reason: str
 ) -> RebootReceipt:

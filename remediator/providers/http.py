@@ -196,6 +196,20 @@ class HttpNodePoolProvider:
             str(data["id"]), str(data.get("pool", pool)), str(data.get("node", node))
         )
 
+    def request_rack_operation(
+        self, pool: str, rack: str, action: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        path = f"/v1/pools/{quote(pool, safe='')}/racks/{quote(rack, safe='')}/{action}"
+        response = self._request(
+            "POST",
+            path,
+            f"{action} rack {rack} in {pool}",
+            json={"reason": reason},
+            headers={"Idempotency-Key": idempotency_key},
+            pool=pool,
+        )
+        return parse_operation(self._json(response))
+
     # -- transport ---------------------------------------------------------------------------
 
     @staticmethod

@@ -15,6 +15,7 @@ from remediator.providers.base import (
     NodePoolProvider,
     Operation,
     RebootReceipt,
+    request_rack_operation,
     trigger_maintenance,
 )
 
@@ -88,4 +89,14 @@ class InstrumentedProvider:
         return self._timed(
             "trigger_maintenance",
             lambda: trigger_maintenance(self._inner, pool, node, event, idempotency_key, reason),
+        )
+
+    def request_rack_operation(
+        self, pool: str, rack: str, action: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        return self._timed(
+            "request_rack_operation",
+            lambda: request_rack_operation(
+                self._inner, pool, rack, action, idempotency_key, reason
+            ),
         )

@@ -12,6 +12,7 @@ from remediator.providers.base import (
     NodePoolProvider,
     Operation,
     RebootReceipt,
+    request_rack_operation,
     trigger_maintenance,
 )
 from remediator.settings import (
@@ -94,3 +95,9 @@ class PoolProviders:
         self, pool: str, node: str, event: str, idempotency_key: str, reason: str
     ) -> RebootReceipt:
         return trigger_maintenance(self._for(pool), pool, node, event, idempotency_key, reason)
+
+    def request_rack_operation(
+        self, pool: str, rack: str, action: str, idempotency_key: str, reason: str
+    ) -> Operation:
+        op = request_rack_operation(self._for(pool), pool, rack, action, idempotency_key, reason)
+        return self._tag(pool, op)

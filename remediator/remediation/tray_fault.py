@@ -99,6 +99,7 @@ def plan_tray_fault(
             "replacement",
         )
     gang_text = ", ".join(gangs) if gangs else "no gang job"
+    where = f"rack {domain.rack}" if domain.rack else f"domain {domain.name}"
     return TrayPlan(
         tray,
         domain.name,
@@ -107,6 +108,6 @@ def plan_tray_fault(
         "release",
         None,
         notify,
-        f"no ready spare tray in domain {domain.name}: {gang_text} released to reschedule "
-        "into another domain",
+        f"no spare in {where}: gang released ({gang_text}) to reschedule into another domain "
+        f"than {domain.name}",
     )

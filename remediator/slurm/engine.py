@@ -23,6 +23,23 @@ from remediator.store.records import RemediationRecord
 
 UNREACHABLE_POLL_SECONDS = 5.0
 Append = Callable[[int, str, Mapping[str, Any]], None]
+# One Slurm node, or the Slurm nodes of an NVLink domain's trays acted on as one.
+Where = str | list[str]
+Action = Callable[[Where, steps.Journal], Outcome]
+
+
+def each(action: Callable[[str, steps.Journal], Outcome]) -> Action:
+    """A per-node action done on every node of a domain, the outcomes taken together."""
+
+    def run(where: Where, journal: steps.Journal) -> Outcome:
+        if isinstance(where, str):
+            return action(where, journal)
+        outcome = action(where[0], journal)
+        for node in where[1:]:
+            outcome = together(outcome, action(node, journal))
+        return outcome
+
+    return run
 
 
 def both(first: Outcome, second: Callable[[], Outcome]) -> Outcome:
@@ -50,8 +67,9 @@ class SlurmSteps:
         """From the timeline once known (the Kubernetes node may be gone), else the mapping."""
         for event in record.events:
             name = event.detail.get("slurm_node") if event.action == "slurm" else None
-            if name:
-                return str(name)
+            # A domain's lines name all its nodes (a list): the lead's own is the mapping's.
+            if isinstance(name, str) and name:
+                return name
         return self.map_node(record.node)
 
     def map_node(self, kube_node: str) -> str:
@@ -67,13 +85,19 @@ class SlurmSteps:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def quarantine(self, record: RemediationRecord) -> Outcome:
+    # `trays`: the Kubernetes nodes of a clique or domain remediation (steps/domain.py), whose
+    # Slurm nodes are fenced, vacated, downed and resumed as one; empty for a node's own.
+
+    def quarantine(self, record: RemediationRecord, trays: Sequence[str] = ()) -> Outcome:
         return self._run(
             record,
             "drain",
-            lambda node, journal: steps.drain(
-                self._client, node, str(record.id), record.policy, journal
+            each(
+                lambda node, journal: steps.drain(
+                    self._client, node, str(record.id), record.policy, journal
+                )
             ),
+            trays,
         )
 
     def opt_out(
@@ -85,21 +109,28 @@ class SlurmSteps:
         outcome = self._run(
             record,
             "opt-out check",
-            lambda node, _: steps.check_opt_out(self._client, node, self._settings, recorded),
+            each(lambda node, _: steps.check_opt_out(self._client, node, self._settings, recorded)),
         )
         # Unknown is not "no opt-out": hold (the opt-out hold shows the reason) until it answers.
         return Held(outcome.reason, outcome.facts) if isinstance(outcome, Waiting) else outcome
 
     def vacate(
-        self, record: RemediationRecord, started_at: datetime, grace_seconds: float, now: datetime
+        self,
+        record: RemediationRecord,
+        started_at: datetime,
+        grace_seconds: float,
+        now: datetime,
+        trays: Sequence[str] = (),
     ) -> Outcome:
+        """A job whose node list spans several trays of the domain is requeued once (Debian's
+        Slurm 22.05 has no block topology: the node list is what tells)."""
         so_far = jobs_so_far(record)
         return self._run(
             record,
             "checkpoint",
-            lambda node, journal: steps.vacate(
+            lambda where, journal: steps.vacate(
                 self._client,
-                node,
+                where,
                 self._settings,
                 so_far=so_far,
                 started_at=started_at,
@@ -107,27 +138,33 @@ class SlurmSteps:
                 now=now,
                 journal=journal,
             ),
+            trays,
         )
 
-    def before_replace(self, record: RemediationRecord) -> Outcome:
+    def before_replace(self, record: RemediationRecord, trays: Sequence[str] = ()) -> Outcome:
         return self._run(
             record,
             "down",
-            lambda node, journal: steps.down(
-                self._client, node, str(record.id), record.policy, journal
+            each(
+                lambda node, journal: steps.down(
+                    self._client, node, str(record.id), record.policy, journal
+                )
             ),
+            trays,
         )
 
-    def after_verify(self, record: RemediationRecord) -> Outcome:
+    def after_verify(self, record: RemediationRecord, trays: Sequence[str] = ()) -> Outcome:
         return self._run(
             record,
             "resume",
-            lambda node, journal: steps.resume(self._client, node, str(record.id), journal),
+            each(lambda node, journal: steps.resume(self._client, node, str(record.id), journal)),
+            trays,
         )
 
     def release(self, record: RemediationRecord) -> Outcome:
-        """On a cancel or a finished remediation: resume the node only if we drained it."""
-        return self.after_verify(record)
+        """On a cancel or a finished remediation: resume the node only if we drained it (and
+        every tray's of a clique or domain it fenced)."""
+        return self.after_verify(record, fenced_trays(record))
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -135,9 +172,12 @@ class SlurmSteps:
         self,
         record: RemediationRecord,
         step: str,
-        action: Callable[[str, steps.Journal], Outcome],
+        action: Action,
+        trays: Sequence[str] = (),
     ) -> Outcome:
-        node = self.slurm_node(record)
+        node: Where = (
+            [self.map_node(t) for t in trays] if len(trays) > 1 else self.slurm_node(record)
+        )
         journal = steps.Journal()
         try:
             outcome = action(node, journal)
@@ -154,6 +194,15 @@ class SlurmSteps:
             for entry in journal.entries:
                 self._append(record.id, "slurm", {"slurm_node": node, "step": step, **entry})
         return outcome
+
+
+def fenced_trays(record: RemediationRecord) -> list[str]:
+    """The trays the quarantine step fenced together (a clique or domain); empty otherwise."""
+    for event in record.events:
+        trays = event.detail.get("trays") if event.action == "quarantine_done" else None
+        if isinstance(trays, list):
+            return [str(t) for t in trays]
+    return []
 
 
 def jobs_so_far(record: RemediationRecord) -> steps.JobsSoFar:

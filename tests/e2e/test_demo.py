@@ -340,3 +340,40 @@ def test_demo_on_aws_without_faults_replaces_an_injected_xid_79_node_through_the
     assert last["old_instance"] != last["new_instance"]
     assert last.get("launch_activity"), last
     assert mine[0]["new_node"].startswith("ip-") and mine[0]["outcome"] == "replaced"
+
+
+def test_demo_with_nvl72_racks_shows_them_in_the_rack_view(
+    demo_factory: Any, tmp_path: Path
+) -> None:
+    """`demo --topology nvl72`: two racks of 18 trays, their gang jobs and a tray's remediation
+    in the console's rack view and its API."""
+    demo: DemoProcess = demo_factory("push", 16, "--topology", "nvl72", "--no-faults")
+    console = demo.wait_for(r"^  console\s+(http://\S+/)$", START_TIMEOUT).group(1)
+    token = demo.wait_for(r"^  token\s+(\S+)$", 5).group(1)
+    assert demo.wait_for(r"^  racks\s+(http://\S+/racks):", 5).group(1) == f"{console}racks"
+    assert "2 GB200 NVL72 racks" in demo.output
+    inject = demo.wait_for(r"^  inject\s+(.+) --node NODE --gpu 0 --xid 79$", 5).group(1)
+    command = [*shlex.split(inject), "--node", "nvl-r0-t03", "--gpu", "0", "--xid", "79"]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=10.0, headers=auth) as client:
+        deadline = time.monotonic() + SUCCESS_TIMEOUT
+        while True:
+            listed = client.get(f"{console}api/v1/domains").json()
+            racks = {d["rack"]: d for d in listed["domains"]}
+            rack0 = racks.get("rack-0")
+            if rack0 and any(r["node"] == "nvl-r0-t03" for r in rack0["remediations"]):
+                break
+            assert time.monotonic() < deadline, f"no remediation in rack-0: {listed}"
+            time.sleep(1.0)
+        assert sorted(racks) == ["rack-0", "rack-1"]
+        assert all(len(d["trays"]) == 18 for d in racks.values())
+        assert [j["name"] for j in racks["rack-1"]["jobs"]] == ["gang-r1-c0"]
+        assert racks["rack-1"]["remediations"] == []
+        page = client.get(f"{console}racks")
+        assert page.status_code == 200
+        assert "rack-0" in page.text and "rack-1" in page.text
+
+    demo.proc.send_signal(signal.SIGINT)
+    assert demo.proc.wait(timeout=STOP_TIMEOUT) == 0, demo.output

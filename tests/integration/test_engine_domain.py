@@ -122,6 +122,41 @@ def test_xid_79_on_a_tray_notifies_the_gang_drains_the_tray_and_takes_the_spare(
     assert after <= set(RACK0) and "nvl-r0-t16" in after and TRAY not in after
 
 
+def test_with_no_spare_in_the_rack_the_gang_is_released_into_another_domain(
+    engine: Engine,
+) -> None:
+    wait_for("the gang running on rack 0's 16 trays", lambda: running_nodes(engine))
+    first = {p["metadata"]["name"] for p in gang_pods(engine)}
+    # Room in rack 1 (its own gang gone), none in rack 0: both its spares are out of service.
+    engine.sim.kubectl("delete", "job", "-n", "training", "gang-r1-c0", "--wait=false")
+    wait_for("rack 1's gang gone", lambda: not other_gang_pods(engine))
+    engine.sim.kubectl("cordon", "nvl-r0-t16", "nvl-r0-t17")
+
+    engine.push(xid(TRAY))
+    record = engine.wait_state(TRAY, State.SUCCEEDED, timeout=WAIT)
+
+    noticed = [e["involvedObject"]["name"] for e in notices(engine)]
+    assert sorted(noticed) == sorted(first)
+    facts = [dict(e.detail)["gang"] for e in record.events if "gang" in e.detail]
+    assert facts, [(e.action, dict(e.detail)) for e in record.events]
+    assert {(f["decision"], f["spare"]) for f in facts} == {("release", None)}
+    assert facts[0]["reason"].startswith(
+        f"no spare in rack rack-0: gang released (training/{GANG}) to reschedule into another "
+        "domain than "
+    )
+    assert [r.node for r in engine.remediations()] == [TRAY]
+    # The gang runs again, whole, in rack 1.
+    rack1 = {f"nvl-r1-t{t:02d}" for t in range(16)}
+    wait_for("the gang running in rack 1", lambda: running_nodes(engine) == rack1)
+
+
+def other_gang_pods(engine: Engine) -> list[str]:
+    out = engine.sim.kubectl(
+        "get", "pods", "-n", "training", "-l", "remediator.io/gang=gang-r1-c0", "-o", "name"
+    )
+    return out.split()
+
+
 SXID_POLICY = """
 policies:
   - name: nvswitch-fatal

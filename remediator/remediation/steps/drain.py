@@ -6,6 +6,7 @@ from remediator.actions.drain import OnTimeout
 from remediator.actions.outcome import Done, Outcome
 from remediator.actions.pods import movable
 from remediator.policy.ladder import LadderStep
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
 from remediator.remediation.steps.grace import (
     DEFAULT_GRACE_SECONDS,
@@ -33,11 +34,17 @@ def _pods(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outc
     refused = capacity_refused(record, ctx)
     if refused is not None:
         return refused
-    return ctx.drainer.drain(
-        record.node,
-        started_at=ctx.entered(record),
-        grace_seconds=int(grace),
-        timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
-        on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
-        grace_for=rest_of_grace(record, ctx),
-    )
+    # A rack is repaired or replaced whole: every tray of it is drained first.
+    trays = domain.members(record, ctx) if domain.is_rack(record) else (record.node,)
+    outcomes = [
+        ctx.drainer.drain(
+            tray,
+            started_at=ctx.entered(record),
+            grace_seconds=int(grace),
+            timeout_seconds=step.timeout_seconds or DEFAULT_DRAIN_TIMEOUT,
+            on_timeout=OnTimeout(step.on_timeout or OnTimeout.HOLD.value),
+            grace_for=rest_of_grace(record, ctx),
+        )
+        for tray in trays
+    ]
+    return domain.all_trays(trays, outcomes)

@@ -13,6 +13,7 @@ from remediator.model.states import State
 from remediator.policy.ladder import LadderStep, parse_ladder
 from remediator.remediation import planner
 from remediator.remediation.journal import entered_at
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
 from remediator.slurm.engine import both, together
 from remediator.store.records import RemediationRecord
@@ -42,6 +43,8 @@ def released_into_current(record: RemediationRecord) -> bool:
 def capacity_refused(record: RemediationRecord, ctx: StepContext) -> Outcome | None:
     """Before the first eviction (the grace step's, else the drain's): draining a node that
     nobody can replace only loses work. Checked once per entry into that step."""
+    if domain.is_rack(record):
+        return None  # a rack's repair or replacement takes no node from the pool's spares
     ladder = parse_ladder(record.ladder)
     first = State.CHECKPOINTING if planner.step_of(ladder, "checkpoint") else State.DRAINING
     replaces = planner.step_of(ladder, "replace") is not None
@@ -86,7 +89,9 @@ def with_slurm_jobs(
         return kube_side()
     grace = step.grace_seconds if step.grace_seconds is not None else DEFAULT_GRACE_SECONDS
     state = State.CHECKPOINTING if step.action == "checkpoint" else State.DRAINING
-    jobs = slurm.vacate(record, entered_at(record, state), grace, ctx.clock.now())
+    # A clique or domain remediation vacates the Slurm jobs across all its trays as one.
+    trays = domain.members(record, ctx)
+    jobs = slurm.vacate(record, entered_at(record, state), grace, ctx.clock.now(), trays)
     if step.action == "checkpoint":
         return together(kube_side(), jobs)
     return both(jobs, kube_side)

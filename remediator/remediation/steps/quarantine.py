@@ -30,5 +30,5 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
         )
     fence = ctx.slurm_for(record)
     if fence is not None:
-        outcome = both(outcome, partial(fence.quarantine, record))
+        outcome = both(outcome, partial(fence.quarantine, record, trays))
     return outcome

@@ -9,6 +9,7 @@ from remediator.actions.outcome import Done, Failed, Outcome
 from remediator.actions.reboot import current_node, judge_reboot, request_reboot
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.planned import maintenance_event
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext, attempt_of, reboot_request
 from remediator.store.records import EventRecord, RemediationRecord
 
@@ -33,6 +34,9 @@ def reboot_accepted(record: RemediationRecord, requested: EventRecord) -> bool:
 
 
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
+    if domain.is_rack(record):
+        # A domain's reboot is its rack's repair: switches mended, every tray power-cycled.
+        return domain.rack_operation(record, ctx, "repair", step.timeout_seconds)
     if record.dry_run:
         return Done(f"dry run: would reboot {record.node}", {"dry_run": True})
     attempt = attempt_of(record, "reboot")

@@ -8,6 +8,7 @@ from remediator.actions.replace import replace_node
 from remediator.errors import NotFoundError
 from remediator.policy.ladder import LadderStep, parse_ladder
 from remediator.remediation import planner
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext, replaced_node, replacement_key
 from remediator.slurm.engine import both
 from remediator.store.records import RemediationRecord
@@ -15,9 +16,19 @@ from remediator.store.records import RemediationRecord
 
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
     slurm = ctx.slurm_for(record)
+    if domain.is_rack(record):
+        # A domain is replaced as its rack, in one node-pool operation (steps/domain.py).
+        def work() -> Outcome:
+            return domain.rack_operation(record, ctx, "replace", step.timeout_seconds)
+    else:
+
+        def work() -> Outcome:
+            return _replace(record, ctx)
+
     if slurm is None:
-        return _replace(record, ctx)
-    return both(slurm.before_replace(record), lambda: _replace(record, ctx))
+        return work()
+    trays = domain.members(record, ctx) if domain.is_rack(record) else ()
+    return both(slurm.before_replace(record, trays), work)
 
 
 def _replace(record: RemediationRecord, ctx: StepContext) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from remediator.actions.outcome import Done, Outcome
 from remediator.actions.uncordon import uncordon
 from remediator.policy.ladder import LadderStep
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
 from remediator.slurm.engine import both
 from remediator.store.records import RemediationRecord
@@ -13,8 +14,14 @@ from remediator.store.records import RemediationRecord
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
     if record.dry_run:
         return Done("dry run: nothing was fenced, nothing to return", {"dry_run": True})
-    back = uncordon(ctx.kube, record.node, str(record.id))
+    trays = domain.rack_trays(record)
+    # A repaired rack goes back whole.
+    back = (
+        domain.return_trays(record, ctx, trays)
+        if trays
+        else uncordon(ctx.kube, record.node, str(record.id))
+    )
     returning = ctx.slurm_for(record)
     if returning is None:
         return back
-    return both(back, lambda: returning.after_verify(record))
+    return both(back, lambda: returning.after_verify(record, trays))

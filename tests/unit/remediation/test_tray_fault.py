@@ -85,8 +85,8 @@ def test_without_a_spare_in_the_domain_the_gang_is_released() -> None:
     assert plan.release == plan.notify and len(plan.release) == 16
     assert {p.labels[GANG_LABEL] for p in plan.release} == {"gang-r0-c0"}
     assert plan.reason == (
-        f"no ready spare tray in domain {UUIDS[0]}: train/gang-r0-c0 released to reschedule "
-        "into another domain"
+        "no spare in rack rack-0: gang released (train/gang-r0-c0) to reschedule into another "
+        f"domain than {UUIDS[0]}"
     )
 
 
