@@ -24,8 +24,9 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from remediator.clock import Clock, SystemClock
 from remediator.sim.kube.controllers.context import ProgramRun
-from remediator.sim.node import ibstat, nccl, smi, smi_query
+from remediator.sim.node import ibstat, nccl, shell, smi, smi_query
 from remediator.sim.node.hardware import DRIVER_VERSION, Profile, pci_bus_id
 from remediator.sim.telemetry.exporters import Inventory
 
@@ -82,13 +83,18 @@ class NodeRepairs(Protocol):
         ...
 
 
-def container_command(pod: Mapping[str, Any]) -> list[str]:
-    """The first container's command and args as one argv (a `sh -c` script is split too)."""
+def raw_command(pod: Mapping[str, Any]) -> list[str]:
+    """The first container's command and args, as the runtime would exec them."""
     containers = (pod.get("spec") or {}).get("containers") or []
     if not containers:
         return []
     first = containers[0]
-    argv = [str(a) for a in (first.get("command") or []) + (first.get("args") or [])]
+    return [str(a) for a in (first.get("command") or []) + (first.get("args") or [])]
+
+
+def container_command(pod: Mapping[str, Any]) -> list[str]:
+    """The first container's command and args as one argv (a `sh -c` script is split too)."""
+    argv = raw_command(pod)
     if len(argv) >= 3 and argv[0].endswith("sh") and argv[1] == "-c":
         try:
             return shlex.split(argv[2])
@@ -149,28 +155,37 @@ def diag_report(
 
 class HostPrograms:
     """`time_scale` multiplies every program's run time: 1 keeps the times above (the demo's),
-    a test that is not about how long checks take runs them faster."""
+    a test that is not about how long checks take runs them faster. A `sh -c` script of several
+    statements runs its programs one after another (sim/node/shell.py), its `date` read from
+    `clock` at the container's start plus the programs' run time so far."""
 
     def __init__(
         self,
         repairs: NodeRepairs,
         fabric: Callable[[str], TrayFabric | None] | None = None,
         time_scale: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError("time_scale must be positive")
         self._repairs = repairs
         self._fabric = fabric  # an NVL72 tray's view of its rack's fabric (sim/rack/fabric.py)
         self._time_scale = time_scale
+        self._clock = clock or SystemClock()
 
     def run(self, pod: Mapping[str, Any], node: str) -> ProgramRun | None:
-        found = self._run(pod, node)
+        raw = raw_command(pod)
+        if shell.is_script(raw):
+            return shell.run(raw[2], lambda argv: self._scaled(argv, node), self._clock.now())
+        return self._scaled(container_command(pod), node)
+
+    def _scaled(self, argv: Sequence[str], node: str) -> ProgramRun | None:
+        found = self._run(argv, node)
         if found is None or self._time_scale == 1.0:
             return found
         return dataclasses.replace(found, seconds=found.seconds * self._time_scale)
 
-    def _run(self, pod: Mapping[str, Any], node: str) -> ProgramRun | None:
-        argv = container_command(pod)
+    def _run(self, argv: Sequence[str], node: str) -> ProgramRun | None:
         words = [a.rsplit("/", 1)[-1] for a in argv]
         if "nvidia-smi" in words and any(a in ("--gpu-reset", "-r") for a in argv):
             return self._reset(argv, node)
