@@ -260,12 +260,22 @@ class Validate(_Strict):
         default_factory=dict
     )
     max_replacements: int = Field(default=2, ge=0, le=10)
+    # The two-node all-reduce with a healthy peer of the pool (a validated, schedulable node
+    # under no remediation), off by default; its floor is the pair's, not the node's.
+    nccl_pair: bool = False
+    pair_busbw_floor: dict[Annotated[str, Field(min_length=1)], Annotated[float, Field(gt=0)]] = (
+        Field(default_factory=dict)
+    )
     timeout: Duration = timedelta(minutes=30)
 
     @model_validator(mode="after")
     def _floors(self) -> Validate:
         if self.nccl and not self.busbw_floor:
             raise ValueError("nccl needs busbw_floor (GPU model → GB/s), or set nccl: false")
+        if self.nccl_pair and not self.pair_busbw_floor:
+            raise ValueError("nccl_pair needs pair_busbw_floor (GPU model → GB/s across two nodes)")
+        if self.pair_busbw_floor and not self.nccl_pair:
+            raise ValueError("pair_busbw_floor is used only with nccl_pair: true")
         return self
 
     def checks(self) -> dict[str, Any]:
@@ -278,6 +288,8 @@ class Validate(_Strict):
             "nccl": self.nccl,
             "busbw_floor": dict(self.busbw_floor),
             "max_replacements": self.max_replacements,
+            "nccl_pair": self.nccl_pair,
+            "pair_busbw_floor": dict(self.pair_busbw_floor),
         }
 
 

@@ -99,10 +99,10 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
         ran = _run_job(record, ctx, checks, joined, node, level, started, timeout, judged)
         if not isinstance(ran, dict):
             return ran
-        judged = {**judged, **ran}
+        judged = ran
     verdicts = [judged[c] for c in checks.enabled()]
     for verdict in verdicts:
-        if not verdict.get("passed"):
+        if not verdict.get("passed") and not verdict.get("skipped"):
             return Failed(str(verdict.get("reason")), _evidence(facts, verdicts))
     summary = "; ".join(str(v.get("reason")) for v in verdicts)
     evidence = _evidence(facts, verdicts)
@@ -140,13 +140,27 @@ def _gpu_model(node: Node, verdicts: Mapping[str, Mapping[str, Any]]) -> str | N
     return node.labels.get(GPU_PRODUCT)
 
 
-def programs(checks: Checks, level: int, gpus: int) -> list[Program]:
+def programs(
+    checks: Checks, level: int, gpus: int, node: str = "", peer: str | None = None
+) -> list[Program]:
     """Every enabled check's programs, in the order the Job runs them."""
     return [
         Program(check, name, tuple(argv))
         for check in checks.enabled()
-        for name, argv in burnin.programs(check, dcgm_level=level, gpus=gpus).items()
+        for name, argv in burnin.programs(
+            check, dcgm_level=level, gpus=gpus, node=node, peer=peer
+        ).items()
     ]
+
+
+def _peer(record: RemediationRecord, ctx: StepContext, node: str) -> str | None:
+    """A healthy node of the pool to run the two-node all-reduce with (burnin.choose_peer)."""
+    if record.pool is None or not ctx.pool_label:
+        return None
+    pool_nodes = ctx.kube.list_nodes(f"{ctx.pool_label}={record.pool}")
+    runs = validation_runs(ctx.repo.session_factory, ctx.repo.cluster, pool=record.pool)
+    busy = {n for r in ctx.repo.list_open() for n in (r.node, r.new_node) if n}
+    return burnin.choose_peer(node, pool_nodes, pool_inventories(runs), busy)
 
 
 def _run_job(
@@ -160,12 +174,23 @@ def _run_job(
     timeout: float,
     judged: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Mapping[str, Any]] | Outcome:
-    """The verdict lines of the checks not judged yet, once the Job is done; else how the step
-    waits (or why it holds). The NCCL check spans the GPUs the node advertises: the inventory,
-    which reads them, runs in the same Job."""
-    wanted = programs(checks, level, node_obj.gpus or 1)
+    """Every check's verdict line once the Job is done; else how the step waits (or why it
+    holds). The NCCL checks span the GPUs the node advertises: the inventory, which reads them,
+    runs in the same Job. The two-node check's peer is chosen once, when the Job starts (its
+    line keeps it); with none, the check is recorded as skipped and the Job runs without it."""
     name = job_name(STEP, str(record.id), round_of(record), "checks")
     begun = _since_entry(record, started, STARTED, node)
+    lines: dict[str, Mapping[str, Any]] = dict(judged)
+    pair = checks.nccl_pair and burnin.NCCL_PAIR not in judged
+    if begun:
+        raw_peer = begun[0].detail.get("peer")
+        peer = str(raw_peer) if raw_peer else None
+    else:
+        peer = _peer(record, ctx, node) if pair else None
+        if pair and peer is None:
+            skipped = burnin.no_peer_verdict(record.pool)
+            lines[burnin.NCCL_PAIR] = _record(record, ctx, node, skipped, None)
+    wanted = programs(checks, level, node_obj.gpus or 1, node, peer)
     if not begun:
         ctx.repo.append_event(
             record.id,
@@ -176,6 +201,7 @@ def _run_job(
                 "job": name,
                 "checks": list(checks.enabled()),
                 "programs": [shlex.join(p.argv) for p in wanted],
+                "peer": peer,
             },
         )
         began_at = ctx.clock.now()
@@ -195,7 +221,7 @@ def _run_job(
             f"validation Job cannot run on {node}: {blocked}",
             {"node": node, "job": name, "unschedulable": blocked},
         )
-    pending = [c for c in checks.enabled() if c not in judged]
+    pending = [c for c in checks.enabled() if c not in lines]
     if run.state is JobState.RUNNING:
         waited = (ctx.clock.now() - began_at).total_seconds()
         if waited <= timeout:
@@ -205,17 +231,17 @@ def _run_job(
                 {"node": node, "job": name, "checks": pending},
             )
         late = f"the validation Job {name} did not finish within {timeout:.0f}s"
-        return {
-            c: _record(record, ctx, node, Verdict(c, False, f"{c}: {late}"), None) for c in pending
-        }
+        for c in pending:
+            lines[c] = _record(record, ctx, node, Verdict(c, False, f"{c}: {late}"), None)
+        return lines
     found = checkjob.sections(run.log)
-    lines: dict[str, Mapping[str, Any]] = dict(judged)
     for check in pending:
         mine = [p for p in wanted if p.check == check]
-        verdict = _verdict(record, ctx, check, checks, node_obj, level, mine, found, run, lines)
-        seconds = checkjob.check_seconds(found, check)
-        lines[check] = _record(record, ctx, node, verdict, seconds)
-    return {c: lines[c] for c in pending}
+        verdict = _verdict(
+            record, ctx, check, checks, node_obj, level, mine, found, run, lines, peer
+        )
+        lines[check] = _record(record, ctx, node, verdict, checkjob.check_seconds(found, check))
+    return lines
 
 
 def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
@@ -256,6 +282,7 @@ def _verdict(
     found: Mapping[tuple[str, str], Section],
     run: JobRun,
     verdicts: Mapping[str, Mapping[str, Any]],
+    peer: str | None,
 ) -> Verdict:
     absent = [p for p in mine if (check, p.name) not in found]
     if absent:
@@ -267,6 +294,16 @@ def _verdict(
         return burnin.nccl_verdict(
             out["allreduce"].output, _gpu_model(node, verdicts), checks.busbw_floor
         )
+    if check == burnin.NCCL_PAIR and peer is not None:
+        return burnin.nccl_pair_verdict(
+            out["allreduce"].output,
+            _gpu_model(node, verdicts),
+            checks.pair_busbw_floor,
+            node.name,
+            peer,
+        )
+    if check == burnin.NCCL_PAIR:
+        return burnin.no_peer_verdict(record.pool)
     read = burnin.read_inventory({name: s.output for name, s in out.items()})
     if isinstance(read, Verdict):
         return read

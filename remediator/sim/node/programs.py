@@ -200,6 +200,8 @@ class HostPrograms:
             return self._smi(argv[words.index("nvidia-smi") :], node)
         if "systemctl" in words and "is-active" in argv and FM_UNIT in argv:
             return self._fabric_manager(node)
+        if "mpirun" in words and "all_reduce_perf" in words:
+            return self._mpi_all_reduce(argv, words, node)
         if "all_reduce_perf" in words:
             return self._all_reduce(argv[words.index("all_reduce_perf") :], node)
         if "ibstat" in words:
@@ -250,6 +252,37 @@ class HostPrograms:
     def _all_reduce(self, argv: Sequence[str], node: str) -> ProgramRun:
         inventory = self._repairs.inventory(node)
         result = nccl.run(argv, inventory.profile, self._present(inventory), node)
+        return ProgramRun(result.exit_code, result.output, ALL_REDUCE_SECONDS)
+
+    def _mpi_all_reduce(self, argv: Sequence[str], words: Sequence[str], node: str) -> ProgramRun:
+        """`mpirun -np N -H a:S,b:S all_reduce_perf ...` launched from `node`: every host
+        must be a node the cluster has (mpirun's ssh to it fails otherwise); the ranks must
+        fill the slots."""
+        program = words.index("all_reduce_perf")
+        launch = argv[:program]
+        raw_hosts = _option(launch, "-H", "--host", "-host") or f"{node}:1"
+        hosts: list[tuple[nccl.Host, int]] = []
+        for entry in raw_hosts.split(","):
+            name, _, slots = entry.partition(":")
+            try:
+                inventory = self._repairs.inventory(name)
+            except LookupError:  # no such node (the telemetry's UnknownNode)
+                text = (
+                    f"ssh: Could not resolve hostname {name}: Name or service not known\n"
+                    "ORTE was unable to reliably start one or more daemons.\n"
+                )
+                return ProgramRun(1, text, SMI_SECONDS)
+            up = sum(1 for p in inventory.profile.ib_ports if p.device not in inventory.down_ports)
+            host = nccl.Host(name, inventory.profile, self._present(inventory), up)
+            hosts.append((host, int(slots) if slots.isdigit() else 1))
+        np_raw = _option(launch, "-np", "-n", "--np")
+        if np_raw is not None and np_raw.isdigit() and int(np_raw) != sum(s for _, s in hosts):
+            text = (
+                f"There are not enough slots available in the system to satisfy the {np_raw}\n"
+                "slots that were requested by the application.\n"
+            )
+            return ProgramRun(1, text, SMI_SECONDS)
+        result = nccl.run_multi(argv[program:], hosts)
         return ProgramRun(result.exit_code, result.output, ALL_REDUCE_SECONDS)
 
     def _ibstat(self, argv: Sequence[str], node: str) -> ProgramRun:
