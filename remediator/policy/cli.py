@@ -73,7 +73,7 @@ def _test(args: argparse.Namespace) -> int:
             failed += 1
             continue
         for scenario in scenarios:
-            for outcome in run_scenario(scenario, policy_set):
+            for outcome in run_scenario(scenario, policy_set, getattr(args, "walk", None)):
                 print(f"{path.name}: {outcome.line()}")
                 if outcome.passed:
                     passed += 1

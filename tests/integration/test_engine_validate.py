@@ -3,7 +3,9 @@ the real programs' output formats (dcgmi, all_reduce_perf, nvidia-smi, ibstat):
 - a persistent XID 79 whose first replacement arrives dead (`doa_next`) ends `succeeded` on the
   second replacement: two replacement operations, the failed validation with its evidence on the
   timeline, and the bad machine fenced from the moment it was known until it left;
-- a repaired node with a slow NVLink fails its validation and goes on to replacement."""
+- a repaired node with a slow NVLink fails its validation and goes on to replacement;
+- with `nccl_pair` on, a pool with no validated node skips the two-node check and says so, and
+  the next remediation pairs its new machine with the first one's, which passed by then."""
 
 from __future__ import annotations
 
@@ -192,3 +194,49 @@ def test_a_slow_nvlink_repair_fails_validation_and_goes_on_to_replacement(
     assert moves[-4:] == [State.REPLACING, State.VALIDATING, State.VERIFYING, State.SUCCEEDED]
     assert done.outcome == "replaced"
     wait_for(lambda: engine.node(node) is None, what=f"{node} to leave")
+
+
+PAIR = (
+    REPLACE
+    + f"""        nccl_pair: true
+        pair_busbw_floor: {{"{H100}": 330}}
+"""
+)
+
+
+def test_the_two_node_check_pairs_with_a_validated_node_of_the_pool(
+    started: Callable[[str], Engine],
+) -> None:
+    engine = started(PAIR)
+    first, second = sorted(
+        engine.sim.kubectl("get", "nodes", "-l", f"simcloud.io/nodepool={POOL}", "-o", "name")
+        .replace("node/", "")
+        .split()
+    )[:2]
+    engine.fault({"type": "xid", "node": first, "gpu": 0, "code": 79})
+    engine.push(xid(first))
+    done = engine.wait_state(first, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert done.state is State.SUCCEEDED, (done.error, done.hold_reason)
+    (passed,) = actions(done.events, "validate_done")
+    pair = next(c for c in passed.detail["checks"] if c["check"] == "nccl_pair")
+    assert pair["skipped"] is True and pair["passed"] is False and pair["peer"] is None
+    assert "no validated, schedulable node" in pair["reason"]
+    assert "nccl_pair skipped" in passed.detail["result"]
+    validated = done.new_node
+    assert validated is not None
+
+    engine.fault({"type": "xid", "node": second, "gpu": 0, "code": 79})
+    engine.push(xid(second))
+    again = engine.wait_state(second, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert again.state is State.SUCCEEDED, (again.error, again.hold_reason)
+    (job,) = actions(again.events, "validation_started")
+    assert job.detail["peer"] == validated
+    assert any(p.startswith("mpirun ") and validated in p for p in job.detail["programs"])
+    (line,) = [
+        e.detail
+        for e in actions(again.events, "validation_check")
+        if e.detail["check"] == "nccl_pair"
+    ]
+    assert line["passed"] is True and line["peer"] == validated, line
+    assert sorted(line["hosts"]) == sorted([again.new_node, validated])
+    assert line["seconds"] is not None and line["seconds"] >= 0
