@@ -238,5 +238,6 @@ def test_the_two_node_check_pairs_with_a_validated_node_of_the_pool(
         if e.detail["check"] == "nccl_pair"
     ]
     assert line["passed"] is True and line["peer"] == validated, line
+    assert again.new_node is not None
     assert sorted(line["hosts"]) == sorted([again.new_node, validated])
     assert line["seconds"] is not None and line["seconds"] >= 0
