@@ -41,7 +41,9 @@ of their own) and the bench stops with an error otherwise: an overhead computed 
 taken means nothing. The subtracted times are the simulator's configured ones,
 which it keeps to its 0.1 s tick; that tick's lag counts as overhead, so the figure errs high.
 
-Usage: python -m bench remediation_overhead [--samples N]   (N per path)
+Usage: python -m bench remediation_overhead            (6 samples per path)
+       python -m bench.remediation_overhead --samples N  (N per path; `python -m bench` takes
+                                                          only bench names)
 """
 
 from __future__ import annotations
