@@ -243,9 +243,10 @@ class InventoryPins(_Strict):
 
 class Validate(_Strict):
     """Burn-in before a node takes work, after `replace` (the new machine) or a repair (before
-    `uncordon`): the node stays fenced while checks run as Jobs on it — inventory against the
-    pool's baseline, DCGM diagnostics (`dcgm_level` after a repair, `dcgm_level_new` on a new
-    machine), and an NCCL all-reduce whose bus bandwidth must reach the GPU model's floor.
+    `uncordon`): the node stays fenced while its checks run in one Job on it — inventory
+    against the pool's baseline, DCGM diagnostics (`dcgm_level` after a repair,
+    `dcgm_level_new` on a new machine), an NCCL all-reduce whose bus bandwidth must reach the
+    GPU model's floor, and optionally (`nccl_pair`) one across two nodes with a healthy peer.
     A new machine that fails is replaced again, at most `max_replacements` times per
     remediation, then held for a human; a repaired node that fails goes to `on_failure`."""
 
