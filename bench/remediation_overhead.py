@@ -29,17 +29,21 @@ sample starts after it. The paths alternate. Per sample:
     reboot      the simulator's reboot delay   (the node's own time to come back)
     diagnose    the simulated `dcgmi diag -r 2` run time
     provision   the simulator's provisioning delay (replace path only)
-    validate    the validation checks' programs' simulated run time: inventory (nvidia-smi
-                twice and ibstat, side by side), `dcgmi diag` at the step's level, all_reduce_perf
+    validate    the validation checks' programs' simulated run time: the step runs them all in
+                one Job, one after another (nvidia-smi twice and ibstat for the inventory,
+                `dcgmi diag` at the step's level, all_reduce_perf)
     overhead    total - the simulated times of the path taken
     validate overhead   time in `validating` - validate (the step's own cost, the target's figure)
 
 Each sample checks that its remediation took the path it models (the states it went through,
-its outcome and its new node) and the bench stops with an error otherwise: an overhead computed
-for a path not taken means nothing. The subtracted times are the simulator's configured ones,
+its outcome and its new node, and one validation Job whose three checks each passed with a time
+of their own) and the bench stops with an error otherwise: an overhead computed for a path not
+taken means nothing. The subtracted times are the simulator's configured ones,
 which it keeps to its 0.1 s tick; that tick's lag counts as overhead, so the figure errs high.
 
-Usage: python -m bench remediation_overhead [--samples N]   (N per path)
+Usage: python -m bench remediation_overhead            (6 samples per path)
+       python -m bench.remediation_overhead --samples N  (N per path; `python -m bench` takes
+                                                          only bench names)
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ REBOOT_SECONDS = 5.0
 DIAG_LEVEL = 2  # the shipped ladder's `diagnose: level: 2`
 # The shipped validate step: DCGM level 2 on a repaired node, 3 on a new machine.
 VALIDATE_LEVEL = {"repair": 2, "replace": 3}
+CHECKS = ("inventory", "dcgm", "nccl")
 CHECKPOINT_SECONDS = "sim.remediator.io/checkpoint-seconds"
 SHUTDOWN_SECONDS = "sim.remediator.io/shutdown-seconds"
 HANDSHAKE = "remediator.io/checkpoint-handshake"
@@ -254,10 +259,29 @@ def check_path(path: str, node: str, done: dict[str, Any], visited: set[str]) ->
     replaced = bool(done.get("new_node")) and done.get("new_node") != node
     if replaced != (path == "replace"):
         problems.append(f"new node {done.get('new_node')!r}")
+    problems += validation_problems(done["events"])
     if problems:
         raise SystemExit(
             f"{node}: the {path} sample did not take the {path} path: " + "; ".join(problems)
         )
+
+
+def validation_problems(events: list[dict[str, Any]]) -> list[str]:
+    """The validate step this bench subtracts: one Job for all three checks, each passed with
+    its own time."""
+    jobs = [e for e in events if e["action"] == "validation_started"]
+    checks = {
+        e["detail"]["check"]: e["detail"] for e in events if e["action"] == "validation_check"
+    }
+    problems = []
+    if len(jobs) != 1 or sorted(jobs[0]["detail"]["checks"]) != sorted(CHECKS):
+        problems.append(f"validation Jobs {[j['detail'] for j in jobs]}")
+    if sorted(checks) != sorted(CHECKS):
+        problems.append(f"checks judged {sorted(checks)}")
+    failed = [c for c, d in checks.items() if not d.get("passed") or d.get("seconds") is None]
+    if failed:
+        problems.append(f"checks failed or untimed: {failed}")
+    return problems
 
 
 def sample(
@@ -287,9 +311,8 @@ def sample(
 
 
 def validation_seconds(level: int) -> float:
-    """The checks run one after another; the inventory's three programs side by side."""
-    inventory = max(SMI_SECONDS, SMI_SECONDS, IBSTAT_SECONDS)
-    return inventory + DIAG_SECONDS[level] + ALL_REDUCE_SECONDS
+    """The one Job's programs, one after another."""
+    return SMI_SECONDS * 2 + IBSTAT_SECONDS + DIAG_SECONDS[level] + ALL_REDUCE_SECONDS
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 # other: (the parent's module, the child's module, its function taking the parent's subparsers).
 NESTED: tuple[tuple[str, str, str], ...] = (
     ("remediator.policy.cli", "remediator.backtest.cli", "add_backtest"),
+    ("remediator.policy.cli", "remediator.remediation.walk", "add_walk"),
 )
 # Each command's module: `remediator sim inject …` builds a parser from its own module (and
 # those nested under it) instead of importing every command's stack — the agent on every node,

@@ -6,7 +6,7 @@ by the validate step (remediation/steps/validate.py) through actions/jobs.py."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,17 @@ from remediator.actions.inventory import (
     query_gpu_command,
 )
 from remediator.actions.jobs import tail
-from remediator.actions.nccl import NcclUnreadable, parse_all_reduce
+from remediator.actions.nccl import RANK, NcclUnreadable, parse_all_reduce
+from remediator.kube.objects import Node
 
 INVENTORY = "inventory"
 DCGM = "dcgm"
 NCCL = "nccl"
-CHECK_ORDER = (INVENTORY, DCGM, NCCL)
+NCCL_PAIR = "nccl_pair"
+CHECK_ORDER = (INVENTORY, DCGM, NCCL, NCCL_PAIR)
+# A node that is fenced by us or still carries a not-ready/unreachable/startup taint is no
+# healthy peer.
+FENCE_PREFIXES = ("remediator.io/", "node.kubernetes.io/")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class Checks:
     inventory: bool = True
     pins: Mapping[str, Any] = field(default_factory=dict)
     max_replacements: int = 2
+    # The two-node all-reduce with a healthy peer of the pool (off by default), and its floors.
+    nccl_pair: bool = False
+    pair_busbw_floor: Mapping[str, float] = field(default_factory=dict)
     # The settings' startup taint (kubelet syntax): only a passed validation removes it.
     startup_taint: str | None = None
 
@@ -66,23 +74,77 @@ class Checks:
             inventory=bool(raw.get("inventory", True)),
             pins=dict(raw.get("pins") or {}),
             max_replacements=int(raw.get("max_replacements", 2)),
+            nccl_pair=bool(raw.get("nccl_pair", False)),
+            pair_busbw_floor={
+                str(k): float(v) for k, v in (raw.get("pair_busbw_floor") or {}).items()
+            },
             startup_taint=str(raw["startup_taint"]) if raw.get("startup_taint") else None,
         )
 
     def enabled(self) -> tuple[str, ...]:
-        wanted = {INVENTORY: self.inventory, DCGM: True, NCCL: self.nccl}
+        wanted = {
+            INVENTORY: self.inventory,
+            DCGM: True,
+            NCCL: self.nccl,
+            NCCL_PAIR: self.nccl_pair,
+        }
         return tuple(c for c in CHECK_ORDER if wanted[c])
 
 
-def programs(check: str, *, dcgm_level: int, gpus: int) -> dict[str, list[str]]:
-    """The Jobs of one check: program name → the container's command."""
+def programs(
+    check: str, *, dcgm_level: int, gpus: int, node: str = "", peer: str | None = None
+) -> dict[str, list[str]]:
+    """The programs of one check: program name → its argv. The two-node all-reduce is one
+    MPI rank per GPU on both nodes, launched from the node under test (`-g 1`: nccl-tests'
+    multi-node form); without a peer it has no program."""
     if check == INVENTORY:
         return {"gpus": query_gpu_command(), "smi": ["nvidia-smi"], "ib": ["ibstat"]}
     if check == DCGM:
         return {"diag": ["dcgmi", "diag", "-r", str(dcgm_level), "-j"]}
     if check == NCCL:
         return {"allreduce": ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", str(gpus)]}
+    if check == NCCL_PAIR:
+        if peer is None:
+            return {}
+        hosts = f"{node}:{gpus},{peer}:{gpus}"
+        return {
+            "allreduce": [
+                *("mpirun", "--allow-run-as-root", "-np", str(2 * gpus), "-H", hosts),
+                *("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+            ]
+        }
     raise ValueError(f"unknown validation check {check!r}")
+
+
+def choose_peer(
+    node: str, pool_nodes: Iterable[Node], validated: Iterable[str], busy: Iterable[str]
+) -> str | None:
+    """The two-node test's peer: a node of the same pool that passed a validation, is Ready and
+    schedulable with no fence or startup taint, and is under no remediation; the first by name,
+    so a resumed step picks the same one."""
+    passed, taken = set(validated), set(busy)
+    healthy = sorted(
+        n.name
+        for n in pool_nodes
+        if n.name != node
+        and n.name in passed
+        and n.name not in taken
+        and n.ready
+        and not n.unschedulable
+        and not any(t.key.startswith(FENCE_PREFIXES) for t in n.taints)
+    )
+    return healthy[0] if healthy else None
+
+
+def no_peer_verdict(pool: str | None) -> Verdict:
+    """Skipped, and says so: the step is not failed for want of a peer, nor is this a pass."""
+    return Verdict(
+        NCCL_PAIR,
+        False,
+        f"nccl_pair skipped: no validated, schedulable node of pool {pool or '(none)'} "
+        "outside a remediation to pair with",
+        {"skipped": True, "peer": None},
+    )
 
 
 def _unreadable(check: str, program: str, error: Exception, output: str) -> Verdict:
@@ -197,22 +259,44 @@ def dcgm_verdict(output: str, level: int, exit_code: int | None) -> Verdict:
     )
 
 
-def nccl_verdict(output: str, model: str | None, floors: Mapping[str, float]) -> Verdict:
+def nccl_pair_verdict(
+    output: str, model: str | None, floors: Mapping[str, float], node: str, peer: str
+) -> Verdict:
+    """The two-node all-reduce: as the one-node one, against the pair floor, and only when its
+    ranks really ran on both nodes."""
+    hosts = sorted({m.group(1) for m in map(RANK.match, output.splitlines()) if m})
+    verdict = nccl_verdict(output, model, floors, NCCL_PAIR)
+    evidence = {**verdict.evidence, "peer": peer, "hosts": hosts}
+    if verdict.passed and hosts != sorted({node, peer}):
+        return Verdict(
+            NCCL_PAIR,
+            False,
+            f"nccl_pair: the all-reduce ran on {', '.join(hosts) or 'no host'}, "
+            f"not on {node} and {peer}",
+            evidence,
+        )
+    reason = verdict.reason.replace("all_reduce_perf:", f"all_reduce_perf with {peer}:", 1)
+    return Verdict(NCCL_PAIR, verdict.passed, reason, evidence)
+
+
+def nccl_verdict(
+    output: str, model: str | None, floors: Mapping[str, float], check: str = NCCL
+) -> Verdict:
     try:
         report = parse_all_reduce(output)
     except NcclUnreadable as exc:
-        return _unreadable(NCCL, "all_reduce_perf", exc, output)
+        return _unreadable(check, "all_reduce_perf", exc, output)
     evidence: dict[str, Any] = {**report.to_json(), "gpu_model": model}
     if report.wrong:
         return Verdict(
-            NCCL, False, f"all_reduce_perf: {report.wrong} wrong value(s) in the results", evidence
+            check, False, f"all_reduce_perf: {report.wrong} wrong value(s) in the results", evidence
         )
     floor = floors.get(model or "")
     evidence["floor_gbps"] = floor
     busbw = report.peak.busbw
     if floor is None:
         return Verdict(
-            NCCL,
+            check,
             False,
             f"all_reduce_perf: the policy has no busbw_floor for GPU model {model!r} "
             f"(measured {busbw:g} GB/s)",
@@ -220,12 +304,12 @@ def nccl_verdict(output: str, model: str | None, floors: Mapping[str, float]) ->
         )
     if busbw < floor:
         return Verdict(
-            NCCL,
+            check,
             False,
             f"all_reduce_perf: bus bandwidth {busbw:g} GB/s at {report.peak.size} B is under the "
             f"{model} floor of {floor:g} GB/s",
             evidence,
         )
     return Verdict(
-        NCCL, True, f"all_reduce_perf: bus bandwidth {busbw:g} GB/s ≥ floor {floor:g}", evidence
+        check, True, f"all_reduce_perf: bus bandwidth {busbw:g} GB/s ≥ floor {floor:g}", evidence
     )

@@ -23,7 +23,7 @@ def register(subparsers: Any) -> Any:
     test = sub.add_parser("test", help="run scenario files against a policy directory")
     test.add_argument("directory", type=Path)
     test.add_argument("scenarios", type=Path, nargs="+")
-    test.set_defaults(func=_test)
+    test.set_defaults(func=_test, walk=None)  # the CLI root passes the planner's walk
     return sub
 
 
@@ -73,7 +73,7 @@ def _test(args: argparse.Namespace) -> int:
             failed += 1
             continue
         for scenario in scenarios:
-            for outcome in run_scenario(scenario, policy_set):
+            for outcome in run_scenario(scenario, policy_set, args.walk):
                 print(f"{path.name}: {outcome.line()}")
                 if outcome.passed:
                     passed += 1

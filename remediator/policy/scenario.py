@@ -1,10 +1,13 @@
 """Policy scenarios: a fleet, a timeline of signals and the decisions expected, run with a fake
 clock through the very evaluate and admit functions the controller uses, so CI can show what a
-policy change does before it merges."""
+policy change does before it merges. An expectation can also follow the admitted remediation's
+path through the engine's planner for stated step results — a repair that fails, the Nth
+validation failing some checks — given the walk (remediation/walk.py, passed in by the CLI so
+this package never imports the planner)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,13 +20,19 @@ from remediator.model.topology import build_topology, domain_map
 from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
 from remediator.policy.durations import Duration, format_duration
 from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
-from remediator.policy.ladder import ladder_from_policy
+from remediator.policy.ladder import LadderStep, ladder_from_policy
 from remediator.policy.loader import PolicySet, parse_yaml, validate_model
 from remediator.policy.schema import GlobalSettings
 from remediator.policy.scope import fold_scopes
 from remediator.signals.model import Signal, SignalKind
 
 SCENARIO_START = datetime(2026, 1, 1, tzinfo=UTC)
+# A remediation's path for a ladder, the steps that fail and each validation's failing checks.
+Walk = Callable[[Sequence[LadderStep], Collection[str], Sequence[Collection[str]]], list[str]]
+Check = Literal["inventory", "dcgm", "nccl", "nccl_pair"]
+FailingStep = Literal[
+    "checkpoint", "drain", "reset_gpu", "reboot", "diagnose", "replace", "rma", "verify", "uncordon"
+]
 
 
 class _Strict(BaseModel):
@@ -80,16 +89,48 @@ class TimelineEntry(_Strict):
             at += self.every
 
 
+class Validation(_Strict):
+    """One run of the validate step: the checks it fails (none: it passes)."""
+
+    fails: list[Check] = Field(default_factory=list)
+
+
+class Steps(_Strict):
+    """How the remediation's steps go: each succeeds unless `fail` names it (then it fails
+    every time it runs); the Nth run of the validate step fails the checks `validation[N-1]`
+    names, and passes past the end of the list."""
+
+    fail: list[FailingStep] = Field(default_factory=list)
+    validation: list[Validation] = Field(default_factory=list)
+
+
 class Expectation(_Strict):
     """`policy: none` means no decision at all for the node at that moment. `ladder`, when
     given, is the decision's steps as the engine will run them (notify left out), a fallback
-    written `replace (on failure)`, a named fallback ladder's steps `reboot (on failure: NAME)`."""
+    written `replace (on failure)`, a named fallback ladder's steps `reboot (on failure: NAME)`.
+    `path` (the states after `detected`, in order) and `ends` (the last of them) follow the
+    admitted remediation through the planner with the step results `steps` states."""
 
     at: Duration
     node: str
     policy: str
     outcome: Literal["admitted", "held"] = "admitted"
     ladder: list[str] | None = None
+    steps: Steps | None = None
+    path: list[str] | None = None
+    ends: Literal["succeeded", "held", "failed"] | None = None
+
+    @model_validator(mode="after")
+    def _walked(self) -> Expectation:
+        if self.steps is not None and self.path is None and self.ends is None:
+            raise ValueError("steps needs path or ends: what the remediation should do")
+        if (self.path is not None or self.ends is not None) and self.policy == "none":
+            raise ValueError("path and ends follow a decision; policy none has none")
+        return self
+
+    @property
+    def walks(self) -> bool:
+        return self.path is not None or self.ends is not None
 
 
 class Scenario(_Strict):
@@ -119,6 +160,10 @@ class Outcome:
             want += f" ({self.expectation.outcome})"
         if self.expectation.ladder is not None:
             want += f" ladder {' → '.join(self.expectation.ladder)}"
+        if self.expectation.path is not None:
+            want += f" path {' → '.join(self.expectation.path)}"
+        if self.expectation.ends is not None:
+            want += f" ending {self.expectation.ends}"
         verdict = "PASS" if self.passed else "FAIL"
         at = format_duration(self.expectation.at)
         text = f"{verdict} {self.scenario} @{at} {self.expectation.node}: expected {want}"
@@ -135,7 +180,9 @@ def load_scenarios(path: Path) -> list[Scenario]:
     raise PolicyError(problems)
 
 
-def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
+def run_scenario(
+    scenario: Scenario, policy_set: PolicySet, walk: Walk | None = None
+) -> list[Outcome]:
     settings = policy_set.settings
     if scenario.settings:
         merged = settings.model_dump(mode="json") | scenario.settings
@@ -217,7 +264,7 @@ def run_scenario(scenario: Scenario, policy_set: PolicySet) -> list[Outcome]:
     return [
         _unknown(scenario.name, e)
         if e.policy not in known | {"none"}
-        else _check(scenario.name, e, seen[e.at])
+        else _check(scenario.name, e, seen[e.at], walk)
         for e in scenario.expect
     ]
 
@@ -256,7 +303,7 @@ def _rung_name(action: str, fallback: bool | None, ladder: str | None) -> str:
     return f"{action} (on failure: {ladder})" if ladder else f"{action} (on failure)"
 
 
-def _check(name: str, expectation: Expectation, admission: Admission) -> Outcome:
+def _check(name: str, expectation: Expectation, admission: Admission, walk: Walk | None) -> Outcome:
     node = expectation.node
     actual = "none"
     outcome: str | None = None
@@ -274,6 +321,23 @@ def _check(name: str, expectation: Expectation, admission: Admission) -> Outcome
             ladder = ladder_names(found)
             passed = passed and ladder == expectation.ladder
             actual += f" ladder {' → '.join(ladder)}"
+        if expectation.walks:
+            path = _walk(found, expectation.steps or Steps(), walk)
+            passed = passed and bool(path) and _matches(expectation, path)
+            actual += f" path {' → '.join(path) or '(no walk: run it with remediator policy test)'}"
     else:
         passed = expectation.policy == "none"
     return Outcome(name, expectation, actual, passed)
+
+
+def _walk(decision: Decision, steps: Steps, walk: Walk | None) -> list[str]:
+    if walk is None:
+        return []
+    ladder = ladder_from_policy(decision.actions, decision.on_failure, decision.fallbacks)
+    return walk(ladder, frozenset(steps.fail), [frozenset(v.fails) for v in steps.validation])
+
+
+def _matches(expectation: Expectation, path: list[str]) -> bool:
+    if expectation.path is not None and path != expectation.path:
+        return False
+    return expectation.ends is None or path[-1] == expectation.ends

@@ -243,9 +243,10 @@ class InventoryPins(_Strict):
 
 class Validate(_Strict):
     """Burn-in before a node takes work, after `replace` (the new machine) or a repair (before
-    `uncordon`): the node stays fenced while checks run as Jobs on it — inventory against the
-    pool's baseline, DCGM diagnostics (`dcgm_level` after a repair, `dcgm_level_new` on a new
-    machine), and an NCCL all-reduce whose bus bandwidth must reach the GPU model's floor.
+    `uncordon`): the node stays fenced while its checks run in one Job on it — inventory
+    against the pool's baseline, DCGM diagnostics (`dcgm_level` after a repair,
+    `dcgm_level_new` on a new machine), an NCCL all-reduce whose bus bandwidth must reach the
+    GPU model's floor, and optionally (`nccl_pair`) one across two nodes with a healthy peer.
     A new machine that fails is replaced again, at most `max_replacements` times per
     remediation, then held for a human; a repaired node that fails goes to `on_failure`."""
 
@@ -260,12 +261,22 @@ class Validate(_Strict):
         default_factory=dict
     )
     max_replacements: int = Field(default=2, ge=0, le=10)
+    # The two-node all-reduce with a healthy peer of the pool (a validated, schedulable node
+    # under no remediation), off by default; its floor is the pair's, not the node's.
+    nccl_pair: bool = False
+    pair_busbw_floor: dict[Annotated[str, Field(min_length=1)], Annotated[float, Field(gt=0)]] = (
+        Field(default_factory=dict)
+    )
     timeout: Duration = timedelta(minutes=30)
 
     @model_validator(mode="after")
     def _floors(self) -> Validate:
         if self.nccl and not self.busbw_floor:
             raise ValueError("nccl needs busbw_floor (GPU model → GB/s), or set nccl: false")
+        if self.nccl_pair and not self.pair_busbw_floor:
+            raise ValueError("nccl_pair needs pair_busbw_floor (GPU model → GB/s across two nodes)")
+        if self.pair_busbw_floor and not self.nccl_pair:
+            raise ValueError("pair_busbw_floor is used only with nccl_pair: true")
         return self
 
     def checks(self) -> dict[str, Any]:
@@ -278,6 +289,8 @@ class Validate(_Strict):
             "nccl": self.nccl,
             "busbw_floor": dict(self.busbw_floor),
             "max_replacements": self.max_replacements,
+            "nccl_pair": self.nccl_pair,
+            "pair_busbw_floor": dict(self.pair_busbw_floor),
         }
 
 

@@ -193,6 +193,7 @@ class RemediationService:
             repair_poll=repair_poll_seconds,
             slurm=slurm,
             provider_kind=provider_kind,
+            pool_label=pool_label,
             rma_webhook=rma_webhook,
             hardware=hardware,
         )

@@ -91,7 +91,7 @@ def build_cloud_apps(
     cluster.on_node_added(arrivals.node_added)
     repairs.attach(injector)
     tray = fabric.tray if fabric else None
-    cluster.set_program_runner(HostPrograms(repairs, tray, program_time_scale).run)
+    cluster.set_program_runner(HostPrograms(repairs, tray, program_time_scale, clock).run)
     reboots = RebootService(nodepool, clock, repairs.reboot)
     return CloudApps(
         nodepool=build_nodepool_app(nodepool, reboots.handle),

@@ -3,7 +3,11 @@ the real programs' output formats (dcgmi, all_reduce_perf, nvidia-smi, ibstat):
 - a persistent XID 79 whose first replacement arrives dead (`doa_next`) ends `succeeded` on the
   second replacement: two replacement operations, the failed validation with its evidence on the
   timeline, and the bad machine fenced from the moment it was known until it left;
-- a repaired node with a slow NVLink fails its validation and goes on to replacement."""
+- a repaired node with a slow NVLink fails its validation and goes on to replacement;
+- a validation Job whose log holds none of the checks' sections (an operator's template that
+  runs something else) fails every check with the log's tail, never passes;
+- with `nccl_pair` on, a pool with no validated node skips the two-node check and says so, and
+  the next remediation pairs its new machine with the first one's, which passed by then."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from remediator.actions.jobs import DEFAULT_TEMPLATE
 from remediator.model.states import State
 from tests.fixtures.sim import FAST_PROGRAMS, SimHandle
 from tests.integration.engine_support import Engine, start_engine, wait_for, xid
@@ -115,14 +120,14 @@ class Watcher:
 @pytest.fixture
 def started(
     sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
-) -> Iterator[Callable[[str], Engine]]:
+) -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
 
-    def start(text: str) -> Engine:
+    def start(text: str, **overrides: Any) -> Engine:
         sim = sim_factory(
             nodes=4, provision_delay=1.0, reboot_delay=1.0, program_time_scale=FAST_PROGRAMS
         )
-        engine = start_engine(sim, migrated_database_url, policies(tmp_path, text))
+        engine = start_engine(sim, migrated_database_url, policies(tmp_path, text), **overrides)
         engines.append(engine)
         return engine
 
@@ -192,3 +197,76 @@ def test_a_slow_nvlink_repair_fails_validation_and_goes_on_to_replacement(
     assert moves[-4:] == [State.REPLACING, State.VALIDATING, State.VERIFYING, State.SUCCEEDED]
     assert done.outcome == "replaced"
     wait_for(lambda: engine.node(node) is None, what=f"{node} to leave")
+
+
+PAIR = (
+    REPLACE
+    + f"""        nccl_pair: true
+        pair_busbw_floor: {{"{H100}": 330}}
+"""
+)
+
+
+def test_the_two_node_check_pairs_with_a_validated_node_of_the_pool(
+    started: Callable[[str], Engine],
+) -> None:
+    engine = started(PAIR)
+    first, second = sorted(
+        engine.sim.kubectl("get", "nodes", "-l", f"simcloud.io/nodepool={POOL}", "-o", "name")
+        .replace("node/", "")
+        .split()
+    )[:2]
+    engine.fault({"type": "xid", "node": first, "gpu": 0, "code": 79})
+    engine.push(xid(first))
+    done = engine.wait_state(first, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert done.state is State.SUCCEEDED, (done.error, done.hold_reason)
+    (passed,) = actions(done.events, "validate_done")
+    pair = next(c for c in passed.detail["checks"] if c["check"] == "nccl_pair")
+    assert pair["skipped"] is True and pair["passed"] is False and pair["peer"] is None
+    assert "no validated, schedulable node" in pair["reason"]
+    assert "nccl_pair skipped" in passed.detail["result"]
+    validated = done.new_node
+    assert validated is not None
+
+    engine.fault({"type": "xid", "node": second, "gpu": 0, "code": 79})
+    engine.push(xid(second))
+    again = engine.wait_state(second, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert again.state is State.SUCCEEDED, (again.error, again.hold_reason)
+    (job,) = actions(again.events, "validation_started")
+    assert job.detail["peer"] == validated
+    assert any(p.startswith("mpirun ") and validated in p for p in job.detail["programs"])
+    (line,) = [
+        e.detail
+        for e in actions(again.events, "validation_check")
+        if e.detail["check"] == "nccl_pair"
+    ]
+    assert line["passed"] is True and line["peer"] == validated, line
+    assert again.new_node is not None
+    assert sorted(line["hosts"]) == sorted([again.new_node, validated])
+    assert line["seconds"] is not None and line["seconds"] >= 0
+
+
+def test_a_job_log_without_the_checks_sections_fails_every_check_with_its_tail(
+    started: Callable[..., Engine], tmp_path: Path
+) -> None:
+    template = tmp_path / "job.yaml"
+    template.write_text(
+        DEFAULT_TEMPLATE.replace(
+            "command: $command", 'command: ["sh", "-c", "echo cut; echo short"]'
+        )
+    )
+    text = REPLACE.replace("dcgm_level_new: 2", "dcgm_level_new: 2\n        max_replacements: 0")
+    engine = started(text, repair={"job_template": template})
+    node = pool_node(engine.sim)
+    engine.fault({"type": "xid", "node": node, "gpu": 0, "code": 79})
+    engine.push(xid(node))
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert done.state is State.HELD, (done.error, done.hold_reason)
+    assert "failed validation after 1 replacement(s)" in (done.hold_reason or "")
+    lines = {e.detail["check"]: e.detail for e in actions(done.events, "validation_check")}
+    assert sorted(lines) == ["dcgm", "inventory", "nccl"]
+    for line in lines.values():
+        assert line["passed"] is False and "has no complete output" in line["reason"], line
+        assert line["raw_tail"] == "cut\nshort\n" and line["seconds"] is None
+    (failed,) = actions(done.events, "validate_failed")
+    assert failed.detail["reason"] == lines["inventory"]["reason"]

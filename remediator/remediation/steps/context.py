@@ -48,6 +48,8 @@ class StepContext:
     slurm: SlurmSteps | None = None
     # Which kind of provider serves a pool (http, aws, clusterapi, gce): the DOA figures' label.
     provider_kind: Callable[[str | None], str] = lambda _pool: ""
+    # The node label naming a node's pool (settings `pool_label`): the two-node check's peers.
+    pool_label: str = ""
     # The RMA step: where cases are posted (None: console only) and what the ledger knows of
     # the hardware (None: the bundle carries what the signals reported).
     rma_webhook: RmaWebhook | None = None

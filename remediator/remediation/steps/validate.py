@@ -1,25 +1,30 @@
 """Validate: burn-in before a node takes work. The node under test — the new machine after a
-replacement, else the repaired node — is fenced (cordon + taint) first and stays so; each check
-runs its programs as Jobs on it (actions/jobs.py), one check after another (DCGM and NCCL both
-want every GPU), and its verdict (actions/burnin.py) goes on the timeline with its time. The
-first failing check fails the step with its evidence; the planner decides what follows.
-The settings' startup taint (every new machine registers with it) is removed on a pass only:
-a machine that fails keeps it, and its cordon, until it leaves.
+replacement, else the repaired node — is fenced (cordon + taint) first and stays so; all of the
+enabled checks' programs run in ONE Job on it (actions/checkjob.py: one container, the programs
+in sequence — DCGM and NCCL both want every GPU — each one's output between markers), so the
+Job round trip is paid once per validation, not once per check. The log is split back into each
+check's sections and each check's verdict (actions/burnin.py) goes on the timeline with its own
+time; the first failing check fails the step with its evidence and the planner decides what
+follows. The settings' startup taint (every new machine registers with it) is removed on a pass
+only: a machine that fails keeps it, and its cordon, until it leaves.
 
-Resumable from the timeline alone: a check whose `validation_check` line exists since the step
-was entered is not run again; a check whose Jobs were started (`validation_check_started`) only
-waits for them. A Job the node cannot run (unschedulable, refused by the kubelet) holds the
-step with that reason: it says nothing about the machine's health."""
+Resumable from the timeline alone: the Job is named after the remediation and the round, and
+its `validation_started` line says when it was started; a check whose `validation_check` line
+exists since the step was entered is not judged again. A Job the node cannot run
+(unschedulable, refused by the kubelet) holds the step with that reason: it says nothing about
+the machine's health."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from remediator.actions import burnin
+from remediator.actions import burnin, checkjob
 from remediator.actions.burnin import Checks, Verdict
-from remediator.actions.jobs import JobRun, JobState, job_name, render_job, run_job
+from remediator.actions.checkjob import Program, Section
+from remediator.actions.jobs import JobRun, JobState, job_name, render_job, run_job, tail
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.quarantine import Why, quarantine
 from remediator.errors import NotFoundError
@@ -31,7 +36,7 @@ from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.validations import pool_inventories, validation_runs
 
 STEP = "validate"
-CHECK_STARTED = "validation_check_started"
+STARTED = "validation_started"
 CHECK_DONE = "validation_check"
 DEFAULT_TIMEOUT = 1800.0
 GPU_PRODUCT = "nvidia.com/gpu.product"
@@ -43,22 +48,21 @@ def validated_node(record: RemediationRecord) -> str:
 
 
 def round_of(record: RemediationRecord) -> int:
-    """Which validation of this remediation this is (each entry into VALIDATING runs new Jobs)."""
+    """Which validation of this remediation this is (each entry into VALIDATING runs a new Job)."""
     return max(0, sum(1 for e in record.events if e.to_state is State.VALIDATING) - 1)
 
 
-def _since_entry(record: RemediationRecord, since: datetime) -> list[EventRecord]:
-    return [e for e in record.events if e.at >= since and e.to_state is None]
-
-
-def _lines(
+def _since_entry(
     record: RemediationRecord, since: datetime, action: str, node: str
-) -> dict[str, EventRecord]:
-    return {
-        str(e.detail.get("check")): e
-        for e in _since_entry(record, since)
-        if e.action == action and e.detail.get("node") == node
-    }
+) -> list[EventRecord]:
+    return [
+        e
+        for e in record.events
+        if e.at >= since
+        and e.to_state is None
+        and e.action == action
+        and e.detail.get("node") == node
+    ]
 
 
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
@@ -87,27 +91,19 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
     fenced = quarantine(ctx.kube, node, Why(str(record.id), record.policy, f"validating {node}"))
     if not isinstance(fenced, Done):
         return fenced
-    done = _lines(record, started, CHECK_DONE, node)
-    begun = _lines(record, started, CHECK_STARTED, node)
-    verdicts = [done[c].detail for c in checks.enabled() if c in done]
-    for check in checks.enabled():
-        if check in done:
-            if not done[check].detail.get("passed"):
-                return Failed(str(done[check].detail.get("reason")), _evidence(facts, verdicts))
-            continue
-        outcome = _run_check(record, ctx, check, checks, joined, node, level, begun, verdicts)
-        if isinstance(outcome, Mapping):
-            verdicts.append(outcome)
-            if not outcome["passed"]:
-                return Failed(str(outcome["reason"]), _evidence(facts, verdicts))
-            continue
-        if isinstance(outcome, Waiting) and check in begun:
-            waited = (ctx.clock.now() - begun[check].at).total_seconds()
-            if waited > timeout:
-                verdict = Verdict(check, False, f"{check} did not finish within {timeout:.0f}s")
-                line = _record(record, ctx, node, verdict, waited)
-                return Failed(verdict.reason, _evidence(facts, [*verdicts, line]))
-        return outcome
+    judged: dict[str, Mapping[str, Any]] = {
+        str(e.detail.get("check")): e.detail
+        for e in _since_entry(record, started, CHECK_DONE, node)
+    }
+    if any(c not in judged for c in checks.enabled()):
+        ran = _run_job(record, ctx, checks, joined, node, level, started, timeout, judged)
+        if not isinstance(ran, dict):
+            return ran
+        judged = ran
+    verdicts = [judged[c] for c in checks.enabled()]
+    for verdict in verdicts:
+        if not verdict.get("passed") and not verdict.get("skipped"):
+            return Failed(str(verdict.get("reason")), _evidence(facts, verdicts))
     summary = "; ".join(str(v.get("reason")) for v in verdicts)
     evidence = _evidence(facts, verdicts)
     if checks.startup_taint:
@@ -119,7 +115,7 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
     return Done(f"{node} passed validation: {summary}", evidence)
 
 
-def _evidence(facts: Mapping[str, Any], verdicts: list[Mapping[str, Any]]) -> dict[str, Any]:
+def _evidence(facts: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {**facts, "checks": [dict(v) for v in verdicts]}
     for verdict in verdicts:
         if verdict.get("check") == burnin.INVENTORY and verdict.get("inventory"):
@@ -136,73 +132,116 @@ def _joined(ctx: StepContext, node: str) -> Node | None:
     return found if found.ready else None
 
 
-def _gpu_count(node: Node, verdicts: list[Mapping[str, Any]]) -> int:
-    for verdict in verdicts:
-        inventory = verdict.get("inventory")
-        if isinstance(inventory, Mapping) and inventory.get("gpu_count"):
-            return int(inventory["gpu_count"])
-    return node.gpus or 1
-
-
-def _gpu_model(node: Node, verdicts: list[Mapping[str, Any]]) -> str | None:
-    for verdict in verdicts:
+def _gpu_model(node: Node, verdicts: Mapping[str, Mapping[str, Any]]) -> str | None:
+    for verdict in verdicts.values():
         inventory = verdict.get("inventory")
         if isinstance(inventory, Mapping) and inventory.get("gpu_model"):
             return str(inventory["gpu_model"])
     return node.labels.get(GPU_PRODUCT)
 
 
-def _run_check(
+def programs(
+    checks: Checks, level: int, gpus: int, node: str = "", peer: str | None = None
+) -> list[Program]:
+    """Every enabled check's programs, in the order the Job runs them."""
+    return [
+        Program(check, name, tuple(argv))
+        for check in checks.enabled()
+        for name, argv in burnin.programs(
+            check, dcgm_level=level, gpus=gpus, node=node, peer=peer
+        ).items()
+    ]
+
+
+def _peer(record: RemediationRecord, ctx: StepContext, node: str) -> str | None:
+    """A healthy node of the pool to run the two-node all-reduce with (burnin.choose_peer)."""
+    if record.pool is None or not ctx.pool_label:
+        return None
+    pool_nodes = ctx.kube.list_nodes(f"{ctx.pool_label}={record.pool}")
+    runs = validation_runs(ctx.repo.session_factory, ctx.repo.cluster, pool=record.pool)
+    busy = {n for r in ctx.repo.list_open() for n in (r.node, r.new_node) if n}
+    return burnin.choose_peer(node, pool_nodes, pool_inventories(runs), busy)
+
+
+def _run_job(
     record: RemediationRecord,
     ctx: StepContext,
-    check: str,
     checks: Checks,
     node_obj: Node,
     node: str,
     level: int,
-    begun: dict[str, EventRecord],
-    verdicts: list[Mapping[str, Any]],
-) -> Mapping[str, Any] | Outcome:
-    """The check's verdict line once its Jobs are done; else how it waits (or why it holds)."""
-    argvs = burnin.programs(check, dcgm_level=level, gpus=_gpu_count(node_obj, verdicts))
-    if check not in begun:
+    started: datetime,
+    timeout: float,
+    judged: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Mapping[str, Any]] | Outcome:
+    """Every check's verdict line once the Job is done; else how the step waits (or why it
+    holds). The NCCL checks span the GPUs the node advertises: the inventory, which reads them,
+    runs in the same Job. The two-node check's peer is chosen once, when the Job starts (its
+    line keeps it); with none, the check is recorded as skipped and the Job runs without it."""
+    name = job_name(STEP, str(record.id), round_of(record), "checks")
+    begun = _since_entry(record, started, STARTED, node)
+    lines: dict[str, Mapping[str, Any]] = dict(judged)
+    pair = checks.nccl_pair and burnin.NCCL_PAIR not in judged
+    if begun:
+        raw_peer = begun[0].detail.get("peer")
+        peer = str(raw_peer) if raw_peer else None
+    else:
+        peer = _peer(record, ctx, node) if pair else None
+        if pair and peer is None:
+            skipped = burnin.no_peer_verdict(record.pool)
+            lines[burnin.NCCL_PAIR] = _record(record, ctx, node, skipped, None)
+    wanted = programs(checks, level, node_obj.gpus or 1, node, peer)
+    if not begun:
         ctx.repo.append_event(
             record.id,
-            action=CHECK_STARTED,
+            action=STARTED,
             actor=ctx.actor,
             detail={
-                "check": check,
                 "node": node,
-                "programs": [" ".join(a) for a in argvs.values()],
+                "job": name,
+                "checks": list(checks.enabled()),
+                "programs": [shlex.join(p.argv) for p in wanted],
+                "peer": peer,
             },
         )
-        started_at = ctx.clock.now()
+        began_at = ctx.clock.now()
     else:
-        started_at = begun[check].at
-    runs: dict[str, JobRun] = {}
-    blocked = ""
-    for program, argv in argvs.items():
-        name = job_name(STEP, str(record.id), round_of(record), f"{check}-{program}")
-        job = render_job(
-            ctx.jobs, name=name, node=node, step=STEP, remediation=str(record.id), command=argv
-        )
-        runs[program], why = _follow(ctx, run_job(ctx.kube, ctx.jobs, job))
-        blocked = blocked or why
+        began_at = begun[0].at
+    job = render_job(
+        ctx.jobs,
+        name=name,
+        node=node,
+        step=STEP,
+        remediation=str(record.id),
+        command=checkjob.command(wanted),
+    )
+    run, blocked = _follow(ctx, run_job(ctx.kube, ctx.jobs, job))
     if blocked:
         return Held(
             f"validation Job cannot run on {node}: {blocked}",
-            {"node": node, "check": check, "unschedulable": blocked},
+            {"node": node, "job": name, "unschedulable": blocked},
         )
-    running = sorted(p for p, r in runs.items() if r.state is JobState.RUNNING)
-    if running:
-        return Waiting(
-            f"validating {node}: {check} running ({', '.join(running)})",
-            ctx.repair_poll,
-            {"node": node, "check": check},
+    pending = [c for c in checks.enabled() if c not in lines]
+    if run.state is JobState.RUNNING:
+        waited = (ctx.clock.now() - began_at).total_seconds()
+        if waited <= timeout:
+            return Waiting(
+                f"validating {node}: {', '.join(pending)} running in {name}",
+                ctx.repair_poll,
+                {"node": node, "job": name, "checks": pending},
+            )
+        late = f"the validation Job {name} did not finish within {timeout:.0f}s"
+        for c in pending:
+            lines[c] = _record(record, ctx, node, Verdict(c, False, f"{c}: {late}"), None)
+        return lines
+    found = checkjob.sections(run.log)
+    for check in pending:
+        mine = [p for p in wanted if p.check == check]
+        verdict = _verdict(
+            record, ctx, check, checks, node_obj, level, mine, found, run, lines, peer
         )
-    verdict = _verdict(record, ctx, check, checks, node_obj, level, runs, verdicts)
-    seconds = (ctx.clock.now() - started_at).total_seconds()
-    return _record(record, ctx, node, verdict, seconds)
+        lines[check] = _record(record, ctx, node, verdict, checkjob.check_seconds(found, check))
+    return lines
 
 
 def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
@@ -221,6 +260,17 @@ def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
     return run, ""
 
 
+def missing_verdict(check: str, absent: Sequence[Program], log: str) -> Verdict:
+    """A check whose sections the Job's log does not hold: failed, with what the log ends with."""
+    names = ", ".join(shlex.join(p.argv[:1]) for p in absent)
+    return Verdict(
+        check,
+        False,
+        f"{check}: the validation Job's log has no complete output of {names}",
+        {"programs": [shlex.join(p.argv) for p in absent], "raw_tail": tail(log, 1000)},
+    )
+
+
 def _verdict(
     record: RemediationRecord,
     ctx: StepContext,
@@ -228,17 +278,33 @@ def _verdict(
     checks: Checks,
     node: Node,
     level: int,
-    runs: Mapping[str, JobRun],
-    verdicts: list[Mapping[str, Any]],
+    mine: Sequence[Program],
+    found: Mapping[tuple[str, str], Section],
+    run: JobRun,
+    verdicts: Mapping[str, Mapping[str, Any]],
+    peer: str | None,
 ) -> Verdict:
+    absent = [p for p in mine if (check, p.name) not in found]
+    if absent:
+        return missing_verdict(check, absent, run.log)
+    out = {p.name: found[(check, p.name)] for p in mine}
     if check == burnin.DCGM:
-        run = runs["diag"]
-        return burnin.dcgm_verdict(run.log, level, run.exit_code)
+        return burnin.dcgm_verdict(out["diag"].output, level, out["diag"].exit_code)
     if check == burnin.NCCL:
         return burnin.nccl_verdict(
-            runs["allreduce"].log, _gpu_model(node, verdicts), checks.busbw_floor
+            out["allreduce"].output, _gpu_model(node, verdicts), checks.busbw_floor
         )
-    read = burnin.read_inventory({p: r.log for p, r in runs.items()})
+    if check == burnin.NCCL_PAIR and peer is not None:
+        return burnin.nccl_pair_verdict(
+            out["allreduce"].output,
+            _gpu_model(node, verdicts),
+            checks.pair_busbw_floor,
+            node.name,
+            peer,
+        )
+    if check == burnin.NCCL_PAIR:
+        return burnin.no_peer_verdict(record.pool)
+    read = burnin.read_inventory({name: s.output for name, s in out.items()})
     if isinstance(read, Verdict):
         return read
     return burnin.inventory_verdict(read, _baseline(record, ctx, checks))
@@ -256,8 +322,12 @@ def _baseline(
 
 
 def _record(
-    record: RemediationRecord, ctx: StepContext, node: str, verdict: Verdict, seconds: float
+    record: RemediationRecord,
+    ctx: StepContext,
+    node: str,
+    verdict: Verdict,
+    seconds: float | None,
 ) -> Mapping[str, Any]:
-    line = {**verdict.to_json(), "node": node, "seconds": round(seconds, 3)}
+    line = {**verdict.to_json(), "node": node, "seconds": seconds}
     ctx.repo.append_event(record.id, action=CHECK_DONE, actor=ctx.actor, detail=line)
     return line

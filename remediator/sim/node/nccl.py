@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from remediator.sim.node.hardware import Profile
+from remediator.sim.node.hardware import IB_RATE, Profile
 
 NCCL_TESTS_VERSION = "2.19.6"
 NCCL_VERSION_CODE = 22703  # NCCL 2.27.3
@@ -25,6 +25,7 @@ LATENCY_US = 14.0  # a small all-reduce inside one NVLink domain
 LOCAL_BANDWIDTH = 1500.0  # GB/s: one GPU "reducing" with itself is a device copy
 EXIT_INVALID_USAGE = 6  # testInvalidUsage
 EXIT_NOT_IMPLEMENTED = 5  # testNotImplemented: more GPUs asked for than the node has
+IB_EFFICIENCY = 0.92  # what of the rails' line rate an all-reduce across nodes reaches
 
 
 class UsageError(ValueError):
@@ -159,16 +160,9 @@ class Result:
     output: str
 
 
-def run(argv: Sequence[str], profile: Profile, present: Sequence[int], host: str) -> Result:
-    """`present`: the indices of the GPUs the node still shows (CUDA numbers them 0..n-1)."""
-    try:
-        opts = parse_options(argv[1:])
-    except UsageError as exc:
-        return Result(EXIT_INVALID_USAGE, f"{exc}\n")
-    rng = random.Random(zlib.crc32(f"{profile.node}/{profile.uid}".encode()))
-    pid = rng.randint(2000, 99999)
+def _header(opts: Options) -> list[str]:
     step = f"{opts.step_factor}(factor)" if opts.step_factor > 1 else f"{opts.step_bytes}(bytes)"
-    out = [
+    return [
         f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_VERSION_CODE} "
         f"nccl-library={NCCL_VERSION_CODE}",
         f"# Collective test starting: {PROGRAM}",
@@ -178,23 +172,21 @@ def run(argv: Sequence[str], profile: Profile, present: Sequence[int], host: str
         "#",
         "# Using devices",
     ]
-    ranks = opts.threads * opts.gpus
-    if ranks > len(present):
-        text = "\n".join(out) + "\n"
-        text += (
-            f"Invalid number of GPUs: {ranks} requested but only {len(present)} were found.\n"
-            "Please check the number of processes and GPUs per process.\n"
-            f" .. {host} pid {pid}: Test failure common.cu:1450\n"
-        )
-        return Result(EXIT_NOT_IMPLEMENTED, text)
-    for rank in range(ranks):
-        pci_bus = int(profile.gpu(present[rank]).pci_bus_id.split(":")[1], 16)
-        out.append(
-            f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10} device {rank:2d} "
-            f"[{0:04x}:{pci_bus:02x}:{0:02x}] {profile.model}"
-        )
+
+
+def _rank_line(rank: int, pid: int, host: str, device: int, profile: Profile, gpu: int) -> str:
+    pci_bus = int(profile.gpu(gpu).pci_bus_id.split(":")[1], 16)
+    return (
+        f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10} device {device:2d} "
+        f"[{0:04x}:{pci_bus:02x}:{0:02x}] {profile.model}"
+    )
+
+
+def _table(opts: Options, ranks: int, peak_bus: float, rng: random.Random) -> list[str]:
+    """The result table and summary, for `ranks` ranks whose large-message bus bandwidth
+    approaches `peak_bus`."""
     columns = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s "
-    out += [
+    out = [
         "#",
         "#" + " " * 54 + "           out-of-place                       in-place          ",
         columns
@@ -202,7 +194,6 @@ def run(argv: Sequence[str], profile: Profile, present: Sequence[int], host: str
         columns % ("(B)", "(elements)", "", "", "", *("(us)", "(GB/s)", "(GB/s)", "") * 2),
     ]
     factor = bus_factor(ranks)
-    peak_bus = profile.nvlink_busbw
     peak_alg = peak_bus / factor if factor > 0 else LOCAL_BANDWIDTH
     total, count = 0.0, 0
     for size in sizes(opts):
@@ -218,7 +209,8 @@ def run(argv: Sequence[str], profile: Profile, present: Sequence[int], host: str
             row += f"  {float_str(time_us, 7)}  {float_str(alg, 6)}  {float_str(bus, 6)}  {0:6g}"
         out.append(row)
     average = total / count if count else 0.0
-    out += [
+    return [
+        *out,
         f"# {'Out of bounds values':<20} : 0 OK",
         f"# {'Avg bus bandwidth':<20} : {average:g} ",
         "#",
@@ -226,4 +218,74 @@ def run(argv: Sequence[str], profile: Profile, present: Sequence[int], host: str
         "#",
         "",
     ]
+
+
+def run(argv: Sequence[str], profile: Profile, present: Sequence[int], host: str) -> Result:
+    """`present`: the indices of the GPUs the node still shows (CUDA numbers them 0..n-1)."""
+    try:
+        opts = parse_options(argv[1:])
+    except UsageError as exc:
+        return Result(EXIT_INVALID_USAGE, f"{exc}\n")
+    rng = random.Random(zlib.crc32(f"{profile.node}/{profile.uid}".encode()))
+    pid = rng.randint(2000, 99999)
+    out = _header(opts)
+    ranks = opts.threads * opts.gpus
+    if ranks > len(present):
+        text = "\n".join(out) + "\n"
+        text += (
+            f"Invalid number of GPUs: {ranks} requested but only {len(present)} were found.\n"
+            "Please check the number of processes and GPUs per process.\n"
+            f" .. {host} pid {pid}: Test failure common.cu:1450\n"
+        )
+        return Result(EXIT_NOT_IMPLEMENTED, text)
+    out += [_rank_line(r, pid, host, r, profile, present[r]) for r in range(ranks)]
+    out += _table(opts, ranks, profile.nvlink_busbw, rng)
+    return Result(0, "\n".join(out) + "\n")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One node of a multi-node run: its name, machine, the GPUs it still shows and its
+    InfiniBand ports that are up."""
+
+    name: str
+    profile: Profile
+    present: Sequence[int]
+    ib_up: int
+
+
+def network_busbw(host: Host) -> float:
+    """GB/s a node's rails carry for an all-reduce that spans nodes: each up port at its rate,
+    less protocol overhead."""
+    return host.ib_up * IB_RATE / 8 * IB_EFFICIENCY
+
+
+def run_multi(argv: Sequence[str], hosts: Sequence[tuple[Host, int]]) -> Result:
+    """`all_reduce_perf` under MPI: (host, slots) processes per node, each rank on its own
+    GPU (`-g 1`, nccl-tests' multi-node form); rank 0 prints the one table, whose bus bandwidth
+    the slowest node's fabric bounds — its NVLink, or its rails between nodes."""
+    try:
+        opts = parse_options(argv[1:])
+    except UsageError as exc:
+        return Result(EXIT_INVALID_USAGE, f"{exc}\n")
+    seed = "/".join(f"{h.profile.node}/{h.profile.uid}" for h, _ in hosts)
+    rng = random.Random(zlib.crc32(seed.encode()))
+    out = _header(opts)
+    rank = 0
+    for host, slots in hosts:
+        if slots * opts.gpus > len(host.present):
+            text = "\n".join(out) + "\n"
+            text += (
+                f"{host.name}: Test CUDA failure common.cu:1012 'invalid device ordinal'\n"
+                f" .. {host.name} pid {rng.randint(2000, 99999)}: Test failure common.cu:1450\n"
+            )
+            return Result(1, text)
+        for local in range(slots * opts.gpus):
+            pid = rng.randint(2000, 99999)
+            out.append(_rank_line(rank, pid, host.name, local, host.profile, host.present[local]))
+            rank += 1
+    peak = min(min(h.profile.nvlink_busbw, network_busbw(h)) for h, _ in hosts)
+    if len(hosts) == 1:
+        peak = hosts[0][0].profile.nvlink_busbw
+    out += _table(opts, rank, peak, rng)
     return Result(0, "\n".join(out) + "\n")

@@ -24,8 +24,9 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from remediator.clock import Clock, SystemClock
 from remediator.sim.kube.controllers.context import ProgramRun
-from remediator.sim.node import ibstat, nccl, smi, smi_query
+from remediator.sim.node import ibstat, nccl, shell, smi, smi_query
 from remediator.sim.node.hardware import DRIVER_VERSION, Profile, pci_bus_id
 from remediator.sim.telemetry.exporters import Inventory
 
@@ -82,13 +83,18 @@ class NodeRepairs(Protocol):
         ...
 
 
-def container_command(pod: Mapping[str, Any]) -> list[str]:
-    """The first container's command and args as one argv (a `sh -c` script is split too)."""
+def raw_command(pod: Mapping[str, Any]) -> list[str]:
+    """The first container's command and args, as the runtime would exec them."""
     containers = (pod.get("spec") or {}).get("containers") or []
     if not containers:
         return []
     first = containers[0]
-    argv = [str(a) for a in (first.get("command") or []) + (first.get("args") or [])]
+    return [str(a) for a in (first.get("command") or []) + (first.get("args") or [])]
+
+
+def container_command(pod: Mapping[str, Any]) -> list[str]:
+    """The first container's command and args as one argv (a `sh -c` script is split too)."""
+    argv = raw_command(pod)
     if len(argv) >= 3 and argv[0].endswith("sh") and argv[1] == "-c":
         try:
             return shlex.split(argv[2])
@@ -149,28 +155,37 @@ def diag_report(
 
 class HostPrograms:
     """`time_scale` multiplies every program's run time: 1 keeps the times above (the demo's),
-    a test that is not about how long checks take runs them faster."""
+    a test that is not about how long checks take runs them faster. A `sh -c` script of several
+    statements runs its programs one after another (sim/node/shell.py), its `date` read from
+    `clock` at the container's start plus the programs' run time so far."""
 
     def __init__(
         self,
         repairs: NodeRepairs,
         fabric: Callable[[str], TrayFabric | None] | None = None,
         time_scale: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError("time_scale must be positive")
         self._repairs = repairs
         self._fabric = fabric  # an NVL72 tray's view of its rack's fabric (sim/rack/fabric.py)
         self._time_scale = time_scale
+        self._clock = clock or SystemClock()
 
     def run(self, pod: Mapping[str, Any], node: str) -> ProgramRun | None:
-        found = self._run(pod, node)
+        raw = raw_command(pod)
+        if shell.is_script(raw):
+            return shell.run(raw[2], lambda argv: self._scaled(argv, node), self._clock.now())
+        return self._scaled(container_command(pod), node)
+
+    def _scaled(self, argv: Sequence[str], node: str) -> ProgramRun | None:
+        found = self._run(argv, node)
         if found is None or self._time_scale == 1.0:
             return found
         return dataclasses.replace(found, seconds=found.seconds * self._time_scale)
 
-    def _run(self, pod: Mapping[str, Any], node: str) -> ProgramRun | None:
-        argv = container_command(pod)
+    def _run(self, argv: Sequence[str], node: str) -> ProgramRun | None:
         words = [a.rsplit("/", 1)[-1] for a in argv]
         if "nvidia-smi" in words and any(a in ("--gpu-reset", "-r") for a in argv):
             return self._reset(argv, node)
@@ -185,6 +200,8 @@ class HostPrograms:
             return self._smi(argv[words.index("nvidia-smi") :], node)
         if "systemctl" in words and "is-active" in argv and FM_UNIT in argv:
             return self._fabric_manager(node)
+        if "mpirun" in words and "all_reduce_perf" in words:
+            return self._mpi_all_reduce(argv, words, node)
         if "all_reduce_perf" in words:
             return self._all_reduce(argv[words.index("all_reduce_perf") :], node)
         if "ibstat" in words:
@@ -235,6 +252,37 @@ class HostPrograms:
     def _all_reduce(self, argv: Sequence[str], node: str) -> ProgramRun:
         inventory = self._repairs.inventory(node)
         result = nccl.run(argv, inventory.profile, self._present(inventory), node)
+        return ProgramRun(result.exit_code, result.output, ALL_REDUCE_SECONDS)
+
+    def _mpi_all_reduce(self, argv: Sequence[str], words: Sequence[str], node: str) -> ProgramRun:
+        """`mpirun -np N -H a:S,b:S all_reduce_perf ...` launched from `node`: every host
+        must be a node the cluster has (mpirun's ssh to it fails otherwise); the ranks must
+        fill the slots."""
+        program = words.index("all_reduce_perf")
+        launch = argv[:program]
+        raw_hosts = _option(launch, "-H", "--host", "-host") or f"{node}:1"
+        hosts: list[tuple[nccl.Host, int]] = []
+        for entry in raw_hosts.split(","):
+            name, _, slots = entry.partition(":")
+            try:
+                inventory = self._repairs.inventory(name)
+            except LookupError:  # no such node (the telemetry's UnknownNode)
+                text = (
+                    f"ssh: Could not resolve hostname {name}: Name or service not known\n"
+                    "ORTE was unable to reliably start one or more daemons.\n"
+                )
+                return ProgramRun(1, text, SMI_SECONDS)
+            up = sum(1 for p in inventory.profile.ib_ports if p.device not in inventory.down_ports)
+            host = nccl.Host(name, inventory.profile, self._present(inventory), up)
+            hosts.append((host, int(slots) if slots.isdigit() else 1))
+        np_raw = _option(launch, "-np", "-n", "--np")
+        if np_raw is not None and np_raw.isdigit() and int(np_raw) != sum(s for _, s in hosts):
+            text = (
+                f"There are not enough slots available in the system to satisfy the {np_raw}\n"
+                "slots that were requested by the application.\n"
+            )
+            return ProgramRun(1, text, SMI_SECONDS)
+        result = nccl.run_multi(argv[program:], hosts)
         return ProgramRun(result.exit_code, result.output, ALL_REDUCE_SECONDS)
 
     def _ibstat(self, argv: Sequence[str], node: str) -> ProgramRun:

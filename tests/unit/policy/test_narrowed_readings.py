@@ -29,6 +29,7 @@ from remediator.policy.scenario import (
     run_scenario,
 )
 from remediator.policy.schema import GlobalSettings, Policy
+from remediator.remediation.walk import walk
 from remediator.signals.interest import ReadingFilter
 from remediator.signals.model import Signal, SignalKind
 from tests.unit.policy.builders import at, policy
@@ -189,7 +190,7 @@ SCENARIO_FILES = sorted((POLICIES_DIR / "tests").glob("*.yaml"))
 def test_every_shipped_scenario_decides_the_same_on_narrowed_readings(path: Path) -> None:
     policy_set = load_policy_dir(POLICIES_DIR)
     for scenario in load_scenarios(path):
-        whole = run_scenario(scenario, policy_set)
-        narrowed = run_scenario(narrowed_scenario(scenario, policy_set), policy_set)
+        whole = run_scenario(scenario, policy_set, walk)
+        narrowed = run_scenario(narrowed_scenario(scenario, policy_set), policy_set, walk)
         assert [o.actual for o in narrowed] == [o.actual for o in whole], scenario.name
         assert all(o.passed for o in narrowed), [o.line() for o in narrowed if not o.passed]

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from remediator.policy.ladder import LadderStep
 from remediator.policy.loader import load_policy_dir
 from remediator.policy.scenario import Scenario, TimelineEntry, run_scenario
 
@@ -82,3 +84,51 @@ def test_settings_override_and_history(tmp_path: Path) -> None:
         (True, "none"),
         (True, "lost (admitted)"),
     ]
+
+
+def walked(**expect: object) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "walk",
+            "fleet": [{"name": "n1", "pool": "p"}],
+            "timeline": [{"at": "0s", "signals": [{"node": "n1", "kind": "xid", "code": 79}]}],
+            "expect": [{"at": "0s", "node": "n1", "policy": "lost", **expect}],
+        }
+    )
+
+
+def fake_walk(
+    ladder: Sequence[LadderStep], fail: Collection[str], validations: Sequence[Collection[str]]
+) -> list[str]:
+    """Stands in for the planner's walk (remediation/walk.py): what it was given, as a path."""
+    assert [s.action for s in ladder] == ["cordon", "replace"]
+    return ["quarantined", f"fail={sorted(fail)}", f"validations={list(validations)}", "held"]
+
+
+def test_an_expectation_follows_the_remediation_with_the_steps_it_states(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(POLICY)
+    policy_set = load_policy_dir(tmp_path)
+    steps = {"fail": ["reboot"], "validation": [{"fails": ["nccl"]}, {}]}
+    want = ["quarantined", "fail=['reboot']", "validations=[frozenset({'nccl'}), frozenset()]"]
+    (ok,) = run_scenario(walked(steps=steps, path=[*want, "held"]), policy_set, fake_walk)
+    assert ok.passed, ok.line()
+    (wrong,) = run_scenario(walked(steps=steps, ends="succeeded"), policy_set, fake_walk)
+    assert not wrong.passed and "got lost (admitted) path quarantined" in wrong.line()
+    (unwalked,) = run_scenario(walked(ends="held"), policy_set)
+    assert not unwalked.passed and "no walk" in unwalked.line()
+
+
+@pytest.mark.parametrize(
+    ("expect", "words"),
+    [
+        ({"steps": {"validation": [{"fails": ["nccl"]}]}}, "steps needs path or ends"),
+        ({"steps": {"validation": [{"fails": ["speed"]}]}, "ends": "held"}, "fails"),
+        ({"steps": {"fail": ["pray"]}, "ends": "held"}, "fail"),
+        ({"ends": "done"}, "ends"),
+    ],
+)
+def test_a_walk_expectation_that_cannot_be_checked_is_refused(
+    expect: dict[str, object], words: str
+) -> None:
+    with pytest.raises(ValidationError, match=words):
+        walked(**expect)

@@ -47,7 +47,20 @@ def test_a_good_validate_step_loads_with_its_checks(tmp_path: Path) -> None:
         "nccl": True,
         "busbw_floor": {"NVIDIA H100 80GB HBM3": 400.0},
         "max_replacements": 1,
+        "nccl_pair": False,
+        "pair_busbw_floor": {},
     }
+
+
+def test_the_two_node_check_is_off_by_default_and_turned_on_with_its_floor(
+    tmp_path: Path,
+) -> None:
+    pair = '        nccl_pair: true\n        pair_busbw_floor: {"NVIDIA H100 80GB HBM3": 350}\n'
+    (tmp_path / "a.yaml").write_text(HEAD + FLOOR + pair)
+    (step,) = [s for s in load_policy_dir(tmp_path).policies[0].actions if s.action == "validate"]
+    checks = step.checks()  # type: ignore[union-attr]
+    assert checks["nccl_pair"] is True
+    assert checks["pair_busbw_floor"] == {"NVIDIA H100 80GB HBM3": 350.0}
 
 
 @pytest.mark.parametrize(
@@ -60,6 +73,15 @@ def test_a_good_validate_step_loads_with_its_checks(tmp_path: Path) -> None:
         (FLOOR + "        pins: {driver: latest}\n", 12, "pins.driver"),
         (FLOOR + "        pins: {nvlink: fast}\n", 12, "pins.nvlink"),
         (FLOOR + "        two_node: true\n", 12, "two_node"),
+        (FLOOR + "        nccl_pair: true\n", 10, "nccl_pair needs pair_busbw_floor"),
+        (FLOOR + "        nccl_pair: maybe\n", 12, "nccl_pair"),
+        (FLOOR + '        pair_busbw_floor: {"NVIDIA H100 80GB HBM3": 350}\n', 10, "only with"),
+        (
+            FLOOR
+            + '        nccl_pair: true\n        pair_busbw_floor: {"NVIDIA H100 80GB HBM3": -1}\n',
+            13,
+            "pair_busbw_floor",
+        ),
     ],
 )
 def test_each_bad_field_is_a_file_line_problem(

@@ -350,3 +350,56 @@ def test_the_time_scale_shortens_a_programs_run_and_nothing_else(
 def test_the_time_scale_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         HostPrograms(HealthyNode(), time_scale=0)
+
+
+class TwoNodes(HealthyNode):
+    """Two healthy 8-GPU nodes; `h100-train-1` has `down` IB ports."""
+
+    def __init__(self, down: frozenset[str] = frozenset()) -> None:
+        self._down = down
+
+    def inventory(self, node: str) -> Inventory:
+        if node not in ("h100-train-0", "h100-train-1"):
+            raise LookupError(node)
+        down = self._down if node == "h100-train-1" else frozenset()
+        return Inventory(build_profile(node, f"uid-{node}", 0, H100, 8), frozenset(), down)
+
+
+MPI = (
+    *("mpirun", "--allow-run-as-root", "-np", "16", "-H", "h100-train-0:8,h100-train-1:8"),
+    *("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+)
+
+
+def test_mpirun_runs_all_reduce_across_two_nodes_in_the_multi_node_layout() -> None:
+    run = HostPrograms(TwoNodes()).run(job(*MPI), "h100-train-0")
+    assert run is not None and run.exit_code == 0
+    found = read_nccl(run.output)
+    devices = found["devices"]
+    assert isinstance(devices, list) and len(devices) == 16
+    assert [d[0] for d in devices] == list(range(16))
+    assert {d[1] for d in devices[:8]} == {"h100-train-0"}
+    assert {d[1] for d in devices[8:]} == {"h100-train-1"}
+    locals_ = re.findall(r"on +h100-train-1 device +(\d+) ", run.output)
+    assert locals_ == [str(i) for i in range(8)]  # device numbers restart on each node
+    assert "nThread 1 nGpus 1 " in run.output
+    rows = found["rows"]
+    assert isinstance(rows, list)
+    peak = min(rows[-1]["oop_busbw"], rows[-1]["ip_busbw"])
+    rails = nccl.network_busbw(nccl.Host("x", profile(), ALL, 8))
+    assert rails * 0.9 < peak <= rails
+
+
+def test_a_down_rail_on_the_peer_slows_the_pair_and_an_unknown_host_fails() -> None:
+    ok = HostPrograms(TwoNodes()).run(job(*MPI), "h100-train-0")
+    assert ok is not None
+    healthy = read_nccl(ok.output)
+    slowed = HostPrograms(TwoNodes(frozenset({"mlx5_3", "mlx5_5"}))).run(job(*MPI), "h100-train-0")
+    assert slowed is not None
+    rows_ok, rows_slow = healthy["rows"], read_nccl(slowed.output)["rows"]
+    assert isinstance(rows_ok, list) and isinstance(rows_slow, list)
+    assert rows_slow[-1]["oop_busbw"] < rows_ok[-1]["oop_busbw"] * 0.8
+    gone = [a.replace("h100-train-1:8", "h100-train-9:8") for a in MPI]
+    missing = HostPrograms(TwoNodes()).run(job(*gone), "h100-train-0")
+    assert missing is not None and missing.exit_code == 1
+    assert "Could not resolve hostname h100-train-9" in missing.output
