@@ -1,6 +1,11 @@
 """Run every benchmark under bench/ (or the ones named) and let each print its table.
 
-Usage: python -m bench [NAME ...]   e.g. python -m bench sim_scale
+Usage: python -m bench [NAME ...] [-- ARGS]   e.g. python -m bench sim_scale
+       python -m bench scale_10k --db sqlite   (one bench: what follows its name is its own)
+
+Options after a single bench's name are that bench's (they used to be taken for more bench
+names, so `python -m bench scale_10k --db sqlite` ran the bench at its defaults and then failed
+on benches called `--db` and `sqlite`); with several names, `--` starts the options they all get.
 """
 
 from __future__ import annotations
@@ -10,13 +15,26 @@ import subprocess
 import sys
 
 
+def split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(bench names, options passed to each)."""
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    first_option = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    return argv[:first_option], argv[first_option:]
+
+
 def main(argv: list[str]) -> int:
     here = pathlib.Path(__file__).parent
-    names = argv or sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_"))
+    names, options = split(argv)
+    if options and len(names) != 1 and "--" not in argv:
+        print("options follow one bench's name, or `--` for several", file=sys.stderr)
+        return 2
+    names = names or sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_"))
     failed = []
     for name in names:
         print(f"\n=== bench/{name}.py ===", flush=True)
-        rc = subprocess.call([sys.executable, "-m", f"bench.{name}"], cwd=here.parent)
+        rc = subprocess.call([sys.executable, "-m", f"bench.{name}", *options], cwd=here.parent)
         if rc != 0:
             failed.append(name)
     if failed:
