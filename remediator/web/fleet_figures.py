@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel
 
 from remediator.store.fleet import breaker_trips
-from remediator.store.fleet_rollups import FleetRollups, Key, Tally
+from remediator.store.fleet_rollups import Figures, FleetRollups
 from remediator.web import charts, pages
 from remediator.web.access import Reader
 from remediator.web.auth import Principal
@@ -88,12 +88,7 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
-def group_figures(
-    tallies: Mapping[Key, Tally], trips: Mapping[str, int], now: datetime
-) -> list[FigureOut]:
-    groups: dict[tuple[str, str, str], Tally] = {}
-    for (cluster, _, pool, model), found in tallies.items():
-        groups.setdefault((cluster, pool, model), Tally()).merge(found)
+def group_figures(figures: Figures, trips: Mapping[str, int], now: datetime) -> list[FigureOut]:
     return [
         FigureOut(
             cluster=cluster,
@@ -109,15 +104,15 @@ def group_figures(
             disrupted_workload_gpu_hours=round(g.disrupted(now), 3),
             breaker_trips=trips.get(cluster, 0),
         )
-        for (cluster, pool, model), g in sorted(groups.items())
+        for (cluster, pool, model), g in sorted(figures.groups.items())
     ]
 
 
-def daily(tallies: Mapping[Key, Tally]) -> list[DayOut]:
-    counts: dict[tuple[date, str], int] = {}
-    for (cluster, day, _, _), found in tallies.items():
-        counts[(day, cluster)] = counts.get((day, cluster), 0) + found.faults
-    return [DayOut(day=d, cluster=c, faults=n) for (d, c), n in sorted(counts.items())]
+def daily(figures: Figures) -> list[DayOut]:
+    return [
+        DayOut(day=d, cluster=c, faults=n)
+        for (c, d), n in sorted(figures.daily.items(), key=lambda item: (item[0][1], item[0][0]))
+    ]
 
 
 def to_csv(rows: Sequence[FigureOut]) -> str:
@@ -131,6 +126,7 @@ def to_csv(rows: Sequence[FigureOut]) -> str:
 
 def make_figures_router(fleet: Fleet) -> APIRouter:
     router = APIRouter()
+    rollups = FleetRollups(fleet.queries.session_factory)
 
     def compute(principal: Principal, clusters: list[str] | None, days: int) -> FleetFiguresOut:
         queries = fleet.queries
@@ -145,13 +141,13 @@ def make_figures_router(fleet: Fleet) -> APIRouter:
             names = list(known)
         now = fleet.clock.now()
         start = datetime.combine(now.date() - timedelta(days=days - 1), time.min, UTC)
-        tallies = FleetRollups(queries.session_factory).tallies(names, start.date(), now)
+        figures = rollups.figures(names, start.date(), now)
         trips = breaker_trips(queries.session_factory, names, start)
         return FleetFiguresOut(
             since=start,
             until=now,
-            rows=group_figures(tallies, trips, now),
-            daily=daily(tallies),
+            rows=group_figures(figures, trips, now),
+            daily=daily(figures),
         )
 
     @router.get("/api/v1/fleet/figures", tags=["fleet"])
