@@ -151,108 +151,91 @@ class FleetRollups:
         """Every group of these clusters detected from `first_day` to now: the days' rollups,
         plus afresh what they do not cover (their pending remediations, and those detected
         after their cover or on a day never summed); the covers moved on for the next read."""
-        result = Figures()
         if not names:
-            return result
-        today = now.astimezone(UTC).date()
-        days = [first_day + timedelta(days=n) for n in range((today - first_day).days + 1)]
-        covers = self._covers(names, first_day, today)
-        # From when each cluster's day is read afresh: all of it when never summed.
-        fresh_from: dict[tuple[str, date], datetime] = {}
-        for cluster in names:
-            for day in days:
-                cover = covers.get((cluster, day))
-                if cover is None or cover.until < _end(day):
-                    fresh_from[(cluster, day)] = cover.until if cover else _start(day)
-        self._summed(result, names, first_day, today)
+            return Figures()
+        read = self._read(names, first_day, now)
         fresh: list[FaultRow] = []
-        if fresh_from:
-            clusters = sorted({c for c, _ in fresh_from})
-            since = min(fresh_from.values())
+        if read.fresh_from:
+            clusters = sorted({c for c, _ in read.fresh_from})
+            since = min(read.fresh_from.values())
             fresh = [
                 row
                 for row in fault_rows(
                     self.session_factory, clusters, since, now + timedelta(seconds=1)
                 )
-                if (at := fresh_from.get((row.cluster, row.day))) is not None
+                if (at := read.fresh_from.get((row.cluster, row.day))) is not None
                 and row.created_at >= at
             ]
         pending = fault_rows_of(
-            self.session_factory, [rid for cover in covers.values() for rid in cover.pending]
+            self.session_factory,
+            [rid for cover in read.covers.values() for rid in cover.pending],
         )
         rows = [*fresh, *pending]
         spans = self._spans_of([row.id for row in rows])
-        self._extend(covers, fresh_from, rows, spans, now)
+        self._extend(read, rows, spans, now)
         for key, found in tally(rows, spans).items():
-            result.add(key, found)
-        return result
+            read.figures.add(key, found)
+        return read.figures
 
-    def _covers(
-        self, names: Collection[str], first_day: date, today: date
-    ) -> dict[tuple[str, date], Cover]:
+    def _read(self, names: Collection[str], first_day: date, now: datetime) -> _Read:
+        """The window's covers and, in the same snapshot (so they agree with the covers), its
+        rows added up by the database and the rows of the days whose cover moves now."""
+        today = now.astimezone(UTC).date()
+        days = [first_day + timedelta(days=n) for n in range((today - first_day).days + 1)]
+        r, d = FleetRollup, FleetRollupDay
+        window = (r.cluster.in_(list(names)), r.day >= first_day, r.day <= today)
+        covered = and_(d.cluster == r.cluster, d.day == r.day)
+        group = (r.cluster, r.pool, r.gpu_model)
+        figures = Figures()
+        repairs: dict[Group, list[bytes]] = {}
         with session_scope(self.session_factory) as session:
-            return {
+            if session.get_bind().dialect.name == "postgresql":
+                # SQLite's read transaction is a snapshot already.
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            covers = {
                 (cluster, day): Cover(until, tuple(pending))
                 for cluster, day, until, pending in session.execute(
-                    select(
-                        FleetRollupDay.cluster,
-                        FleetRollupDay.day,
-                        FleetRollupDay.covered_until,
-                        FleetRollupDay.pending,
-                    ).where(
-                        FleetRollupDay.cluster.in_(list(names)),
-                        FleetRollupDay.day >= first_day,
-                        FleetRollupDay.day <= today,
+                    select(d.cluster, d.day, d.covered_until, d.pending).where(
+                        d.cluster.in_(list(names)), d.day >= first_day, d.day <= today
                     )
                 )
             }
-
-    def _summed(self, into: Figures, names: Collection[str], first_day: date, today: date) -> None:
-        """The stored rows of the window's summed days, added up by the database. Rows of a
-        day whose marker a retry dropped are stale until it is rebuilt: joined to the markers."""
-        r = FleetRollup
-        covered = and_(FleetRollupDay.cluster == r.cluster, FleetRollupDay.day == r.day)
-        window = (r.cluster.in_(list(names)), r.day >= first_day, r.day <= today)
-        group = (r.cluster, r.pool, r.gpu_model)
-        sums = select(
-            *group,
-            *(func.sum(column) for column in _sums(r)),
-        ).join(FleetRollupDay, covered)
-        repairs: dict[Group, list[bytes]] = {}
-        with session_scope(self.session_factory) as session:
+            fresh_from = _fresh_from(covers, names, days)
+            moving = _moving(covers, fresh_from, now)
+            # Rows of a day whose marker a retry dropped are stale until it is rebuilt: the
+            # rows are joined to their markers.
             for cluster, pool, model, *values in session.execute(
-                sums.where(*window).group_by(*group)
+                select(*group, *(func.sum(c) for c in _sums(r)))
+                .join(d, covered)
+                .where(*window)
+                .group_by(*group)
             ):
-                into.groups[(cluster, pool, model)] = _tally_of(values, [])
+                figures.groups[(cluster, pool, model)] = _tally_of(values, [])
             for cluster, day, faults in session.execute(
                 select(r.cluster, r.day, func.sum(r.faults))
-                .join(FleetRollupDay, covered)
+                .join(d, covered)
                 .where(*window)
                 .group_by(r.cluster, r.day)
             ):
-                into.daily[(cluster, day)] = int(faults)
+                figures.daily[(cluster, day)] = int(faults)
             for cluster, pool, model, packed in session.execute(
                 select(*group, r.repair_seconds)
-                .join(FleetRollupDay, covered)
+                .join(d, covered)
                 .where(*window, func.length(r.repair_seconds) > 0)
             ):
                 repairs.setdefault((cluster, pool, model), []).append(packed)
-        for key, parts in repairs.items():
-            into.groups[key].repairs = _unpack(b"".join(parts))
-
-    def _stored(self, keys: Sequence[tuple[str, date]]) -> dict[Key, Tally]:
-        """The rows of these days, one per group: the base their covers move on from."""
-        r = FleetRollup
-        found: dict[Key, Tally] = {}
-        with session_scope(self.session_factory) as session:
-            for start in range(0, len(keys), 1000):
+            base: dict[Key, Tally] = {}
+            summed = [key for key in moving if key in covers]
+            for start in range(0, len(summed), 1000):
                 for cluster, day, pool, model, packed, *values in session.execute(
                     select(
                         r.cluster, r.day, r.pool, r.gpu_model, r.repair_seconds, *_sums(r)
-                    ).where(tuple_(r.cluster, r.day).in_(keys[start : start + 1000]))
+                    ).where(tuple_(r.cluster, r.day).in_(summed[start : start + 1000]))
                 ):
-                    found[(cluster, day, pool, model)] = _tally_of(values, _unpack(packed))
-        return found
+                    base[(cluster, day, pool, model)] = _tally_of(values, _unpack(packed))
+        for key, parts in repairs.items():
+            figures.groups[key].repairs = _unpack(b"".join(parts))
+        return _Read(covers, fresh_from, moving, figures, base)
 
     def _spans_of(self, ids: Sequence[int]) -> dict[int, QuarantineSpan]:
         """These remediations' spans, read again only for those whose timeline grew since the
@@ -285,29 +268,21 @@ class FleetRollups:
 
     def _extend(
         self,
-        covers: Mapping[tuple[str, date], Cover],
-        fresh_from: Mapping[tuple[str, date], datetime],
+        read: _Read,
         rows: list[FaultRow],
         spans: Mapping[int, QuarantineSpan],
         now: datetime,
     ) -> None:
-        """Move on the covers that can move: up to SKEW ago (a controller's clock may run that
-        far behind ours), by REFRESH at least, so a busy day is written every few minutes, not
-        on every read. A day's new rollup is its old one plus what finished since; what is
-        still open stays pending. Best effort: a console that cannot write (another reader
-        moved the day first, a read-only replica) serves what it computed."""
-        horizon = now - SKEW
-        moving: dict[tuple[str, date], datetime] = {}
-        for key, since in fresh_from.items():
-            until = min(_end(key[1]), horizon)
-            if until > _start(key[1]) and (key not in covers or until - since >= REFRESH):
-                moving[key] = until
-        if not moving:
+        """Move on the covers that can move: a day's new rollup is its old one plus what
+        finished since; what is still open stays pending. Best effort: a console that cannot
+        write (a read-only replica), or finds a marker it read gone or moved (a retry dropped
+        it, another console moved it first), serves what it computed and writes nothing."""
+        if not read.moving:
             return
-        pending: dict[tuple[str, date], list[int]] = {key: [] for key in moving}
-        groups = self._stored([key for key in moving if key in covers])
+        pending: dict[tuple[str, date], list[int]] = {key: [] for key in read.moving}
+        groups = dict(read.base)  # read for this write alone
         for row in rows:
-            cover = moving.get((row.cluster, row.day))
+            cover = read.moving.get((row.cluster, row.day))
             if cover is None or row.created_at >= cover:
                 continue
             if row.open:
@@ -315,30 +290,88 @@ class FleetRollups:
             else:
                 group = (row.cluster, row.day, row.pool, row.gpu_model)
                 groups.setdefault(group, Tally()).add(row, spans.get(row.id))
-        keys = list(moving)
+        keys = list(read.moving)
+        # Each marker as it was read: deleted only if still so, else the day moved under us.
+        was = [(c, d, read.covers[(c, d)].until) for c, d in keys if (c, d) in read.covers]
+        d = FleetRollupDay
         try:
             with session_scope(self.session_factory, write=True) as session:
-                for start in range(0, len(keys), 1000):
-                    chunk = keys[start : start + 1000]
-                    session.execute(
-                        delete(FleetRollup).where(
-                            tuple_(FleetRollup.cluster, FleetRollup.day).in_(chunk)
+                gone = 0
+                for start in range(0, len(was), 1000):
+                    result = session.execute(
+                        delete(d).where(
+                            tuple_(d.cluster, d.day, d.covered_until).in_(was[start : start + 1000])
                         )
                     )
+                    gone += getattr(result, "rowcount", 0)
+                if gone != len(was):
+                    raise _Moved(f"{len(was) - gone} of {len(was)} day(s) moved since read")
+                for start in range(0, len(keys), 1000):
                     session.execute(
-                        delete(FleetRollupDay).where(
-                            tuple_(FleetRollupDay.cluster, FleetRollupDay.day).in_(chunk)
+                        delete(FleetRollup).where(
+                            tuple_(FleetRollup.cluster, FleetRollup.day).in_(
+                                keys[start : start + 1000]
+                            )
                         )
                     )
                 session.add_all(
-                    FleetRollupDay(
-                        cluster=c, day=d, pending=ids, covered_until=moving[(c, d)], built_at=now
+                    d(
+                        cluster=c,
+                        day=day,
+                        pending=ids,
+                        covered_until=read.moving[(c, day)],
+                        built_at=now,
                     )
-                    for (c, d), ids in pending.items()
+                    for (c, day), ids in pending.items()
                 )
                 session.add_all(_row_of(key, found) for key, found in groups.items())
-        except SQLAlchemyError as error:
+        except (SQLAlchemyError, _Moved) as error:
             log.info("fleet figures: %d day(s) not rolled up this time: %s", len(keys), error)
+
+
+class _Moved(Exception):
+    """A day's marker changed between the read and the write: its rollup is left as it is."""
+
+
+@dataclass
+class _Read:
+    """What one snapshot of the rollups says about a window."""
+
+    covers: dict[tuple[str, date], Cover]
+    fresh_from: dict[tuple[str, date], datetime]  # each day not summed whole: from when
+    moving: dict[tuple[str, date], datetime]  # the days whose cover moves now: to when
+    figures: Figures  # the summed rows added up
+    base: dict[Key, Tally]  # the rows of the moving days that were summed in part
+
+
+def _fresh_from(
+    covers: Mapping[tuple[str, date], Cover], names: Collection[str], days: Sequence[date]
+) -> dict[tuple[str, date], datetime]:
+    """From when each cluster's day is read afresh: all of it when never summed."""
+    found: dict[tuple[str, date], datetime] = {}
+    for cluster in names:
+        for day in days:
+            cover = covers.get((cluster, day))
+            if cover is None or cover.until < _end(day):
+                found[(cluster, day)] = cover.until if cover else _start(day)
+    return found
+
+
+def _moving(
+    covers: Mapping[tuple[str, date], Cover],
+    fresh_from: Mapping[tuple[str, date], datetime],
+    now: datetime,
+) -> dict[tuple[str, date], datetime]:
+    """The covers that move on now, and to when: up to SKEW ago (a controller's clock may run
+    that far behind ours), by REFRESH at least, so a busy day is written every few minutes,
+    not on every read."""
+    horizon = now - SKEW
+    moving: dict[tuple[str, date], datetime] = {}
+    for key, since in fresh_from.items():
+        until = min(_end(key[1]), horizon)
+        if until > _start(key[1]) and (key not in covers or until - since >= REFRESH):
+            moving[key] = until
+    return moving
 
 
 ID_CHUNK = 10_000  # ids per statement: well under PostgreSQL's 65,535 parameters

@@ -194,3 +194,51 @@ def test_rollups_answer_what_the_remediations_do_at_every_step(
         )
     assert groups == 1
     engine.dispose()
+
+
+def test_a_day_that_changes_between_the_read_and_the_write_is_not_written(
+    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry that drops a day's marker while a console is reading that day: the console's
+    snapshot still holds the retried one as failed, so it must not write that day back."""
+    engine = db.make_engine(migrated_database_url)
+    clock = FakeClock(DAY0)
+    repo = Repository(db.make_session_factory(engine), "alpha", clock)
+    rollups = FleetRollups(repo.session_factory)
+    actor = "controller alpha-0"
+    first = DAY0.date()
+    rid = repo.create(_new("n-1"), actor=actor).id
+    repo.transition(rid, State.DETECTED, State.QUARANTINED, action="cordon", actor=actor)
+    clock.advance(1800)
+    repo.transition(
+        rid, State.QUARANTINED, State.FAILED, action="fail", actor=actor, detail={"gpus": 8}
+    )
+    clock.advance(3 * 3600)
+    assert _rolled(rollups, first, clock.now()) == _afresh(repo, first, clock.now())
+    assert _markers(repo) == {first: []}  # summed up to an hour ago, the failure in its rows
+
+    clock.advance(1800)  # the day's cover moves on the next read
+    read_spans = rollups._spans_of
+
+    def retried_meanwhile(ids: list[int]) -> dict[int, object]:
+        repo.transition(rid, State.FAILED, State.QUARANTINED, action="retry", actor="ana")
+        repo.transition(
+            rid,
+            State.QUARANTINED,
+            State.SUCCEEDED,
+            action="repaired",
+            actor=actor,
+            detail={"gpus": 8},
+            outcome="repaired",
+        )
+        monkeypatch.setattr(rollups, "_spans_of", read_spans)
+        return read_spans(ids)
+
+    monkeypatch.setattr(rollups, "_spans_of", retried_meanwhile)
+    rollups.figures(["alpha"], first, clock.now())
+    assert first not in _markers(repo)  # the retry's drop stands
+
+    now = clock.now()
+    assert _rolled(rollups, first, now) == _afresh(repo, first, now)
+    assert _rolled(rollups, first, now)[0][("alpha", "train", MODEL)][1] == 1  # repaired
+    engine.dispose()
