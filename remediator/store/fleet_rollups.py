@@ -263,7 +263,11 @@ class FleetRollups:
         read = {s.remediation_id: s for s in quarantine_spans_of(self.session_factory, missing)}
         for rid in missing:
             kept[rid] = (counts.get(rid, 0), read.get(rid))
-        self._spans = kept  # swapped whole: a concurrent read keeps the one it started with
+        # Kept across reads of other windows and clusters (a console serves several users)
+        # up to KEPT_SPANS, and swapped, not changed in place: a concurrent read keeps the
+        # one it started with. Entries no read asks for are never trusted unchecked anyway.
+        older = self._spans if len(self._spans) < KEPT_SPANS else {}
+        self._spans = {**older, **kept}
         return {rid: span for rid, (_, span) in kept.items() if span is not None}
 
     def _extend(
@@ -375,6 +379,7 @@ def _moving(
 
 
 ID_CHUNK = 10_000  # ids per statement: well under PostgreSQL's 65,535 parameters
+KEPT_SPANS = 20_000  # a fleet's open remediations and last hour, many times over
 
 
 def _sums(r: type[FleetRollup]) -> tuple[Any, ...]:
