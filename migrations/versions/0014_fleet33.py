@@ -1,4 +1,5 @@
-"""the fleet rollups' repair times as packed float64s, not JSON lists
+"""the fleet rollups' repair times as packed float64s, not JSON lists; each day's faults on
+its marker
 
 Revision ID: 0014_fleet33
 Revises: 0013_rma28
@@ -35,7 +36,11 @@ def _repair_times(kind: sa.types.TypeEngine[object]) -> None:
 
 def upgrade() -> None:
     _repair_times(sa.LargeBinary())
+    with op.batch_alter_table("fleet_rollup_days") as batch:
+        batch.add_column(sa.Column("faults", sa.Integer(), nullable=False))
 
 
 def downgrade() -> None:
     _repair_times(JSON)
+    with op.batch_alter_table("fleet_rollup_days") as batch:
+        batch.drop_column("faults")

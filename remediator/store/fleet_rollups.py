@@ -9,8 +9,9 @@ remediations still open when their day was summed (`pending`) and those detected
 cover. A finished one that moves again (a retry) drops its day's marker in the same transaction
 (Repository.transition), so the day is summed again.
 
-A read asks the database for the sums per cluster, pool and GPU model and per cluster and day
-(a few hundred rows, not one per day and group), and for the repair times as packed float64s.
+A read asks the database for the sums per cluster, pool and GPU model (a few hundred rows, not
+one per day and group) and for the repair times as packed float64s; each day's faults, for the
+daily chart, are on its marker.
 The spans of the remediations it computes afresh are kept between reads and read again only for
 those whose timeline grew.
 """
@@ -192,14 +193,15 @@ class FleetRollups:
             if session.get_bind().dialect.name == "postgresql":
                 # SQLite's read transaction is a snapshot already.
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            covers = {
-                (cluster, day): Cover(until, tuple(pending))
-                for cluster, day, until, pending in session.execute(
-                    select(d.cluster, d.day, d.covered_until, d.pending).where(
-                        d.cluster.in_(list(names)), d.day >= first_day, d.day <= today
-                    )
+            covers: dict[tuple[str, date], Cover] = {}
+            for cluster, day, until, pending, faults in session.execute(
+                select(d.cluster, d.day, d.covered_until, d.pending, d.faults).where(
+                    d.cluster.in_(list(names)), d.day >= first_day, d.day <= today
                 )
-            }
+            ):
+                covers[(cluster, day)] = Cover(until, tuple(pending))
+                if faults:
+                    figures.daily[(cluster, day)] = faults
             fresh_from = _fresh_from(covers, names, days)
             moving = _moving(covers, fresh_from, now)
             # Rows of a day whose marker a retry dropped are stale until it is rebuilt: the
@@ -211,13 +213,6 @@ class FleetRollups:
                 .group_by(*group)
             ):
                 figures.groups[(cluster, pool, model)] = _tally_of(values, [])
-            for cluster, day, faults in session.execute(
-                select(r.cluster, r.day, func.sum(r.faults))
-                .join(d, covered)
-                .where(*window)
-                .group_by(r.cluster, r.day)
-            ):
-                figures.daily[(cluster, day)] = int(faults)
             for cluster, pool, model, packed in session.execute(
                 select(*group, r.repair_seconds)
                 .join(d, covered)
@@ -318,6 +313,9 @@ class FleetRollups:
                             )
                         )
                     )
+                faults: dict[tuple[str, date], int] = {}
+                for (c, day, _, _), found in groups.items():
+                    faults[(c, day)] = faults.get((c, day), 0) + found.faults
                 session.add_all(
                     d(
                         cluster=c,
@@ -325,6 +323,7 @@ class FleetRollups:
                         pending=ids,
                         covered_until=read.moving[(c, day)],
                         built_at=now,
+                        faults=faults.get((c, day), 0),
                     )
                     for (c, day), ids in pending.items()
                 )

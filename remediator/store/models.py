@@ -510,6 +510,8 @@ class FleetRollupDay(Base):
     pending: Mapped[list[int]] = mapped_column(Json)
     covered_until: Mapped[datetime] = mapped_column(UTCDateTime)
     built_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The faults in the rows below, all groups: the fleet's daily chart reads them here.
+    faults: Mapped[int] = mapped_column(Integer)
 
 
 class FleetRollup(Base):
