@@ -190,11 +190,13 @@ class FleetRollups:
         figures = Figures()
         repairs: dict[Group, list[bytes]] = {}
         with session_scope(self.session_factory) as session:
-            if session.get_bind().dialect.name == "postgresql":
-                # SQLite's read transaction is a snapshot already.
-                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            # Core rows, not the ORM's: ~16,000 rows of repair times for a month. SQLite's
+            # read transaction is a snapshot already.
+            snapshot = {"isolation_level": "REPEATABLE READ"}
+            postgres = session.get_bind().dialect.name == "postgresql"
+            conn = session.connection(execution_options=snapshot if postgres else None)
             covers: dict[tuple[str, date], Cover] = {}
-            for cluster, day, until, pending, faults in session.execute(
+            for cluster, day, until, pending, faults in conn.execute(
                 select(d.cluster, d.day, d.covered_until, d.pending, d.faults).where(
                     d.cluster.in_(list(names)), d.day >= first_day, d.day <= today
                 )
@@ -206,14 +208,14 @@ class FleetRollups:
             moving = _moving(covers, fresh_from, now)
             # Rows of a day whose marker a retry dropped are stale until it is rebuilt: the
             # rows are joined to their markers.
-            for cluster, pool, model, *values in session.execute(
+            for cluster, pool, model, *values in conn.execute(
                 select(*group, *(func.sum(c) for c in _sums(r)))
                 .join(d, covered)
                 .where(*window)
                 .group_by(*group)
             ):
                 figures.groups[(cluster, pool, model)] = _tally_of(values, [])
-            for cluster, pool, model, packed in session.execute(
+            for cluster, pool, model, packed in conn.execute(
                 select(*group, r.repair_seconds)
                 .join(d, covered)
                 .where(*window, func.length(r.repair_seconds) > 0)
@@ -222,7 +224,7 @@ class FleetRollups:
             base: dict[Key, Tally] = {}
             summed = [key for key in moving if key in covers]
             for start in range(0, len(summed), 1000):
-                for cluster, day, pool, model, packed, *values in session.execute(
+                for cluster, day, pool, model, packed, *values in conn.execute(
                     select(
                         r.cluster, r.day, r.pool, r.gpu_model, r.repair_seconds, *_sums(r)
                     ).where(tuple_(r.cluster, r.day).in_(summed[start : start + 1000]))
