@@ -11,9 +11,8 @@ cover. A finished one that moves again (a retry) drops its day's marker in the s
 
 A read asks the database for the sums per cluster, pool and GPU model (a few hundred rows, not
 one per day and group) and for the repair times as packed float64s; each day's faults, for the
-daily chart, are on its marker.
-The spans of the remediations it computes afresh are kept between reads and read again only for
-those whose timeline grew.
+daily chart, are on its marker. The spans of the remediations it computes afresh are kept
+between reads and read again only for those whose timeline grew.
 """
 
 from __future__ import annotations
