@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediator.actions.outcome import Done, Outcome
+from remediator.actions.outcome import Done, Held, Outcome
 from remediator.actions.uncordon import uncordon
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps.context import StepContext
@@ -13,6 +13,9 @@ from remediator.store.records import RemediationRecord
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
     if record.dry_run:
         return Done("dry run: nothing was fenced, nothing to return", {"dry_run": True})
+    held = ctx.machine_hold(record.node)
+    if held is not None:
+        return Held(held, {"node": record.node, "machine_hold": True})
     back = uncordon(ctx.kube, record.node, str(record.id))
     returning = ctx.slurm_for(record)
     if returning is None:

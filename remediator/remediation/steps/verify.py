@@ -3,7 +3,7 @@ the new node back)."""
 
 from __future__ import annotations
 
-from remediator.actions.outcome import Done, Failed, Outcome
+from remediator.actions.outcome import Done, Failed, Held, Outcome
 from remediator.actions.release import release
 from remediator.actions.verify import verify_replacement
 from remediator.policy.ladder import LadderStep, parse_ladder
@@ -25,6 +25,9 @@ def _verify(record: RemediationRecord, ctx: StepContext) -> Outcome:
         return Done("dry run: nothing was changed, nothing to verify", {"dry_run": True})
     if not record.new_node:
         return Failed("the replacement named no new node to verify")
+    held = ctx.machine_hold(record.new_node)
+    if held is not None:
+        return Held(held, {"node": record.new_node, "machine_hold": True})
     if planner.validates(parse_ladder(record.ladder)):
         # It passed its validation fenced: only now does it take work.
         lifted = release(ctx.kube, record.new_node, str(record.id))
