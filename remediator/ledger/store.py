@@ -699,7 +699,9 @@ class Ledger:
             ]
             if clusters is not None and not placements:
                 return None
-            links = [_link(r) for r in session.scalars(linked.order_by(LedgerLink.at))]
+            links = [
+                _link(r) for r in session.scalars(linked.order_by(LedgerLink.at, LedgerLink.id))
+            ]
             conflicts = session.scalars(swapped.order_by(LedgerConflict.at))
             return GpuLife(
                 _summary(row, sum(1 for link in links if link.subject == SIGNAL)),
@@ -721,7 +723,7 @@ class Ledger:
                 placed = placed.where(LedgerPlacement.cluster.in_(list(clusters)))
                 linked = linked.where(LedgerLink.cluster.in_(list(clusters)))
             placements = session.scalars(placed.order_by(LedgerPlacement.from_at))
-            links = session.scalars(linked.order_by(LedgerLink.at))
+            links = session.scalars(linked.order_by(LedgerLink.at, LedgerLink.id))
             return MachineLife(
                 row.id,
                 row.provider_id,
