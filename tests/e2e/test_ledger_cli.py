@@ -6,8 +6,9 @@ ledger read back through the API.
 * node-pool HTTP: a GPU that fails again after its machine was repaired and came back under a
   new node name is the same GPU: its second failure within the window goes straight to an RMA
   case and a replacement, and its machine is quarantined; a different GPU behind the same node
-  name is no repeat. The RMA case carries a complete bundle and is moved through its states by
-  the API (a repeated move changes nothing).
+  name is no repeat. A node on the quarantined machine is left fenced with the quarantine as
+  its hold reason until an operator lifts it. The RMA case carries a complete bundle and is
+  moved through its states by the API (a repeated move changes nothing).
 * GCE: an instance recreated under its own name is new hardware: a new machine in the ledger,
   its GPUs new GPUs, and a fault on them is no repeat of the old machine's."""
 
@@ -70,15 +71,17 @@ policies:
         level: 1
       - action: uncordon
 """
+# The GCE test's: the first fault replaces, and a repeat counts by machine, so a fault behind
+# the same node name is a repeat only if the machine is the same.
 REPLACING_FIRST = POLICIES.replace(
     "      - action: diagnose\n        level: 1\n      - action: uncordon\n",
     "      - action: replace\n",
-)
+).replace("by: gpu", "by: machine")
 SETTINGS = """
 max_unhealthy: {per_pool: {percent: 100}, cluster: {percent: 100}}
 max_concurrent: 50
 storm_breaker: {enabled: false}
-default_cooldown: 1s
+default_cooldown: 0s
 """
 WAIT = 180.0
 DCGM = re.compile(
@@ -203,6 +206,34 @@ def test_a_gpu_followed_across_node_names_to_replacement_quarantine_and_rma(
         machine = api(controller, f"/api/v1/machines/dmi:{serial}")
         assert machine["quarantined_at"] is not None
         assert f"remediation #{replaced['id']}" in machine["quarantine_reason"]
+        # Its first node name still there (bare metal, node-pool HTTP): a repair of another GPU
+        # on the quarantined machine is never returned to service: held fenced, saying why.
+        third, third_pci = gpus[2]
+        push_xid(controller, first, 2, third, third_pci, serial)
+        held = finished(controller, first, 3, State.HELD)
+        assert held["hold_reason"].startswith(f"quarantined machine dmi:{serial}")
+        fenced = json.loads(sim.kubectl("get", "node", first, "-o", "json"))
+        assert fenced["spec"].get("unschedulable") is True
+        # An operator lifts the quarantine and releases the remediation: the node goes back.
+        lifted = httpx.post(
+            f"{controller.web_url}/api/v1/machines/dmi:{serial}/lift-quarantine",
+            json={"reason": "board swapped and burnt in"},
+            headers=OPERATOR_HEADERS,
+            timeout=30,
+        )
+        assert lifted.status_code == 200, lifted.text
+        assert lifted.json()["quarantined_at"] is None
+        released = httpx.post(
+            f"{controller.web_url}/api/v1/remediations/{held['id']}/release",
+            json={"reason": "quarantine lifted"},
+            headers=OPERATOR_HEADERS,
+            timeout=30,
+        )
+        assert released.status_code == 200, released.text
+        finished(controller, first, 3)
+        back = json.loads(sim.kubectl("get", "node", first, "-o", "json"))
+        assert not back["spec"].get("unschedulable")
+
         other_life = api(controller, f"/api/v1/gpus/{other}")
         assert [p["node"] for p in other_life["placements"]] == [first]
         assert other_life["faults_by_xid"] == {"79": 1}
@@ -222,8 +253,11 @@ def test_a_gpu_followed_across_node_names_to_replacement_quarantine_and_rma(
             assert set(PARTS.values()) <= set(names), sorted(names)
             placements = json.loads(tar.extractfile(names["placements.json"]).read())  # type: ignore[union-attr]
             timelines = json.loads(tar.extractfile(names["timelines.json"]).read())  # type: ignore[union-attr]
+            hardware = json.loads(tar.extractfile(names["hardware.json"]).read())  # type: ignore[union-attr]
         assert [p["node"] for p in placements] == [first, second]
-        assert {t["id"] for t in timelines} >= {repaired["id"], replaced["id"]}
+        assert {t["remediation_id"] for t in timelines} >= {repaired["id"], replaced["id"]}
+        assert hardware["ledger"]["uuid"] == faulty
+        assert hardware["ledger"]["faults_by_xid"] == {"79": 2}
         moves = ["acknowledged", "shipped", "shipped", "replaced", "closed"]
         changed = []
         for status in moves:
@@ -274,15 +308,17 @@ def test_a_gce_instance_recreated_under_its_name_is_new_hardware(
             lambda: (found := gpus_of(sim, node))[0][0] != uuid and found,
             controller,
         )
-        new_uuid, new_pci = new_gpus[0]
-        assert new_pci == pci  # the same slot on the new board
-        # The same node name, the same PCI address, a new GPU on a new machine: no repeat.
-        push_xid(controller, node, 0, new_uuid, new_pci)
+        assert new_gpus[0][1] == pci  # the same slot on the new board, another GPU in it
+        # The same node name, a new machine: another GPU's fault is no repeat by machine (by
+        # node name it would be one). GPU 1: a fault on the same index and code within the fold
+        # window is folded into the first whatever its UUID.
+        other_uuid, other_pci = new_gpus[1]
+        push_xid(controller, node, 1, other_uuid, other_pci)
         again = finished(controller, node, 2)
         assert again["policy"] == "xid-79-first"
 
         old = api(controller, f"/api/v1/gpus/{uuid}")
-        new = api(controller, f"/api/v1/gpus/{new_uuid}")
+        new = api(controller, f"/api/v1/gpus/{other_uuid}")
         (old_place,) = old["placements"]
         new_machines = {p["machine_id"] for p in new["placements"]}
         assert old_place["node"] == node and old_place["to_at"] is not None
@@ -290,6 +326,6 @@ def test_a_gce_instance_recreated_under_its_name_is_new_hardware(
         assert new_machines and old_place["machine_id"] not in new_machines
         assert all(m.startswith("gce:") for m in new_machines)
         assert old["faults_by_xid"] == {"79": 1} and new["faults_by_xid"] == {"79": 1}
-        assert not api(controller, f"/api/v1/gpus/{new_uuid}")["conflicts"]
+        assert not new["conflicts"]
     finally:
         controller.stop()
