@@ -829,10 +829,11 @@ class Ledger:
             row = session.get(LedgerMachine, machine_id)
             return row is not None and row.quarantined_at is not None
 
-    def hold_on(self, node: str) -> tuple[str, str] | None:
-        """(machine, reason) when the machine now behind `node` is quarantined: the machine the
-        controller saw there last (its picture), else the one last seen under the name."""
-        machine = self.machine_of(node)
+    def hold_on(self, node: str, machine: str | None = None) -> tuple[str, str] | None:
+        """(machine, reason) when the machine behind `node` is quarantined: `machine` when the
+        caller knows it, else the one the controller saw there last (its picture), else the one
+        last seen under the name."""
+        machine = machine or self.machine_of(node)
         with session_scope(self.session_factory) as session:
             if machine is not None:
                 row = session.get(LedgerMachine, machine)

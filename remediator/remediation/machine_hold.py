@@ -94,8 +94,21 @@ class MachineHolds:
 
     def hold_on(self, node: str) -> str | None:
         """The hold reason when the machine behind `node` is quarantined, else None."""
-        held = self._ledger.hold_on(node)
+        held = self._ledger.hold_on(node, self._current(node))
         return hold_text(*held) if held is not None else None
+
+    def _current(self, node: str) -> str | None:
+        """The machine behind `node` now. The agent's DMI serial (in the ledger's picture) is
+        the bare-metal truth; else the Node's own providerID, fresher than the picture when an
+        instance was just recreated under the name (GCE); else the picture."""
+        known = self._ledger.machine_of(node)
+        if known is not None and known.startswith("dmi:"):
+            return known
+        try:
+            found = self._kube.get_node(node)
+        except NotFoundError:
+            return known
+        return machine_id(found.provider_id, found.annotations) or known
 
     # --- what the transitions tell -----------------------------------------------------------
 
@@ -117,7 +130,10 @@ class MachineHolds:
             return
         if seen.action == "replace_done":
             node = replaced_node(seen.before)
-            machine = self._machine(node, now)
+            # The machine taken out: the one the remediation was opened on (the name may
+            # already stand for the new instance), or the new machine that failed validation.
+            opened_on = self._ledger.machines_of_remediations([record.id]).get(record.id)
+            machine = opened_on if node == record.node and opened_on else self._machine(node, now)
             if machine is not None:
                 facts = {"new_node": record.new_node, "policy": record.policy}
                 self._ledger.link_replacement(record.id, node, machine, now, facts)
@@ -162,18 +178,11 @@ class MachineHolds:
             self._ledger.link_verdict(node, None, passed, now, base, machine=machine)
 
     def _machine(self, node: str, now: datetime) -> str | None:
-        """The machine behind `node`: the ledger's picture, else the Node's providerID (a
-        machine the intake has not seen yet is put in the ledger here)."""
-        known = self._ledger.machine_of(node)
-        if known is not None:
-            return known
-        try:
-            found = self._kube.get_node(node)
-        except NotFoundError:
-            return None
-        machine = machine_id(found.provider_id, found.annotations)
-        if machine is not None:
-            self._ledger.observe_machine(node, machine, now, provider_id=found.provider_id)
+        """The machine behind `node` now (`_current`); one the intake has not seen yet is put
+        in the ledger here, so that its strike and quarantine have a row."""
+        machine = self._current(node)
+        if machine is not None and machine != self._ledger.machine_of(node):
+            self._ledger.observe_machine(node, machine, now)
         return machine
 
     def _decide(self, machine: str, node: str, record: RemediationRecord, now: datetime) -> None:

@@ -18,7 +18,7 @@ from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
 from remediator.ledger.hold import REPLACED, VALIDATION_FAILED, Strike, hold_due
-from remediator.ledger.identity import GpuIdentity
+from remediator.ledger.identity import GCE_INSTANCE_ID, GpuIdentity
 from remediator.ledger.store import HOLD, VERDICT, Ledger
 from remediator.model.states import State
 from remediator.policy.schema import MachineHoldSettings
@@ -248,3 +248,26 @@ def test_a_diagnosis_is_linked_to_the_gpu_it_names_but_is_no_strike(
     life = ledger.gpu(GPU)
     assert life is not None
     assert [v.detail["step"] for v in life.links if v.subject == VERDICT] == ["diagnose"] * 3
+
+
+def test_a_recreated_instance_is_not_held_for_the_old_machine_under_its_name(
+    world: tuple[Repository, Ledger, FakeClock],
+) -> None:
+    """GCE recreates an instance under its name: the quarantined machine was the old one, and
+    the step asking about the name before the intake saw the new one must not hold it."""
+    repo, ledger, clock = world
+    recreated = Node(
+        name="gpu-g1",
+        uid="u2",
+        resource_version="2",
+        provider_id="gce://p/z/gpu-g1",
+        annotations={GCE_INSTANCE_ID: "222"},
+    )
+    kube = StubKube({"gpu-g1": recreated})
+    holds = holds_of(repo, ledger, clock, kube, "gce")
+    ledger.observe_machine("gpu-g1", "gce:111", T0)
+    assert ledger.quarantine("gce:111", "the same GPU failed twice", T0)
+    assert ledger.machine_of("gpu-g1") == "gce:111"  # the picture has not caught up
+    assert holds.hold_on("gpu-g1") is None
+    kube.nodes.clear()  # gone: the picture is all there is
+    assert holds.hold_on("gpu-g1") is not None
