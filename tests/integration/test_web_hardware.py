@@ -150,3 +150,23 @@ def test_an_operator_lifts_a_quarantine_audited_with_csrf(
     machine = client.get("/api/v1/machines/aws:i-0abc").json()
     assert machine["quarantined_at"] is None and machine["hold_lifted_at"] is not None
     assert [h["kind"] for h in machine["holds"]] == ["lifted", "held"]  # newest first
+
+
+def test_a_diagnosis_naming_the_gpu_is_on_its_page(client: TestClient, console: Console) -> None:
+    """A failed DCGM test linked to the GPU it names shows on the GPU's page with its step,
+    the tests and the reason."""
+    ledger = Ledger(console.repository.session_factory, "test", console.clock)
+    detail = {
+        "step": "diagnose",
+        "remediation_id": console.ids["done"],
+        "reason": "DCGM level 2 diagnostics failed on gpu-node-01: pcie on GPU 0",
+        "gpu_index": 0,
+        "tests": ["pcie"],
+    }
+    ledger.link_verdict("gpu-node-01", UUID, False, console.clock.now(), detail)
+    page = client.get(f"/gpus/{UUID}", headers=READONLY)
+    assert page.status_code == 200
+    assert "failed (diagnose: pcie)" in page.text
+    assert "pcie on GPU 0" in page.text
+    life = client.get(f"/api/v1/gpus/{UUID}", headers=READONLY).json()
+    assert life["diagnostics"][0]["detail"]["tests"] == ["pcie"]
