@@ -50,15 +50,17 @@ from remediator.model.states import State
 from remediator.policy.budget import HoldCause
 from remediator.policy.interest import interest_of
 from remediator.policy.loader import content_hash, git_revision, policy_files
+from remediator.policy.schema import MachineHoldSettings
 from remediator.policy.startup import startup_taint_warning
 from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
 from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
 from remediator.providers.select import PoolProviders
 from remediator.remediation.intake import Intake, IntakeResult, Inventory
+from remediator.remediation.machine_hold import MachineHolds
 from remediator.remediation.node_gone import end_all_gone
 from remediator.remediation.planned import pods_from
-from remediator.remediation.service import RemediationService
+from remediator.remediation.service import RemediationService, TransitionSeen
 from remediator.rma.book import RmaBook
 from remediator.rma.ledger_source import LedgerHardware
 from remediator.rma.model import RmaCase
@@ -289,6 +291,19 @@ class Controller:
         )
         self.sources.append(self.inbox.alerts)  # firing alerts, re-announced every poll
         self.metrics = ControllerMetrics(self.registry, sources=[s.name for s in self.sources])
+
+        def provider_kind(pool: str | None) -> str:
+            return settings.pool_providers.get(pool or "", settings.provider).type
+
+        self.machine_holds = MachineHolds(
+            self.ledger,
+            self.kube,
+            self.repository,
+            self.clock,
+            settings=self._machine_hold_settings,
+            provider_kind=provider_kind,
+            actor=self.actor,
+        )
         self.service = RemediationService(
             self.repository,
             self.kube,
@@ -298,7 +313,7 @@ class Controller:
             notifier=self.notifier,
             opt_out_label=settings.opt_out_label,
             cluster=settings.cluster_name,
-            on_transition=self.metrics.transition,
+            on_transition=self._on_transition,
             on_illegal=self.metrics.illegal,
             may_act=self.is_leader,
             jobs=JobSettings.load(
@@ -312,11 +327,10 @@ class Controller:
             pool_label=settings.pool_label,
             opt_outs=self.opt_outs,
             max_opt_out_hold=self._max_opt_out_hold,
-            provider_kind=lambda pool: (
-                settings.pool_providers.get(pool or "", settings.provider).type
-            ),
+            provider_kind=provider_kind,
             rma_webhook=self.rma_webhook,
             hardware=LedgerHardware(self.ledger),
+            machine_hold=self.machine_holds.hold_on,
         )
         self.service.on_wake = self._wake_advance
         # Pods from their own watch; nodes from the informer's, so every node event is read
@@ -380,6 +394,14 @@ class Controller:
             )
         self.inbox.on_put = self._wake_push
         self.inbox.accepting = self.is_leader
+
+    def _machine_hold_settings(self) -> MachineHoldSettings:
+        active = self.policies.active
+        return active.settings.machine_hold if active is not None else MachineHoldSettings()
+
+    def _on_transition(self, seen: TransitionSeen) -> None:
+        self.metrics.transition(seen)
+        self.machine_holds.on_transition(seen)
 
     def _max_opt_out_hold(self) -> timedelta:
         active = self.policies.active

@@ -19,6 +19,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
+from remediator.ledger.hold import REPLACED, VALIDATION_FAILED, Strike
 from remediator.ledger.identity import GpuIdentity, dmi_serial, machine_id, pci
 from remediator.signals.model import Signal
 from remediator.store.db import session_scope
@@ -31,6 +32,9 @@ from remediator.store.models import (
 )
 
 SIGNAL, REMEDIATION, VERDICT = "signal", "remediation", "verdict"
+# A machine taken out by a replacement; a hold put on or lifted (kind "held" / "lifted").
+REPLACEMENT, HOLD = "replaced", "hold"
+VALIDATE = "validate"  # a verdict's `step` that makes a failed one a strike
 # Labels that carry a GPU's PCI address: the agent's kernel-log XID, DCGM exporter's.
 PCI_LABELS = ("pci", "pci_bus_id")
 MODEL_LABEL = "modelName"  # DCGM exporter's
@@ -113,6 +117,8 @@ class MachineLife:
     last_seen_at: datetime
     quarantined_at: datetime | None
     quarantine_reason: str | None
+    quarantined_by: int | None
+    hold_lifted_at: datetime | None
     placements: tuple[Placement, ...]
     links: tuple[Link, ...]
 
@@ -551,9 +557,17 @@ class Ledger:
             )
 
     def link_verdict(
-        self, node: str, gpu_uuid: str | None, passed: bool, at: datetime, detail: dict[str, Any]
+        self,
+        node: str,
+        gpu_uuid: str | None,
+        passed: bool,
+        at: datetime,
+        detail: dict[str, Any],
+        *,
+        machine: str | None = None,
     ) -> None:
-        """A diagnostic or validation verdict about a GPU (or, without one, the machine)."""
+        """A diagnostic or validation verdict about a GPU (or, without one, the machine);
+        `detail` names the `step` and the `remediation_id`."""
         with session_scope(self.session_factory, write=True) as session:
             session.add(
                 LedgerLink(
@@ -562,8 +576,28 @@ class Ledger:
                     ref_id=detail.get("remediation_id"),
                     node=node,
                     gpu_uuid=gpu_uuid,
-                    machine_id=self.machine_of(node),
+                    machine_id=machine or self.machine_of(node),
                     kind="passed" if passed else "failed",
+                    code=None,
+                    detail=detail,
+                    at=at,
+                )
+            )
+
+    def link_replacement(
+        self, remediation_id: int, node: str, machine: str, at: datetime, detail: dict[str, Any]
+    ) -> None:
+        """The machine behind `node` taken out of its pool by this remediation's replacement."""
+        with session_scope(self.session_factory, write=True) as session:
+            session.add(
+                LedgerLink(
+                    cluster=self.cluster,
+                    subject=REPLACEMENT,
+                    ref_id=remediation_id,
+                    node=node,
+                    gpu_uuid=None,
+                    machine_id=machine,
+                    kind=REPLACEMENT,
                     code=None,
                     detail=detail,
                     at=at,
@@ -665,7 +699,9 @@ class Ledger:
             ]
             if clusters is not None and not placements:
                 return None
-            links = [_link(r) for r in session.scalars(linked.order_by(LedgerLink.at))]
+            links = [
+                _link(r) for r in session.scalars(linked.order_by(LedgerLink.at, LedgerLink.id))
+            ]
             conflicts = session.scalars(swapped.order_by(LedgerConflict.at))
             return GpuLife(
                 _summary(row, sum(1 for link in links if link.subject == SIGNAL)),
@@ -687,7 +723,7 @@ class Ledger:
                 placed = placed.where(LedgerPlacement.cluster.in_(list(clusters)))
                 linked = linked.where(LedgerLink.cluster.in_(list(clusters)))
             placements = session.scalars(placed.order_by(LedgerPlacement.from_at))
-            links = session.scalars(linked.order_by(LedgerLink.at))
+            links = session.scalars(linked.order_by(LedgerLink.at, LedgerLink.id))
             return MachineLife(
                 row.id,
                 row.provider_id,
@@ -698,23 +734,119 @@ class Ledger:
                 row.last_seen_at,
                 row.quarantined_at,
                 row.quarantine_reason,
+                row.quarantined_by,
+                row.hold_lifted_at,
                 tuple(_placement(p) for p in placements),
                 tuple(_link(r) for r in links),
             )
 
-    def quarantine(self, machine_id: str, reason: str, at: datetime) -> bool:
+    def strikes(self, machine_id: str, since: datetime) -> list[Strike]:
+        """The times since `since` the machine was replaced or failed its validation."""
+        with session_scope(self.session_factory) as session:
+            rows = session.scalars(
+                select(LedgerLink)
+                .where(
+                    LedgerLink.machine_id == machine_id,
+                    LedgerLink.at > since,
+                    or_(
+                        LedgerLink.subject == REPLACEMENT,
+                        (LedgerLink.subject == VERDICT) & (LedgerLink.kind == "failed"),
+                    ),
+                )
+                .order_by(LedgerLink.at)
+            )
+            out: list[Strike] = []
+            for row in rows:
+                if row.subject == VERDICT and (row.detail or {}).get("step") != VALIDATE:
+                    continue  # a failed diagnosis is the GPU's evidence, not the machine out
+                if row.subject == REPLACEMENT:
+                    out.append(Strike(REPLACED, row.at, row.node, row.ref_id))
+                else:
+                    out.append(Strike(VALIDATION_FAILED, row.at, row.node, row.ref_id))
+            return out
+
+    def hold_lifted_at(self, machine_id: str) -> datetime | None:
+        with session_scope(self.session_factory) as session:
+            row = session.get(LedgerMachine, machine_id)
+            return row.hold_lifted_at if row is not None else None
+
+    def quarantine(
+        self,
+        machine_id: str,
+        reason: str,
+        at: datetime,
+        *,
+        remediation_id: int | None = None,
+        node: str | None = None,
+    ) -> bool:
         """Mark the machine never to be returned to a pool; False when it already was."""
         with session_scope(self.session_factory, write=True) as session:
             row = session.get(LedgerMachine, machine_id)
             if row is None or row.quarantined_at is not None:
                 return False
             row.quarantined_at, row.quarantine_reason = at, reason
+            row.quarantined_by = remediation_id
+            session.add(self._hold_link(row, node, "held", at, remediation_id, {"reason": reason}))
             return True
+
+    def lift(self, machine_id: str, at: datetime, *, actor: str, reason: str) -> bool:
+        """An operator returns the machine to service; False when it was not quarantined.
+        Its strikes so far count no more (`hold_lifted_at`)."""
+        with session_scope(self.session_factory, write=True) as session:
+            row = session.get(LedgerMachine, machine_id)
+            if row is None or row.quarantined_at is None:
+                return False
+            detail = {"actor": actor, "reason": reason, "was": row.quarantine_reason}
+            session.add(self._hold_link(row, None, "lifted", at, row.quarantined_by, detail))
+            row.quarantined_at = row.quarantine_reason = row.quarantined_by = None
+            row.hold_lifted_at = at
+            return True
+
+    def _hold_link(
+        self,
+        row: LedgerMachine,
+        node: str | None,
+        kind: str,
+        at: datetime,
+        remediation_id: int | None,
+        detail: dict[str, Any],
+    ) -> LedgerLink:
+        return LedgerLink(
+            cluster=self.cluster,
+            subject=HOLD,
+            ref_id=remediation_id,
+            node=node or row.node,
+            gpu_uuid=None,
+            machine_id=row.id,
+            kind=kind,
+            code=None,
+            detail=detail,
+            at=at,
+        )
 
     def quarantined(self, machine_id: str) -> bool:
         with session_scope(self.session_factory) as session:
             row = session.get(LedgerMachine, machine_id)
             return row is not None and row.quarantined_at is not None
+
+    def hold_on(self, node: str, machine: str | None = None) -> tuple[str, str] | None:
+        """(machine, reason) when the machine behind `node` is quarantined: `machine` when the
+        caller knows it, else the one the controller saw there last (its picture), else the one
+        last seen under the name."""
+        machine = machine or self.machine_of(node)
+        with session_scope(self.session_factory) as session:
+            if machine is not None:
+                row = session.get(LedgerMachine, machine)
+            else:
+                row = session.scalars(
+                    select(LedgerMachine)
+                    .where(LedgerMachine.cluster == self.cluster, LedgerMachine.node == node)
+                    .order_by(LedgerMachine.last_seen_at.desc())
+                    .limit(1)
+                ).first()
+            if row is None or row.quarantined_at is None:
+                return None
+            return row.id, row.quarantine_reason or ""
 
 
 def _summary(row: LedgerGpu, faults: int) -> GpuSummary:

@@ -551,6 +551,15 @@ class NewMachinesBudget(_Strict):
     )
 
 
+class MachineHoldSettings(_Strict):
+    """A machine (by its instance id or DMI serial) that failed validation or was replaced
+    `count` times within `within` is quarantined, never returned to a pool (docs/ledger.md).
+    Each remediation counts once per machine; `count: 0` turns the rule off."""
+
+    count: int = Field(default=3, ge=0)
+    within: Duration = timedelta(days=30)
+
+
 def _window_names(value: dict[str, MaintenanceWindow]) -> dict[str, MaintenanceWindow]:
     for name in value:
         _policy_name(name)
@@ -626,6 +635,7 @@ class GlobalSettings(_Strict):
     )
     planned: PlannedBudget = PlannedBudget()
     new_machines: NewMachinesBudget = NewMachinesBudget()
+    machine_hold: MachineHoldSettings = MachineHoldSettings()
     # The taint every new machine registers with (kubelet --register-with-taints, docs/
     # validation.md): it keeps the machine from work until a passed validation removes it, and a
     # node that carries it with no remediation (a scale-up, a manual add) gets a validation.

@@ -440,3 +440,56 @@ class ClusterApiProvider:
                 "requested_at": requested,
             },
         )
+
+
+# A quarantined machine (docs/ledger.md "Quarantined machines"). Cluster API has no annotation
+# for "never reuse this host": a Machine is deleted and its MachineSet makes a new one; reusing
+# the hardware behind it is the infrastructure provider's choice. So the hold is ours, on what
+# outlives the Machine: the Metal3 BareMetalHost gets the label `remediator.io/machine-hold`,
+# which a Metal3MachineTemplate's `hostSelector.matchExpressions` (`DoesNotExist`) keeps from
+# being chosen again, and the annotation with the reason; the Machine, while it exists, gets the
+# annotation too (and is on its way out: the replacement deletes it).
+HOLD_KEY = "remediator.io/machine-hold"
+HOLD_REASON = "remediator.io/machine-hold-reason"
+METAL3_GV = "metal3.io/v1alpha1"
+METAL3_PREFIX = "metal3://"
+
+
+def metal3_host(provider_id: str) -> tuple[str, str] | None:
+    """(namespace, BareMetalHost) from a Metal3 providerID `metal3://NS/HOST/M3MACHINE`."""
+    if not provider_id.startswith(METAL3_PREFIX):
+        return None
+    parts = provider_id[len(METAL3_PREFIX) :].split("/")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        return None
+    return parts[0], parts[1]
+
+
+def hold_machine(
+    kube: KubeClient,
+    node: str,
+    provider_id: str,
+    machine_annotations: Mapping[str, str],
+    reason: str,
+) -> list[str]:
+    """Mark the quarantined machine where Cluster API and Metal3 keep it; what was marked.
+    Objects already gone are skipped (the replaced Machine is deleted by design)."""
+    marked: list[str] = []
+    patch = {"metadata": {"annotations": {HOLD_KEY: "true", HOLD_REASON: reason[:1000]}}}
+    name = machine_annotations.get(MACHINE_ANNOTATION)
+    if name:
+        namespace = machine_annotations.get(NAMESPACE_ANNOTATION, "default")
+        try:
+            kube.patch_custom(GV, "machines", namespace, name, patch)
+            marked.append(f"Machine {namespace}/{name}")
+        except NotFoundError:
+            pass
+    host = metal3_host(provider_id)
+    if host is not None:
+        held = {"metadata": {**patch["metadata"], "labels": {HOLD_KEY: "true"}}}
+        try:
+            kube.patch_custom(METAL3_GV, "baremetalhosts", host[0], host[1], held)
+            marked.append(f"BareMetalHost {host[0]}/{host[1]}")
+        except NotFoundError:
+            pass
+    return marked

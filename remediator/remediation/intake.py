@@ -395,7 +395,9 @@ class Intake:
         machine = self._ledger.machine_of(decision.node)
         if repeat is not None and repeat.by != "node" and machine is not None:
             why = f"remediation #{record.id}: {decision.reason}"
-            if self._ledger.quarantine(machine, why, record.created_at):
+            if self._ledger.quarantine(
+                machine, why, record.created_at, remediation_id=record.id, node=decision.node
+            ):
                 log.warning(
                     "machine %s quarantined: %s", machine, why, extra={"node": decision.node}
                 )

@@ -158,6 +158,7 @@ class RemediationService:
         provider_kind: Callable[[str | None], str] = lambda _pool: "",
         rma_webhook: RmaWebhook | None = None,
         hardware: HardwareSource | None = None,
+        machine_hold: Callable[[str], str | None] = lambda _node: None,
     ) -> None:
         self._repo = repository
         self._opt_outs = opt_outs
@@ -196,6 +197,7 @@ class RemediationService:
             pool_label=pool_label,
             rma_webhook=rma_webhook,
             hardware=hardware,
+            machine_hold=machine_hold,
         )
 
     # -- driving -----------------------------------------------------------------------------

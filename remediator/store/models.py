@@ -554,6 +554,10 @@ class LedgerMachine(Base):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
     quarantined_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    # The remediation whose strike quarantined it, and when an operator last lifted a hold
+    # (strikes before it count no more).
+    quarantined_by: Mapped[int | None] = mapped_column(BigInteger)
+    hold_lifted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_ledger_machines_cluster_node", "cluster", "node"),)
 

@@ -1,6 +1,9 @@
 """The hardware ledger in the console (issue #28): `GET /api/v1/gpus`, `/api/v1/gpus/{uuid}`,
 `/api/v1/machines/{id}` and the /gpus/{uuid} and /machines/{id} pages (a GPU's life: the nodes
-it sat in, its faults by XID, its diagnostics and remediations; a machine's).
+it sat in, its faults by XID, its diagnostics and remediations; a machine's, with its
+quarantine). `POST /api/v1/machines/{id}/lift-quarantine` (and the page's form) returns a
+quarantined machine to service: an operator's command with a reason, audited, CSRF-checked for
+a browser session as every other command.
 
 GPUs and machines are fleet-wide; a cluster-scoped token sees only what happened in its
 clusters, and a GPU or machine never seen in them is 404, as a node of another cluster is."""
@@ -10,12 +13,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Body, Depends, Form, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from remediator.ledger.identity import MACHINE_ID
 from remediator.ledger.store import (
+    HOLD,
     REMEDIATION,
     SIGNAL,
     VERDICT,
@@ -27,9 +31,11 @@ from remediator.ledger.store import (
     MachineLife,
     Placement,
 )
+from remediator.store.audit import NewAudit
 from remediator.web.access import Deps, Reader, require_reader
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
+from remediator.web.oncall import Asked, Asker
 from remediator.web.pages import render
 from remediator.web.problems import ERRORS, WebError
 from remediator.web.schemas import PRINTABLE
@@ -105,8 +111,11 @@ class MachineOut(BaseModel):
     node: str
     first_seen_at: datetime
     last_seen_at: datetime
-    quarantined_at: datetime | None
+    quarantined_at: datetime | None = Field(description="None: not quarantined (or lifted)")
     quarantine_reason: str | None
+    quarantined_by: int | None = Field(description="the remediation whose strike held it")
+    hold_lifted_at: datetime | None = Field(description="when an operator last lifted a hold")
+    holds: list[LinkOut] = Field(description="each hold put on (`held`) or lifted (`lifted`)")
     placements: list[PlacementOut]
     faults: list[LinkOut]
     diagnostics: list[LinkOut]
@@ -191,6 +200,9 @@ def machine_out(life: MachineLife) -> MachineOut:
         last_seen_at=life.last_seen_at,
         quarantined_at=life.quarantined_at,
         quarantine_reason=life.quarantine_reason,
+        quarantined_by=life.quarantined_by,
+        hold_lifted_at=life.hold_lifted_at,
+        holds=_links(life.links, HOLD),
         placements=[_placement(p) for p in life.placements],
         faults=_links(life.links, SIGNAL),
         diagnostics=_links(life.links, VERDICT),
@@ -218,6 +230,48 @@ def machine_life(deps: WebDeps, principal: Principal, machine_id: str) -> Machin
     if life is None:
         raise WebError(404, f"no machine {machine_id} in the ledger")
     return life
+
+
+LIFT = "lift-quarantine"
+
+
+class LiftIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
+
+
+def lift(ask: Asked, machine_id: str, reason: str) -> MachineLife:
+    """Lift the machine's quarantine; 404 for a machine this token cannot see, 409 when it is
+    not quarantined. Done and refused alike are audited with the reason."""
+    ledger = ledger_of(ask.deps)
+    life = ledger.machine(machine_id, _scope(ask.principal))
+
+    def audit(outcome: str, detail: str, remediation_id: int | None) -> None:
+        ask.audit.append(
+            NewAudit(
+                actor=ask.principal.actor,
+                token_id=ask.principal.fingerprint,
+                source=ask.source,
+                command=LIFT,
+                outcome=outcome,
+                remediation_id=remediation_id,
+                reason=reason,
+                detail=detail,
+            )
+        )
+
+    if life is None:
+        audit("refused", f"machine {machine_id}: not in the ledger", None)
+        raise WebError(404, f"no machine {machine_id} in the ledger")
+    if life.quarantined_at is None:
+        audit("refused", f"machine {machine_id}: not quarantined", None)
+        raise WebError(409, f"machine {machine_id} is not quarantined")
+    ledger.lift(machine_id, ask.deps.clock.now(), actor=ask.principal.actor, reason=reason)
+    audit("done", f"machine {machine_id}: was {life.quarantine_reason}", life.quarantined_by)
+    lifted = ledger.machine(machine_id, _scope(ask.principal))
+    assert lifted is not None
+    return lifted
 
 
 def make_hardware_router() -> APIRouter:
@@ -253,6 +307,23 @@ def make_hardware_router() -> APIRouter:
     def get_machine(deps: Deps, principal: Reader, machine_id: MachineId) -> MachineOut:
         """A machine's life: its GPUs over time, faults, diagnostics, remediations."""
         return machine_out(machine_life(deps, principal, machine_id))
+
+    @api.post(f"/machines/{{machine_id}}/{LIFT}", responses={**ERRORS, 409: ERRORS[409]})
+    def lift_quarantine(
+        ask: Asker, machine_id: MachineId, body: Annotated[LiftIn, Body()]
+    ) -> MachineOut:
+        """Return a quarantined machine to service (an operator; audited). Its strikes so far
+        count no more; the node it is fenced on is released by retrying its remediation."""
+        return machine_out(lift(ask, machine_id, body.reason))
+
+    @router.post(f"/machines/{{machine_id}}/{LIFT}", include_in_schema=False)
+    def lift_form(
+        ask: Asker,
+        machine_id: MachineId,
+        reason: Annotated[str, Form(min_length=1, max_length=500, pattern=PRINTABLE)],
+    ) -> RedirectResponse:
+        lift(ask, machine_id, reason)
+        return RedirectResponse(f"/machines/{machine_id}", 303)
 
     @router.get("/gpus/{uuid}", response_class=HTMLResponse, include_in_schema=False)
     def gpu_page(request: Request, deps: Deps, principal: Reader, uuid: Uuid) -> HTMLResponse:

@@ -13,7 +13,11 @@ from fastapi.testclient import TestClient
 from remediator.ledger.identity import GpuIdentity
 from remediator.ledger.store import Ledger
 from remediator.signals.model import Signal, SignalKind
-from tests.fixtures.web import READONLY_TOKEN, Console
+from remediator.store.audit import AuditLog, AuditQuery
+from remediator.web import csrf
+from remediator.web.auth import SESSION_COOKIE
+from remediator.web.hardware import LIFT
+from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, Console
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +95,78 @@ def test_the_pages_and_the_remediation_pages_link(client: TestClient, console: C
     assert f"/remediations/{console.ids['done']}" in page.text
     machine = client.get("/machines/aws:i-0abc", headers=READONLY)
     assert machine.status_code == 200 and UUID in machine.text
+
+
+def test_an_operator_lifts_a_quarantine_audited_with_csrf(
+    client: TestClient, console: Console
+) -> None:
+    """A quarantined machine on its page and in the API; lifting it needs an operator, a
+    reason and (from a browser session) the CSRF token; done and refused are audited."""
+    ledger = Ledger(console.repository.session_factory, "test", console.clock)
+    assert ledger.quarantine(
+        "aws:i-0abc", "taken out 3 times", console.clock.now(), remediation_id=console.ids["done"]
+    )
+    machine = client.get("/api/v1/machines/aws:i-0abc", headers=READONLY).json()
+    assert machine["quarantined_by"] == console.ids["done"]
+    assert [h["kind"] for h in machine["holds"]] == ["held"]
+    page = client.get("/machines/aws:i-0abc", headers=READONLY)
+    assert "Quarantined machine since" in page.text and "Lift the quarantine" not in page.text
+    path = "/api/v1/machines/aws:i-0abc/lift-quarantine"
+    refused = client.post(path, json={"reason": "fixed"}, headers=READONLY)
+    assert refused.status_code == 403
+    response = client.post(
+        "/login",
+        data={"token": OPERATOR_TOKEN, "name": "dana", "next": "/"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    token = csrf.token_for(client.cookies[SESSION_COOKIE])
+    page = client.get("/machines/aws:i-0abc")
+    assert "Lift the quarantine" in page.text and f'value="{token}"' in page.text
+    form = "/machines/aws:i-0abc/lift-quarantine"
+    forged = client.post(form, data={"reason": "board replaced"})
+    assert forged.status_code == 403 and "CSRF" in forged.text
+    assert ledger.quarantined("aws:i-0abc")
+    done = client.post(
+        form, data={"reason": "board replaced", "csrf_token": token}, follow_redirects=False
+    )
+    assert done.status_code == 303 and done.headers["location"] == "/machines/aws:i-0abc"
+    assert not ledger.quarantined("aws:i-0abc")
+    again = client.post(path, json={"reason": "again"}, headers={csrf.HEADER: token})
+    assert again.status_code == 409
+    missing = client.post(
+        "/api/v1/machines/aws:i-none/lift-quarantine",
+        json={"reason": "x"},
+        headers={csrf.HEADER: token},
+    )
+    assert missing.status_code == 404
+    audit = AuditLog(console.repository.session_factory, "test").list(AuditQuery(commands=(LIFT,)))
+    assert [(a.outcome, a.reason) for a in audit] == [
+        ("refused", "x"),
+        ("refused", "again"),
+        ("done", "board replaced"),
+    ]
+    assert audit[-1].actor.startswith("dana") and audit[-1].remediation_id == console.ids["done"]
+    machine = client.get("/api/v1/machines/aws:i-0abc").json()
+    assert machine["quarantined_at"] is None and machine["hold_lifted_at"] is not None
+    assert [h["kind"] for h in machine["holds"]] == ["lifted", "held"]  # newest first
+
+
+def test_a_diagnosis_naming_the_gpu_is_on_its_page(client: TestClient, console: Console) -> None:
+    """A failed DCGM test linked to the GPU it names shows on the GPU's page with its step,
+    the tests and the reason."""
+    ledger = Ledger(console.repository.session_factory, "test", console.clock)
+    detail = {
+        "step": "diagnose",
+        "remediation_id": console.ids["done"],
+        "reason": "DCGM level 2 diagnostics failed on gpu-node-01: pcie on GPU 0",
+        "gpu_index": 0,
+        "tests": ["pcie"],
+    }
+    ledger.link_verdict("gpu-node-01", UUID, False, console.clock.now(), detail)
+    page = client.get(f"/gpus/{UUID}", headers=READONLY)
+    assert page.status_code == 200
+    assert "failed (diagnose: pcie)" in page.text
+    assert "pcie on GPU 0" in page.text
+    life = client.get(f"/api/v1/gpus/{UUID}", headers=READONLY).json()
+    assert life["diagnostics"][0]["detail"]["tests"] == ["pcie"]

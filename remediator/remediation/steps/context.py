@@ -54,6 +54,9 @@ class StepContext:
     # the hardware (None: the bundle carries what the signals reported).
     rma_webhook: RmaWebhook | None = None
     hardware: HardwareSource | None = None
+    # The hold reason when the machine behind a node is quarantined (remediation/
+    # machine_hold.py): uncordon and verify leave such a node fenced.
+    machine_hold: Callable[[str], str | None] = lambda _node: None
     # (remediation, entry into the step) whose spare capacity was checked already.
     capacity_checked: set[tuple[int, datetime]] = field(default_factory=set)
 

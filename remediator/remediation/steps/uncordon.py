@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediator.actions.outcome import Done, Outcome
+from remediator.actions.outcome import Done, Held, Outcome
 from remediator.actions.uncordon import uncordon
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps import domain
@@ -15,6 +15,10 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
     if record.dry_run:
         return Done("dry run: nothing was fenced, nothing to return", {"dry_run": True})
     trays = domain.rack_trays(record)
+    for node in trays or (record.node,):
+        held = ctx.machine_hold(node)
+        if held is not None:
+            return Held(held, {"node": node, "machine_hold": True})
     # A repaired rack goes back whole.
     back = (
         domain.return_trays(record, ctx, trays)

@@ -3,7 +3,7 @@ the new node back)."""
 
 from __future__ import annotations
 
-from remediator.actions.outcome import Done, Failed, Outcome, Waiting
+from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.release import release
 from remediator.actions.verify import POLL_SECONDS, node_problems, verify_replacement
 from remediator.errors import NotFoundError
@@ -32,6 +32,9 @@ def _verify(record: RemediationRecord, ctx: StepContext) -> Outcome:
         return _verify_rack(record, ctx, trays)
     if not record.new_node:
         return Failed("the replacement named no new node to verify")
+    held = ctx.machine_hold(record.new_node)
+    if held is not None:
+        return Held(held, {"node": record.new_node, "machine_hold": True})
     if planner.validates(parse_ladder(record.ladder)):
         # It passed its validation fenced: only now does it take work.
         lifted = release(ctx.kube, record.new_node, str(record.id))
