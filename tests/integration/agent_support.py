@@ -64,9 +64,11 @@ class Host:
 class PushServer:
     """The console app (push API included) under uvicorn on a fixed port, restartable."""
 
-    def __init__(self, database: Path, template: Path) -> None:
+    def __init__(
+        self, database: Path, template: Path, admission_clock: Callable[[], float] | None = None
+    ) -> None:
         shutil.copyfile(template, database)
-        self.console: Console = build_console(f"sqlite:///{database}")
+        self.console: Console = build_console(f"sqlite:///{database}", admission_clock)
         # The agent stamps signals with the wall clock; the push API refuses the future.
         clock = self.console.clock
         clock.advance((datetime.now(UTC) - clock.now()).total_seconds())
