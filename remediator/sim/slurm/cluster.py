@@ -214,7 +214,8 @@ class SlurmCluster:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            listed = self.run("squeue", "-h", "-o", "%A", check=False)
+            # %i: an array task as <array>_<task>; scancel refuses its raw id (%A) as invalid.
+            listed = self.run("squeue", "-h", "-o", "%i", check=False)
             ids = listed.stdout.split()
             if ids:  # again while any is listed: a job being requeued ignores a cancel
                 self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
@@ -282,7 +283,7 @@ class SlurmCluster:
         deadline = time.monotonic() + START_TIMEOUT
         # Again while any is listed: a job being requeued (COMPLETING) ignores a cancel and
         # comes back PENDING.
-        while ids := self.run("squeue", "-h", "-o", "%A", check=False).stdout.split():
+        while ids := self.run("squeue", "-h", "-o", "%i", check=False).stdout.split():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"jobs {ids} did not end after scancel")
             self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
