@@ -31,6 +31,8 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import CHECKS as CHECKS_REGISTRY
 from schemathesis.checks import load_all_checks
 from schemathesis.core.failures import Failure, FailureGroup
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from tests.fixtures.web import OPERATOR_TOKEN, Console, seeded
 from tests.integration.test_web_fuzz import as_a_client_would
@@ -87,11 +89,14 @@ def _positions(value: Any, found: set[str]) -> None:
             _positions(item, found)
 
 
-class Consoles:
+class Consoles(Starlette):
     """The ASGI app schemathesis calls: it forwards to the current scenario's console, so every
-    request (the checks' own re-sent ones too) reaches the state that scenario started from."""
+    request (the checks' own re-sent ones too) reaches the state that scenario started from.
+    A Starlette app with the console's routes, so the literals schemathesis draws on come from
+    the app's handlers (as in test_web_fuzz), not from this test's own module."""
 
     def __init__(self, template: Path, directory: Path) -> None:
+        super().__init__()
         self.template, self.directory = template, directory
         directory.mkdir()
         self.count = 0
@@ -108,6 +113,10 @@ class Consoles:
 
     def close(self) -> None:
         self.stack.close()
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        return self.current.app.routes
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.current.app(scope, receive, send)
