@@ -1,8 +1,9 @@
 """Crash safety of the real controller process: SIGKILL at random points of the full flow, 20
 times, restarting it each time. Afterwards every remediation has finished, every node was
 replaced exactly once (counted by the node pool's spare capacity — for AWS by the instances EC2
-launched — and the fleet size), and no node is left fenced without an open remediation. On SQLite
-and on PostgreSQL with the HTTP contract; with each real provider on SQLite, fewer kills.
+launched — and the fleet size), and no node is left fenced without an open remediation. Each
+dimension once: PostgreSQL with the HTTP contract (20 kills), each real provider on SQLite (5
+kills each); the HTTP contract on SQLite as well added 95 s to the suite and no further proof.
 
 The signal is a node condition, so it survives the crash the way a real one would (it stays on
 the Node until the node is replaced); the policy uses one-second grace periods and the simulator
@@ -58,7 +59,6 @@ def launched_instances(sim: SimHandle) -> int:
 @pytest.mark.parametrize(
     ("migrated_database_url", "cloud", "runs"),
     [
-        ("sqlite", "http", 20),
         ("postgresql", "http", 20),
         ("sqlite", "aws", 5),
         ("sqlite", "clusterapi", 5),

@@ -64,14 +64,11 @@ class Host:
 class PushServer:
     """The console app (push API included) under uvicorn on a fixed port, restartable."""
 
-    def __init__(self, database: Path, template: Path, *, real_time: bool = False) -> None:
-        """`real_time`: the per-node buckets refill on real time, for real agent processes (on
-        the frozen test clock a running agent's heartbeats were refused for good after the
-        first three, and what they said never reached the book: CI of stop 32)."""
+    def __init__(
+        self, database: Path, template: Path, admission_clock: Callable[[], float] | None = None
+    ) -> None:
         shutil.copyfile(template, database)
-        self.console: Console = build_console(
-            f"sqlite:///{database}", time.monotonic if real_time else None
-        )
+        self.console: Console = build_console(f"sqlite:///{database}", admission_clock)
         # The agent stamps signals with the wall clock; the push API refuses the future.
         clock = self.console.clock
         clock.advance((datetime.now(UTC) - clock.now()).total_seconds())

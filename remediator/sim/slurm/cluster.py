@@ -26,7 +26,9 @@ PARTITION = "gpu"
 START_TIMEOUT = 60.0
 # Cancelled jobs' steps end within KillWait (5 s) once slurmd hears of it.
 STOP_TIMEOUT = 30.0
-DAEMONS = frozenset({"slurmctld", "slurmd", "munged"})
+# slurmscriptd is slurmctld's own helper (forked at its start, gone with it); counted as a job
+# process, it kept end_jobs waiting its whole timeout at every stop.
+DAEMONS = frozenset({"slurmctld", "slurmscriptd", "slurmd", "munged"})
 
 
 def free_port() -> int:
@@ -212,7 +214,8 @@ class SlurmCluster:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            listed = self.run("squeue", "-h", "-o", "%A", check=False)
+            # %i: an array task as <array>_<task>; scancel refuses its raw id (%A) as invalid.
+            listed = self.run("squeue", "-h", "-o", "%i", check=False)
             ids = listed.stdout.split()
             if ids:  # again while any is listed: a job being requeued ignores a cancel
                 self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
@@ -233,12 +236,13 @@ class SlurmCluster:
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                # comm, not argv: slurmscriptd's argv is its process title (": slurmscriptd").
+                name = (entry / "comm").read_text().strip()
                 environ = (entry / "environ").read_bytes().split(b"\0")
                 files = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
             except OSError:
                 continue
-            if not daemons and (int(entry.name) in ours or Path(argv0).name in DAEMONS):
+            if not daemons and (int(entry.name) in ours or name in DAEMONS):
                 continue
             if needle in environ or any(f.startswith(roots) for f in files):
                 found.append(int(entry.name))
@@ -279,7 +283,7 @@ class SlurmCluster:
         deadline = time.monotonic() + START_TIMEOUT
         # Again while any is listed: a job being requeued (COMPLETING) ignores a cancel and
         # comes back PENDING.
-        while ids := self.run("squeue", "-h", "-o", "%A", check=False).stdout.split():
+        while ids := self.run("squeue", "-h", "-o", "%i", check=False).stdout.split():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"jobs {ids} did not end after scancel")
             self.run("scancel", "--quiet", *sorted(set(ids)), check=False)
