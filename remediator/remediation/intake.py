@@ -107,19 +107,36 @@ class Inventory:
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
-        nodes = list(nodes)
+        """One pass, labels shared with the (frozen) Node rather than copied: built every poll,
+        it was ~1 % of a core on its own at 10,000 nodes (bench scale_10k's profile)."""
+        pools: dict[str, str] = {}
+        labels: dict[str, Mapping[str, str]] = {}
+        gpus: dict[str, int | None] = {}
+        conditions: dict[str, Mapping[str, str]] = {}
+        machines: dict[str, str] = {}
+        not_ready: list[str] = []
+        cordoned: list[str] = []
+        for n in nodes:
+            name = n.name
+            pools[name] = n.labels.get(pool_label, "")
+            labels[name] = n.labels
+            gpus[name] = n.gpus
+            states = {c.type: c.status for c in n.conditions}
+            conditions[name] = states
+            if states.get("Ready") != "True":
+                not_ready.append(name)
+            if n.unschedulable:
+                cordoned.append(name)
+            if (machine := machine_id(n.provider_id, n.annotations)) is not None:
+                machines[name] = machine
         return cls(
-            pools={n.name: n.labels.get(pool_label, "") for n in nodes},
-            labels={n.name: dict(n.labels) for n in nodes},
-            not_ready=frozenset(n.name for n in nodes if not n.ready),
-            cordoned=frozenset(n.name for n in nodes if n.unschedulable),
-            gpus={n.name: n.gpus for n in nodes},
-            conditions={n.name: {c.type: c.status for c in n.conditions} for n in nodes},
-            machines={
-                n.name: machine
-                for n in nodes
-                if (machine := machine_id(n.provider_id, n.annotations)) is not None
-            },
+            pools=pools,
+            labels=labels,
+            not_ready=frozenset(not_ready),
+            cordoned=frozenset(cordoned),
+            gpus=gpus,
+            conditions=conditions,
+            machines=machines,
         )
 
     def gpu_counts(self) -> dict[str, int | None]:
