@@ -7,6 +7,7 @@ the console and the metrics."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -20,9 +21,9 @@ import pytest
 
 from remediator.kube.client import KubeClient, WatchStream
 from remediator.kube.objects import Node
-from tests.fixtures.sim import SimHandle
+from tests.fixtures.sim import FAST_PROGRAMS, SimHandle
 from tests.integration.engine_support import ControllerProcess, provider_setting
-from tests.integration.test_engine_validate import H100, POOL, REPLACE, SETTINGS
+from tests.integration.test_engine_validate import H100, POOL, REPAIR, REPLACE, SETTINGS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -33,10 +34,10 @@ STARTUP_TAINT = "remediator.io/unvalidated=true:NoSchedule"
 TAINT_KEY = "remediator.io/unvalidated"
 
 
-def config(workdir: Path, sim: SimHandle, database: Path) -> Path:
+def config(workdir: Path, sim: SimHandle, database: Path, policy: str = REPLACE) -> Path:
     policies = workdir / "policies"
     policies.mkdir(parents=True, exist_ok=True)
-    (policies / "p.yaml").write_text(REPLACE)
+    (policies / "p.yaml").write_text(policy)
     (policies / "settings.yaml").write_text(f"{SETTINGS}startup_taint: {STARTUP_TAINT}\n")
     values = {
         "kubeconfig": str(sim.controller_kubeconfig),
@@ -200,6 +201,102 @@ def test_a_dead_on_arrival_replacement_ends_succeeded_on_the_second(
             if wanted <= set(labels.split(","))
         }
         assert by_result == {"failed": 1.0, "passed": 1.0}, counted
+    finally:
+        watcher.stop()
+        http.close()
+        controller.stop()
+
+
+def test_a_slow_nvlink_repair_fails_validation_and_goes_on_to_replacement(
+    sim_factory: Callable[..., SimHandle], sqlite_head_template: Path, tmp_path: Path
+) -> None:
+    """The repair half of the done-when: an XID 74 is repaired in place (reboot), the node's
+    NVLink stays at half its bandwidth, its validation fails on the all-reduce's bus bandwidth,
+    and the remediation goes on to its ladder's `on_failure: replace`; the new machine validates
+    and the remediation ends succeeded. The repaired node, cordoned first, is never uncordoned."""
+    sim = sim_factory(
+        nodes=4,
+        provision_delay=1.0,
+        reboot_delay=1.0,
+        program_time_scale=FAST_PROGRAMS,
+        startup_taint=STARTUP_TAINT,
+    )
+    database = tmp_path / "remediator.db"
+    shutil.copyfile(sqlite_head_template, database)
+    controller = ControllerProcess(tmp_path, config(tmp_path, sim, database, REPAIR), "controller")
+    kube = KubeClient.from_kubeconfig(sim.kubeconfig, timeout=10.0)
+    watcher = NodeVersions(kube)
+    http = httpx.Client(base_url="http://unset", headers=AUTH, timeout=30.0)
+    try:
+        controller.wait_ready(timeout=180)
+        http.base_url = httpx.URL(controller.web_url)
+        node = sorted(n.name for n in kube.list_nodes(f"simcloud.io/nodepool={POOL}"))[0]
+        fault = {"type": "nvlink_slow", "node": node, "fraction": 0.5}
+        httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=10).raise_for_status()
+        signal = {
+            "node": node,
+            "kind": "xid",
+            "code": 74,
+            "gpu": 0,
+            "source": "test",
+            "observed_at": datetime.now(UTC).isoformat(),
+        }
+        assert http.post("/api/v1/signals", json=[signal]).status_code == 202
+        done = finished(http, node, timeout=180)
+        watcher.stop()
+
+        assert done["state"] == "succeeded", (done.get("hold_reason"), done.get("error"))
+        events = done["events"]
+        actions = [e["action"] for e in events]
+        assert "reboot_requested" in actions and "reboot_accepted" in actions, actions
+        (failed,) = [e for e in events if e["action"] == "validate_failed"]
+        assert failed["detail"]["node"] == node and failed["detail"]["new_machine"] is False
+        assert failed["to_state"] == "replacing" and failed["detail"]["escalated_to"] == "replace"
+        assert "under the" in failed["detail"]["reason"] and H100 in failed["detail"]["reason"]
+        # The evidence: the nccl check's measured bus bandwidth and the floor it missed.
+        (nccl,) = [
+            e["detail"]
+            for e in events
+            if e["action"] == "validation_check"
+            and e["detail"]["node"] == node
+            and e["detail"]["check"] == "nccl"
+        ]
+        assert nccl["passed"] is False and nccl["floor_gbps"] == 400.0, nccl
+        assert 0 < nccl["busbw_gbps"] < nccl["floor_gbps"], nccl
+        (replaced,) = [e for e in events if e["action"] == "replace_done"]
+        good = replaced["detail"]["new_node"]
+        assert good != node and done["new_node"] == good
+        (passed,) = [e for e in events if e["action"] == "validate_done"]
+        assert passed["detail"]["node"] == good and passed["detail"]["new_machine"] is True
+        moves = [e["to_state"] for e in events if e["to_state"] is not None]
+        assert moves[-4:] == ["replacing", "validating", "verifying", "succeeded"], moves
+        assert not any(a.startswith("uncordon") for a in actions), actions
+
+        # The repaired node, in every version the API served from before the signal to its
+        # deletion: the first change was the cordon, and neither the reboot nor the failed
+        # validation let it back.
+        assert not watcher.broken, watcher.broken
+        served = [(kind, version) for kind, version in watcher.versions if version.name == node]
+        assert served and served[-1][0] == "DELETED", [kind for kind, _ in served]
+        uncordoned = [
+            (kind, version.resource_version)
+            for kind, version in served
+            if not version.unschedulable
+        ]
+        assert not uncordoned, f"{node} was served schedulable: {uncordoned}"
+        assert not any(t.key == TAINT_KEY for t in kube.get_node(good).taints)
+
+        # The console's latest validations: the repaired node's failure, then the new machine.
+        page = http.get("/validations").text
+        rows = {
+            name: row
+            for row in re.findall(r"<tr>(.*?)</tr>", page, re.S)
+            for name in (node, good)
+            if f'href="/nodes/{name}"' in row
+        }
+        assert "<td>repaired</td>" in rows[node], rows
+        assert f'/remediations/{done["id"]}">failed: all_reduce_perf' in rows[node], rows
+        assert "<td>new machine</td>" in rows[good] and ">passed</a>" in rows[good], rows
     finally:
         watcher.stop()
         http.close()
