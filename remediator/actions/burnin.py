@@ -203,14 +203,38 @@ def baseline_of(summaries: Sequence[Mapping[str, Any]], pins: Mapping[str, Any])
     return Baseline(values, source, len(summaries), tuple(disagreeing))
 
 
+def _off_rate(inventory: Inventory, baseline: Baseline | None) -> tuple[list[str], list[Any]]:
+    """Each Active InfiniBand port not at the expected rate, named with both rates: the pool's
+    baseline rate when it has one, else the node's fastest port (a slower one fails even on
+    the pool's first node)."""
+    pool_rate = baseline.values.get("ib_rate") if baseline is not None else None
+    expected = int(pool_rate) if pool_rate is not None else None
+    against = "the pool's baseline" if expected is not None else "the node's other ports"
+    off = inventory.off_rate_ports(expected)
+    want = expected if expected is not None else inventory.ib_rate
+    named = [
+        f"IB {p.ca} port {p.port} is Active at "
+        + (f"{p.rate} Gb/s" if p.rate is not None else "an unreadable rate")
+        + f", expected {want} Gb/s ({against})"
+        for p in off
+    ]
+    evidence = [
+        {"ca": p.ca, "port": p.port, "rate": p.rate, "expected": want, "against": against}
+        for p in off
+    ]
+    return named, evidence
+
+
 def inventory_verdict(inventory: Inventory, baseline: Baseline | None) -> Verdict:
     summary = inventory.summary
     evidence: dict[str, Any] = {"inventory": summary, "gpus": inventory.identity()}
     problems = [
-        f"IB {p.ca} port {p.port} is {p.state}"
-        for p in inventory.ib_ports
-        if p.state != "Active" and p.link_layer in ("", "InfiniBand")
+        f"IB {p.ca} port {p.port} is {p.state}" for p in inventory.infiniband if p.state != "Active"
     ]
+    off_rate, off_evidence = _off_rate(inventory, baseline)
+    if off_rate:
+        problems += off_rate
+        evidence["ib_off_rate"] = off_evidence
     if baseline is None:
         evidence["baseline"] = None
         if problems:
@@ -227,6 +251,8 @@ def inventory_verdict(inventory: Inventory, baseline: Baseline | None) -> Verdic
     evidence["baseline_source"] = baseline.source
     for key, want in baseline.values.items():
         have = summary.get(key)
+        if key == "ib_rate" and off_rate:
+            continue  # named port by port above
         if str(have) != str(want):
             problems.append(f"{key} is {have}, the pool's baseline {want}")
     if problems:

@@ -70,8 +70,7 @@ class Inventory:
         models = sorted({g.name for g in self.gpus})
         drivers = sorted({g.driver for g in self.gpus})
         vbios = sorted({g.vbios for g in self.gpus})
-        ib = [p for p in self.ib_ports if p.link_layer in ("", "InfiniBand")]
-        rates = sorted({p.rate for p in ib if p.rate is not None and p.state == "Active"})
+        ib = self.infiniband
         return {
             "gpu_count": len(self.gpus),
             "gpu_model": models[0] if len(models) == 1 else ", ".join(models),
@@ -80,8 +79,29 @@ class Inventory:
             "cuda": self.cuda,
             "ib_ports": len(ib),
             "ib_active": sum(1 for p in ib if p.state == "Active"),
-            "ib_rate": rates[0] if len(rates) == 1 else None,
+            "ib_rate": self.ib_rate,
         }
+
+    @property
+    def infiniband(self) -> tuple[IbPort, ...]:
+        """The InfiniBand ports (a RoCE/Ethernet port of the same HCAs is not the fabric)."""
+        return tuple(p for p in self.ib_ports if p.link_layer in ("", "InfiniBand"))
+
+    @property
+    def ib_rate(self) -> int | None:
+        """The node's InfiniBand rate: that of its fastest Active port, so one slow port is named
+        against the others (off_rate_ports) instead of leaving the node without a rate."""
+        rates = [p.rate for p in self.infiniband if p.state == "Active" and p.rate is not None]
+        return max(rates, default=None)
+
+    def off_rate_ports(self, expected: int | None) -> tuple[IbPort, ...]:
+        """The Active InfiniBand ports not at `expected` Gb/s (the pool's baseline, else the
+        node's own rate, when it is the slower ports that show): a link that trained down to a
+        lower rate is still Active, and only its rate tells."""
+        want = self.ib_rate if expected is None else expected
+        if want is None:
+            return ()
+        return tuple(p for p in self.infiniband if p.state == "Active" and p.rate != want)
 
     def identity(self) -> list[dict[str, Any]]:
         return [

@@ -140,6 +140,66 @@ def test_a_down_ib_port_fails_even_without_a_baseline() -> None:
     assert not verdict.passed and "mlx5_1 port 1 is Down" in verdict.reason
 
 
+def _slow(port: str, rate: int, ib: str = IBSTAT_UP) -> str:
+    """`ibstat` with one CA's port trained down to `rate` (still Active, as such a link shows)."""
+    head, _, rest = ib.partition(f"CA '{port}'")
+    return head + f"CA '{port}'" + rest.replace("Rate: 400\n", f"Rate: {rate}\n", 1)
+
+
+def test_a_port_slower_than_the_others_keeps_the_nodes_rate_and_is_named() -> None:
+    node = inventory(ib=_slow("mlx5_2", 200))
+    assert node.summary["ib_rate"] == 400
+    assert [(p.ca, p.rate) for p in node.off_rate_ports(None)] == [("mlx5_2", 200)]
+    assert node.off_rate_ports(None) == node.off_rate_ports(400)
+    assert inventory().off_rate_ports(None) == ()
+
+
+def test_a_slow_active_port_fails_even_without_a_baseline() -> None:
+    for baseline in (None, burnin.baseline_of([], {})):
+        verdict = burnin.inventory_verdict(inventory(ib=_slow("mlx5_2", 200)), baseline)
+        assert not verdict.passed
+        assert verdict.reason == (
+            "inventory: IB mlx5_2 port 1 is Active at 200 Gb/s, "
+            "expected 400 Gb/s (the node's other ports)"
+        )
+        assert verdict.evidence["ib_off_rate"] == [
+            {
+                "ca": "mlx5_2",
+                "port": 1,
+                "rate": 200,
+                "expected": 400,
+                "against": "the node's other ports",
+            }
+        ]
+
+
+def test_a_slow_port_is_named_against_the_pools_rate_not_as_a_missing_one() -> None:
+    good = inventory().summary
+    baseline = burnin.baseline_of([good, good], {})
+    verdict = burnin.inventory_verdict(inventory(ib=_slow("mlx5_0", 200)), baseline)
+    assert not verdict.passed and "None" not in verdict.reason
+    assert verdict.reason == (
+        "inventory: IB mlx5_0 port 1 is Active at 200 Gb/s, expected 400 Gb/s (the pool's baseline)"
+    )
+
+
+def test_ports_all_at_a_lower_rate_than_the_pin_are_each_named() -> None:
+    both = _slow("mlx5_2", 200, _slow("mlx5_0", 200, IBSTAT_UP))
+    slow = _slow("mlx5_1", 200, both)
+    verdict = burnin.inventory_verdict(inventory(ib=slow), burnin.baseline_of([], {"ib_rate": 400}))
+    assert not verdict.passed and "ib_rate is" not in verdict.reason
+    assert [p["ca"] for p in verdict.evidence["ib_off_rate"]] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    assert "expected 400 Gb/s (the pool's baseline)" in verdict.reason
+    # The node agrees with itself, so without the pin nothing is off-rate.
+    assert burnin.inventory_verdict(inventory(ib=slow), None).passed
+
+
+def test_an_active_port_without_a_readable_rate_is_not_a_pass() -> None:
+    garbled = IBSTAT_UP.replace("Rate: 400\n", "Rate: ?\n", 1)
+    verdict = burnin.inventory_verdict(inventory(ib=garbled), None)
+    assert not verdict.passed and "mlx5_0 port 1 is Active at an unreadable rate" in verdict.reason
+
+
 def test_the_first_node_without_pins_says_it_has_no_baseline() -> None:
     verdict = burnin.inventory_verdict(inventory(), burnin.baseline_of([], {}))
     assert verdict.passed and "no baseline" in verdict.reason
