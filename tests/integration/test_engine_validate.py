@@ -270,3 +270,39 @@ def test_a_job_log_without_the_checks_sections_fails_every_check_with_its_tail(
         assert line["raw_tail"] == "cut\nshort\n" and line["seconds"] is None
     (failed,) = actions(done.events, "validate_failed")
     assert failed.detail["reason"] == lines["inventory"]["reason"]
+
+
+# An operator's Job template that goes through the scheduler (nodeSelector, not nodeName) and
+# tolerates only the fence: a pool taint it does not tolerate keeps its pod Pending.
+SCHEDULED = DEFAULT_TEMPLATE.replace(
+    "      nodeName: $node\n", "      nodeSelector:\n        kubernetes.io/hostname: $node\n"
+).replace(
+    "        - operator: Exists\n",
+    "        - {key: node.kubernetes.io/unschedulable, operator: Exists}\n"
+    "        - {key: remediator.io/quarantine, operator: Exists}\n",
+)
+
+
+def test_a_validation_job_the_node_cannot_schedule_holds_with_the_schedulers_reason(
+    started: Callable[..., Engine], tmp_path: Path
+) -> None:
+    template = tmp_path / "job.yaml"
+    template.write_text(SCHEDULED)
+    engine = started(REPAIR, repair={"job_template": template})
+    node = pool_node(engine.sim)
+    engine.sim.kubectl("taint", "node", node, "dedicated=training:NoSchedule")
+    engine.fault({"type": "nvlink_slow", "node": node, "fraction": 0.5})
+    engine.push(xid(node, code=74))
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert done.state is State.HELD, (done.error, done.hold_reason)
+    reason = done.hold_reason or ""
+    assert reason.startswith(f"validation Job cannot run on {node}: "), reason
+    assert reason.endswith(
+        "the Job does not tolerate the node's taint dedicated=training:NoSchedule"
+    )
+    (held,) = [e for e in done.events if e.to_state is State.HELD]
+    assert "untolerated taint {dedicated: training}" in held.detail["unschedulable"], held.detail
+    assert not actions(done.events, "validation_check"), "no check is judged on a Job never run"
+    assert not actions(done.events, "validate_failed") and done.new_node is None
+    fenced = engine.node(node)
+    assert fenced is not None and fenced["spec"].get("unschedulable") is True

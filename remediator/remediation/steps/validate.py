@@ -28,7 +28,7 @@ from remediator.actions.jobs import JobRun, JobState, job_name, render_job, run_
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
 from remediator.actions.quarantine import Why, quarantine
 from remediator.errors import NotFoundError
-from remediator.kube.objects import Node, Taint
+from remediator.kube.objects import GPU_RESOURCE, Node, Pod, Taint, pod_gpus
 from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps.context import StepContext
@@ -40,6 +40,7 @@ STARTED = "validation_started"
 CHECK_DONE = "validation_check"
 DEFAULT_TIMEOUT = 1800.0
 GPU_PRODUCT = "nvidia.com/gpu.product"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what a cordon reads as to the scheduler
 
 
 def validated_node(record: RemediationRecord) -> str:
@@ -217,9 +218,10 @@ def _run_job(
     )
     run, blocked = _follow(ctx, run_job(ctx.kube, ctx.jobs, job))
     if blocked:
+        why = not_here(job, node_obj, ctx.kube.list_pods_on_node(node))
         return Held(
-            f"validation Job cannot run on {node}: {blocked}",
-            {"node": node, "job": name, "unschedulable": blocked},
+            f"validation Job cannot run on {node}: {why or blocked}",
+            {"node": node, "job": name, "unschedulable": blocked, "blocked_by": why or None},
         )
     pending = [c for c in checks.enabled() if c not in lines]
     if run.state is JobState.RUNNING:
@@ -258,6 +260,52 @@ def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
             log = ctx.kube.read_pod_log(ctx.jobs.namespace, pod.name)
             return JobRun(run.name, state, pod.exit_code, log), ""
     return run, ""
+
+
+def _tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint.effect:
+            continue
+        exists = tol.get("operator", "Equal") == "Exists"
+        if not tol.get("key"):
+            if exists:
+                return True
+            continue
+        if tol["key"] == taint.key and (exists or str(tol.get("value") or "") == taint.value):
+            return True
+    return False
+
+
+def not_here(job: Mapping[str, Any], node: Node, on_node: Sequence[Pod]) -> str:
+    """What keeps the Job's pod off this node, in the node's own terms: the scheduler's message
+    counts every node of the cluster ("0/N nodes are available: …"), which for a Job meant for
+    one node mostly lists the nodes it was never meant for. "" when nothing here explains it."""
+    spec = job.get("spec", {}).get("template", {}).get("spec", {})
+    tolerations = spec.get("tolerations") or []
+    found = []
+    cordon = Taint(UNSCHEDULABLE_TAINT, "", "NoSchedule")
+    if node.unschedulable and not _tolerated(tolerations, cordon):
+        found.append(f"the node is cordoned and the Job does not tolerate {UNSCHEDULABLE_TAINT}")
+    untolerated = [
+        t
+        for t in node.taints
+        if t.effect in ("NoSchedule", "NoExecute") and not _tolerated(tolerations, t)
+    ]
+    if untolerated:
+        shown = ", ".join(
+            f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in untolerated
+        )
+        found.append(f"the Job does not tolerate the node's taint {shown}")
+    wanted = pod_gpus(spec)
+    holders = [p for p in on_node if p.gpus and p.phase not in ("Succeeded", "Failed")]
+    held = sum(p.gpus for p in holders)
+    if wanted and node.gpus is not None and held + wanted > node.gpus:
+        by = ", ".join(f"{p.namespace}/{p.name} ({p.gpus})" for p in holders)
+        found.append(
+            f"the Job asks {wanted} {GPU_RESOURCE}, {max(0, node.gpus - held)} of the node's "
+            f"{node.gpus} free" + (f" (held by {by})" if by else "")
+        )
+    return "; ".join(found)
 
 
 def missing_verdict(check: str, absent: Sequence[Program], log: str) -> Verdict:
