@@ -68,6 +68,7 @@ OPERATIONS = (
     "GET /api/v1/gpus",
     "GET /api/v1/gpus/{uuid}",
     "GET /api/v1/machines/{machine_id}",
+    "POST /api/v1/machines/{machine_id}/lift-quarantine",
     "GET /healthz",
     "HEAD /healthz",
     "GET /readyz",
