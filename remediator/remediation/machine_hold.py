@@ -10,8 +10,12 @@ machine is quarantined in the ledger and held where its provider keeps it:
 
 * Cluster API: the Machine and the Metal3 BareMetalHost marked (providers/clusterapi.py);
 * bare metal, the node-pool HTTP API: the node is left fenced: the uncordon and verify steps
-  hold with the quarantine's reason instead of returning it (`hold_reason`);
-* AWS, GCE: the replaced instance is gone anyway; the ledger's record is what remains."""
+  hold with the quarantine's reason instead of returning it (`hold_reason`), and neither a
+  cancel nor the reconcile releases it (commands.kept_fenced, RemediationService.reconcile);
+* AWS, GCE: the replaced instance is gone anyway; the ledger's record is what remains.
+
+Whatever the provider, a quarantined machine found under any node name is fenced on arrival
+(`fence_arrivals`, decided by ledger/hold.py's `fences_due`)."""
 
 from __future__ import annotations
 
