@@ -136,8 +136,9 @@ class MachineHolds:
         if not quarantined:
             return []
         seen = [
-            NodeSeen(n.name, self._behind(n), n.unschedulable, n.has_taint(QUARANTINE_TAINT))
+            NodeSeen(n.name, machine, n.unschedulable, n.has_taint(QUARANTINE_TAINT))
             for n in nodes
+            if (machine := self._behind(n)) in quarantined
         ]
         done: list[str] = []
         for order in fences_due(seen, quarantined, fenced):
