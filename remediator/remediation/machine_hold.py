@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from remediator.actions.quarantine import ANN_PRIOR_CORDON, QUARANTINE_TAINT
+from remediator.actions.quarantine import ANN_MACHINE_HOLD, ANN_PRIOR_CORDON, QUARANTINE_TAINT
 from remediator.clock import Clock
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
@@ -158,11 +158,13 @@ class MachineHolds:
 
     def _fence(self, order: ArrivalFence) -> None:
         text = hold_text(order.machine, order.reason)
-        if not order.cordon:
-            # Cordoned before us (a human's): the lift's release must leave that cordon.
-            self._kube.set_node_annotations(order.node, {ANN_PRIOR_CORDON: "true"})
+        # The mark names the fence ours; a cordon found there is a human's, which the release
+        # after the lift must leave.
+        marks = {ANN_MACHINE_HOLD: order.machine}
+        if order.cordon:
+            self._kube.annotate_and_cordon(order.node, marks)
         else:
-            self._kube.cordon(order.node)
+            self._kube.set_node_annotations(order.node, {**marks, ANN_PRIOR_CORDON: "true"})
         node = self._kube.add_taint(order.node, QUARANTINE_TAINT) if order.taint else None
         about = ObjectRef.of_node(node or self._kube.get_node(order.node))
         self._kube.create_event(about, FENCED_REASON, f"Fenced on arrival: {text}", "Warning")

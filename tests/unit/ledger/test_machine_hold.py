@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from remediator.actions.quarantine import ANN_PRIOR_CORDON, QUARANTINE_TAINT
+from remediator.actions.quarantine import ANN_MACHINE_HOLD, ANN_PRIOR_CORDON, QUARANTINE_TAINT
 from remediator.clock import FakeClock
 from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
@@ -101,7 +101,8 @@ class StubKube:
             raise NotFoundError(f"node {name} not found")
         return self.nodes[name]
 
-    def cordon(self, name: str) -> Node:
+    def annotate_and_cordon(self, name: str, annotations: Mapping[str, str]) -> Node:
+        self.set_node_annotations(name, annotations)
         return self._set(name, unschedulable=True)
 
     def add_taint(self, name: str, taint: Taint) -> Node:
@@ -364,7 +365,11 @@ def test_a_quarantined_machine_back_under_a_new_name_is_fenced_on_arrival(
     assert holds.fence_arrivals(list(kube.nodes.values())) == ["gpu-m9", "gpu-m8"]
     fenced = kube.nodes["gpu-m9"]
     assert fenced.unschedulable and fenced.has_taint(QUARANTINE_TAINT)
-    assert kube.nodes["gpu-m8"].annotations == {ANN_PRIOR_CORDON: "true"}
+    assert kube.nodes["gpu-m9"].annotations == {ANN_MACHINE_HOLD: "metal3:metal3:host-7:m3m-7"}
+    assert kube.nodes["gpu-m8"].annotations == {
+        ANN_MACHINE_HOLD: "metal3:metal3:host-7:m3m-7",
+        ANN_PRIOR_CORDON: "true",
+    }
     assert not kube.nodes["gpu-x1"].unschedulable
     assert [(node, reason) for node, reason, _ in kube.events] == [
         ("gpu-m9", FENCED_REASON),
