@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from remediator.actions.quarantine import ANN_MACHINE_HOLD
 from remediator.ledger.identity import machine_id
 from remediator.ledger.store import FENCED, HOLD
 from remediator.model.states import State
@@ -99,6 +100,9 @@ def test_a_quarantined_machine_back_under_a_new_name_is_fenced_on_arrival(
     assert ledger.quarantine(machine, "replaced 3 times within 30 days", datetime.now(UTC))
 
     wait_for(lambda: marks(engine, node) == (True, False, True), 180, f"{node} fenced")
+    found = engine.node(node)
+    assert found is not None
+    assert found["metadata"]["annotations"][ANN_MACHINE_HOLD] == machine
     events = json.loads(
         engine.sim.kubectl(
             "get",
