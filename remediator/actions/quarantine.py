@@ -20,7 +20,16 @@ ANN_REMEDIATION_ID = "remediator.io/remediation-id"
 ANN_POLICY = "remediator.io/policy"
 ANN_SIGNAL = "remediator.io/signal"
 ANN_PRIOR_CORDON = "remediator.io/cordoned-before-quarantine"
-QUARANTINE_ANNOTATIONS = (ANN_REMEDIATION_ID, ANN_POLICY, ANN_SIGNAL, ANN_PRIOR_CORDON)
+# A node fenced on arrival because its machine is quarantined (remediation/machine_hold.py): the
+# machine's id. Its cordon is ours, not a human's, when a remediation quarantines it later.
+ANN_MACHINE_HOLD = "remediator.io/machine-hold"
+QUARANTINE_ANNOTATIONS = (
+    ANN_REMEDIATION_ID,
+    ANN_POLICY,
+    ANN_SIGNAL,
+    ANN_PRIOR_CORDON,
+    ANN_MACHINE_HOLD,
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ def plan_quarantine(node: Node, why: Why) -> QuarantinePlan:
         ANN_POLICY: why.policy,
         ANN_SIGNAL: why.signal,
     }
-    if owner is None and node.unschedulable:
+    if owner is None and node.unschedulable and ANN_MACHINE_HOLD not in node.annotations:
         wanted[ANN_PRIOR_CORDON] = "true"
     missing = {k: v for k, v in wanted.items() if node.annotations.get(k) != v}
     return QuarantinePlan(missing, not node.unschedulable, not node.has_taint(QUARANTINE_TAINT))

@@ -180,13 +180,15 @@ class _Streams:
             by_kind.setdefault(policy.match.kind, []).append(policy)
         self._lists: list[tuple[ArchivedRun, list[datetime], list[datetime]]] = []
         previous_active: dict[tuple[str, int | None, str, int | None, str], bool] = {}
-        events: dict[tuple[str, int | None, SignalKind, int | None], list[ArchivedRun]] = {}
+        # Keyed as the live fold keys them (Signal.dedup_key): the GPU's UUID, else its index.
+        events: dict[tuple[str, int | str | None, SignalKind, int | None], list[ArchivedRun]] = {}
         for run in recording.runs:
             candidates = [p for p in by_kind.get(run.kind, ()) if _matches(p, run)]
             if not candidates:
                 continue
             if run.kind not in READING_KINDS:
-                events.setdefault((run.node, run.gpu, run.kind, run.code), []).append(run)
+                key = (run.node, run.gpu_uuid or run.gpu, run.kind, run.code)
+                events.setdefault(key, []).append(run)
                 continue
             # A breach starts a streak; a reading in the hysteresis band only carries one that
             # runs, so it matters only right after readings that did; the first cleared

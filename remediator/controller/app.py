@@ -684,6 +684,8 @@ class Controller:
             end_all_gone(self.repository, nodes, self.settings.pool_label, self.actor)
             # Expiries no held remediation noticed are audited too.
             self.opt_outs.note_expired(self.opt_outs.expired_unnoted(), self.actor)
+            # A quarantined machine back under a new name is fenced before it takes work.
+            self.machine_holds.fence_arrivals(nodes)
         self.service.reconcile(nodes)
 
     def heartbeat(self) -> None:
@@ -815,6 +817,7 @@ class Controller:
             node_known=self.nodes.knows,
             list_nodes=self.nodes.list_nodes,
             list_gang_pods=lambda: self.kube.list_pods_everywhere(GANG_LABEL),
+            machine_hold=self.machine_holds.hold_on,
         )
 
     def start_web(self) -> str:

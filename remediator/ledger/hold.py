@@ -9,7 +9,7 @@ replaced again is one bad machine in one incident, not two."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -77,3 +77,46 @@ def hold_due(
         f"taken out {len(counted)} times within {days:g} days (machine_hold.count {count}): {told}"
     )
     return HoldDecision(machine, reason, last.remediation_id, tuple(counted))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSeen:
+    """A node of the cluster as the arrival check needs it: the machine behind it (None when
+    nothing names one) and whether it is cordoned and carries the quarantine taint."""
+
+    name: str
+    machine: str | None
+    cordoned: bool
+    tainted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalFence:
+    """Fence `node`: it runs on `machine`, which is quarantined for `reason`."""
+
+    node: str
+    machine: str
+    reason: str
+    cordon: bool
+    taint: bool
+
+
+def fences_due(
+    nodes: Iterable[NodeSeen],
+    quarantined: Mapping[str, str],
+    fenced: Collection[tuple[str, str]],
+) -> list[ArrivalFence]:
+    """The nodes on a quarantined machine (machine id → its reason) not fenced yet: a host put
+    back by hand under a new name must not take work. Once per (machine, node) since the
+    quarantine (`fenced`): a human who then uncordons it on purpose is not fought; the lift is
+    the way back. A node already cordoned and tainted (a remediation's fence) needs nothing."""
+    due: list[ArrivalFence] = []
+    for node in nodes:
+        if node.machine is None or (reason := quarantined.get(node.machine)) is None:
+            continue
+        if (node.machine, node.name) in fenced or (node.cordoned and node.tainted):
+            continue
+        due.append(
+            ArrivalFence(node.name, node.machine, reason, not node.cordoned, not node.tainted)
+        )
+    return due

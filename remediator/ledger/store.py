@@ -32,8 +32,10 @@ from remediator.store.models import (
 )
 
 SIGNAL, REMEDIATION, VERDICT = "signal", "remediation", "verdict"
-# A machine taken out by a replacement; a hold put on or lifted (kind "held" / "lifted").
+# A machine taken out by a replacement; a hold put on, lifted or enforced on a node (kind
+# "held" / "lifted" / "fenced").
 REPLACEMENT, HOLD = "replaced", "hold"
+FENCED = "fenced"  # a hold's node fenced on arrival (a quarantined machine under a new name)
 VALIDATE = "validate"  # a verdict's `step` that makes a failed one a strike
 # Labels that carry a GPU's PCI address: the agent's kernel-log XID, DCGM exporter's.
 PCI_LABELS = ("pci", "pci_bus_id")
@@ -828,6 +830,40 @@ class Ledger:
         with session_scope(self.session_factory) as session:
             row = session.get(LedgerMachine, machine_id)
             return row is not None and row.quarantined_at is not None
+
+    def quarantine_state(self) -> tuple[dict[str, str], set[tuple[str, str]]]:
+        """The quarantined machines (id → reason) and the (machine, node) pairs fenced on
+        arrival since each was quarantined (`note_fenced`): what `hold.fences_due` decides on.
+        Fleet-wide: a held machine put back in another cluster is still held."""
+        with session_scope(self.session_factory) as session:
+            held = {
+                row.id: row.quarantine_reason or ""
+                for row in session.execute(
+                    select(LedgerMachine.id, LedgerMachine.quarantine_reason).where(
+                        LedgerMachine.quarantined_at.is_not(None)
+                    )
+                )
+            }
+            if not held:
+                return held, set()
+            fenced = session.execute(
+                select(LedgerLink.machine_id, LedgerLink.node)
+                .join(LedgerMachine, LedgerMachine.id == LedgerLink.machine_id)
+                .where(
+                    LedgerLink.subject == HOLD,
+                    LedgerLink.kind == FENCED,
+                    LedgerMachine.quarantined_at.is_not(None),
+                    LedgerLink.at >= LedgerMachine.quarantined_at,
+                )
+            )
+            return held, {(str(machine), node) for machine, node in fenced}
+
+    def note_fenced(self, machine_id: str, node: str, at: datetime, detail: dict[str, Any]) -> None:
+        """A `fenced` line in the machine's quarantine history: its node was fenced on arrival."""
+        with session_scope(self.session_factory, write=True) as session:
+            row = session.get(LedgerMachine, machine_id)
+            if row is not None:
+                session.add(self._hold_link(row, node, FENCED, at, row.quarantined_by, detail))
 
     def hold_on(self, node: str, machine: str | None = None) -> tuple[str, str] | None:
         """(machine, reason) when the machine behind `node` is quarantined: `machine` when the

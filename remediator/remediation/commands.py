@@ -50,6 +50,16 @@ def cancel_target(record: RemediationRecord) -> Move:
     return Move(State.CANCELLED, {})
 
 
+def kept_fenced(
+    record: RemediationRecord, machine_hold: Callable[[str], str | None]
+) -> dict[str, str]:
+    """The remediation's nodes (its own, and the new one of a replacement) that sit on a
+    quarantined machine → the hold's reason: a cancel leaves them fenced (the reconcile does not
+    release them while the ledger says quarantined), and says so."""
+    nodes = dict.fromkeys(n for n in (record.node, record.new_node) if n)
+    return {node: reason for node in nodes if (reason := machine_hold(node)) is not None}
+
+
 def retry_target(record: RemediationRecord) -> Move:
     """Back into the step that failed: the from_state of the last transition into FAILED."""
     if record.state is not State.FAILED:
@@ -108,11 +118,15 @@ def run(
     actor: str,
     reason: str | None = None,
     cooldown: timedelta | None = None,
+    machine_hold: Callable[[str], str | None] | None = None,
 ) -> RemediationRecord:
     """Apply one remediation command; NotFoundError when there is no such remediation.
 
     A cancel sticks: no policy re-remediates the node for the same fault (see
-    remediation/suppression.py) within `cooldown` (default an hour; zero lets them at once)."""
+    remediation/suppression.py) within `cooldown` (default an hour; zero lets them at once).
+    `machine_hold` (the node → its quarantined machine's hold reason, remediation/machine_hold.py)
+    lets a cancel say which of its nodes stay fenced: on the timeline's line and as the answer's
+    `hold_reason`."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
     if cooldown is not None and command != "cancel":
@@ -130,6 +144,12 @@ def run(
         until = repository.now() + held_off
         move.fields["suppressed_until"] = until
         detail["cooldown_seconds"] = int(held_off.total_seconds())
+        fenced = kept_fenced(record, machine_hold) if machine_hold is not None else {}
+        if fenced:
+            detail["kept_fenced"] = fenced
+            move.fields["hold_reason"] = "; ".join(
+                f"{node} stays fenced: {reason}" for node, reason in fenced.items()
+            )
     try:
         after = repository.transition(
             remediation_id,

@@ -69,7 +69,7 @@ from remediator.remediation.planned import (
     same_moment,
 )
 from remediator.remediation.suppression import suppressed_by
-from remediator.signals.dedup import SignalFolder
+from remediator.signals.dedup import DedupKey, SignalFolder
 from remediator.signals.model import Signal, SignalKind
 from remediator.signals.screen import Dropped, screen
 from remediator.signals.sources.node_conditions import is_abnormal
@@ -324,7 +324,7 @@ class Intake:
         self._actor = actor
         self._folder = SignalFolder(fold_window)
         self._fold_window = fold_window
-        self._last_stored: dict[tuple[str, int | None, SignalKind, int | None], datetime] = {}
+        self._last_stored: dict[DedupKey, datetime] = {}
         self._opened: list[Decision] = []
         self._linked: set[int] = set()  # ids of signals linked to a waiting plan this cycle
         self._eval_state = EvalState()

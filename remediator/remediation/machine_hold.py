@@ -10,8 +10,12 @@ machine is quarantined in the ledger and held where its provider keeps it:
 
 * Cluster API: the Machine and the Metal3 BareMetalHost marked (providers/clusterapi.py);
 * bare metal, the node-pool HTTP API: the node is left fenced: the uncordon and verify steps
-  hold with the quarantine's reason instead of returning it (`hold_reason`);
-* AWS, GCE: the replaced instance is gone anyway; the ledger's record is what remains."""
+  hold with the quarantine's reason instead of returning it (`hold_reason`), and neither a
+  cancel nor the reconcile releases it (commands.kept_fenced, RemediationService.reconcile);
+* AWS, GCE: the replaced instance is gone anyway; the ledger's record is what remains.
+
+Whatever the provider, a quarantined machine found under any node name is fenced on arrival
+(`fence_arrivals`, decided by ledger/hold.py's `fences_due`)."""
 
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from remediator.actions.quarantine import ANN_MACHINE_HOLD, ANN_PRIOR_CORDON, QUARANTINE_TAINT
 from remediator.clock import Clock
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
-from remediator.ledger.hold import HoldDecision, hold_due
+from remediator.kube.objects import Node, ObjectRef
+from remediator.ledger.hold import ArrivalFence, HoldDecision, NodeSeen, fences_due, hold_due
 from remediator.ledger.identity import machine_id
 from remediator.ledger.store import VALIDATE, Ledger
 from remediator.policy.schema import MachineHoldSettings
@@ -38,6 +44,7 @@ from remediator.store.repository import Repository
 log = logging.getLogger(__name__)
 
 HELD_EVENT = "machine_held"
+FENCED_REASON = "RemediatorMachineHold"  # the Event on a node fenced on arrival
 CLUSTERAPI = "clusterapi"
 
 
@@ -98,17 +105,82 @@ class MachineHolds:
         return hold_text(*held) if held is not None else None
 
     def _current(self, node: str) -> str | None:
-        """The machine behind `node` now. The agent's DMI serial (in the ledger's picture) is
-        the bare-metal truth; else the Node's own providerID, fresher than the picture when an
-        instance was just recreated under the name (GCE); else the picture."""
+        """The machine behind `node` now (`_behind`), read from the cluster; the ledger's
+        picture when the node is gone."""
         known = self._ledger.machine_of(node)
         if known is not None and known.startswith("dmi:"):
             return known
         try:
-            found = self._kube.get_node(node)
+            return self._behind(self._kube.get_node(node))
         except NotFoundError:
             return known
-        return machine_id(found.provider_id, found.annotations) or known
+
+    def _behind(self, node: Node) -> str | None:
+        """The agent's DMI serial (in the ledger's picture) is the bare-metal truth; else the
+        Node's own providerID, fresher than the picture when an instance was just recreated
+        under the name (GCE); else the picture."""
+        known = self._ledger.machine_of(node.name)
+        if known is not None and known.startswith("dmi:"):
+            return known
+        return machine_id(node.provider_id, node.annotations) or known
+
+    # --- what the nodes tell -------------------------------------------------------------------
+
+    def fence_arrivals(self, nodes: Iterable[Node]) -> list[str]:
+        """Fence each node found on a quarantined machine (a host put back by hand, under a
+        new name): cordon and taint as the fence step does, with an Event naming the
+        quarantine and a `fenced` line in the machine's history; never an uncordon (the
+        reconcile keeps such a node fenced until the lift). Decided by `hold.fences_due`.
+        Returns the nodes fenced."""
+        quarantined, fenced = self._ledger.quarantine_state()
+        if not quarantined:
+            return []
+        seen = [
+            NodeSeen(n.name, machine, n.unschedulable, n.has_taint(QUARANTINE_TAINT))
+            for n in nodes
+            if (machine := self._behind(n)) in quarantined
+        ]
+        done: list[str] = []
+        for order in fences_due(seen, quarantined, fenced):
+            try:
+                self._fence(order)
+            except RemediatorError as exc:
+                log.warning(
+                    "fence of %s (quarantined machine %s) failed: %s",
+                    order.node,
+                    order.machine,
+                    exc,
+                    extra={"node": order.node},
+                )
+                continue
+            done.append(order.node)
+        return done
+
+    def _fence(self, order: ArrivalFence) -> None:
+        text = hold_text(order.machine, order.reason)
+        # The mark names the fence ours; a cordon found there is a human's, which the release
+        # after the lift must leave.
+        marks = {ANN_MACHINE_HOLD: order.machine}
+        if order.cordon:
+            self._kube.annotate_and_cordon(order.node, marks)
+        else:
+            self._kube.set_node_annotations(order.node, {**marks, ANN_PRIOR_CORDON: "true"})
+        node = self._kube.add_taint(order.node, QUARANTINE_TAINT) if order.taint else None
+        about = ObjectRef.of_node(node or self._kube.get_node(order.node))
+        self._kube.create_event(about, FENCED_REASON, f"Fenced on arrival: {text}", "Warning")
+        steps = [s for s, due in (("cordon", order.cordon), ("taint", order.taint)) if due]
+        self._ledger.note_fenced(
+            order.machine,
+            order.node,
+            self._clock.now(),
+            {"reason": order.reason, "steps": steps, "actor": self._actor},
+        )
+        log.warning(
+            "node %s fenced: it runs on quarantined machine %s",
+            order.node,
+            order.machine,
+            extra={"node": order.node},
+        )
 
     # --- what the transitions tell -----------------------------------------------------------
 

@@ -68,6 +68,13 @@ log = logging.getLogger(__name__)
 MAX_MOVES_PER_TICK = 12
 # The states that need no action until a human (or the console) moves them on.
 HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
+# The timeline's line when the reconcile leaves a node on a quarantined machine fenced.
+KEPT_FENCED = "node_kept_fenced"
+
+
+def kept_fenced_noted(record: RemediationRecord, node: str) -> bool:
+    """Whether the timeline already says `node` is kept fenced: said once, not every pass."""
+    return any(e.action == KEPT_FENCED and e.detail.get("node") == node for e in record.events)
 
 
 class Notifier(Protocol):
@@ -594,7 +601,8 @@ class RemediationService:
     def reconcile(self, nodes: Sequence[Node]) -> list[str]:
         """Lift our quarantine from every node whose remediation no longer holds it (cancelled,
         finished, or unknown); a failed one keeps its node fenced until a human retries or
-        cancels. Returns the nodes released."""
+        cancels, and a node on a quarantined machine stays fenced until the quarantine is
+        lifted (said once on the timeline). Returns the nodes released."""
         released: list[str] = []
         for node in nodes:
             owner = node.annotations.get(ANN_REMEDIATION_ID)
@@ -605,6 +613,18 @@ class RemediationService:
                 continue
             if not self._may_act():
                 break
+            held = self._steps.machine_hold(node.name)
+            if held is not None:
+                # The ledger says the hardware is quarantined: a cancel (or the end of a
+                # remediation) does not return it; the lift does (docs/ledger.md).
+                if record is not None and not kept_fenced_noted(record, node.name):
+                    self._repo.append_event(
+                        record.id,
+                        action=KEPT_FENCED,
+                        actor=self.actor,
+                        detail={"node": node.name, "reason": held},
+                    )
+                continue
             try:
                 outcome = release(self._kube, node.name, owner or "")
             except RemediatorError as exc:

@@ -4,7 +4,8 @@ Sources repeat themselves: DCGM keeps reporting the last XID as long as the expo
 `increase(...[W]) > 0` query answers for its whole window W after one NVLink burst, Alertmanager
 re-sends a firing group every `repeat_interval`. Counted naively, one XID 79 would look like a
 burst of them. So *event* kinds are folded: a signal whose key (node, GPU, kind, code) was let
-through less than `window` ago is dropped. After the window it passes again — a fault that is
+through less than `window` ago is dropped. The GPU is its UUID when the signal carries one, else
+its index (`Signal.dedup_key`). After the window it passes again — a fault that is
 still there is re-announced once per window rather than hidden forever (for instance after a
 budget held the first decision).
 
@@ -47,7 +48,7 @@ COUNTER_KINDS: frozenset[SignalKind] = frozenset({SignalKind.NVLINK})
 COUNTER_WINDOW = timedelta(minutes=2)
 DEFAULT_KIND_WINDOWS: Mapping[SignalKind, timedelta] = {SignalKind.NVLINK: COUNTER_WINDOW}
 
-DedupKey = tuple[str, int | None, SignalKind, int | None]
+DedupKey = tuple[str, int | str | None, SignalKind, int | None]
 
 
 def fold(

@@ -82,9 +82,12 @@ class Signal(BaseModel):
         return hash((*self.dedup_key, self.source, self.observed_at, self.value))
 
     @property
-    def dedup_key(self) -> tuple[str, int | None, SignalKind, int | None]:
-        """Two signals with the same key inside the fold window are one fault."""
-        return (self.node, self.gpu, self.kind, self.code)
+    def dedup_key(self) -> tuple[str, int | str | None, SignalKind, int | None]:
+        """Two signals with the same key inside the fold window are one fault. The GPU is its
+        UUID when the signal has one (the intake gives one to a signal of a GPU the ledger has
+        placed), else its index: a new GPU in the slot of a recreated instance is another GPU,
+        not the old one's fault again."""
+        return (self.node, self.gpu_uuid or self.gpu, self.kind, self.code)
 
     def at(self, when: datetime) -> Signal:
         return self.model_copy(update={"observed_at": when})

@@ -80,3 +80,6 @@ class WebDeps:
     # this console has no cluster access.
     list_nodes: Callable[[], list[Node]] | None = None
     list_gang_pods: Callable[[], list[Pod]] | None = None
+    # A node → the hold reason of its quarantined machine (remediation/machine_hold.py), so a
+    # cancel says which node stays fenced; None: this console cannot tell.
+    machine_hold: Callable[[str], str | None] | None = None

@@ -115,7 +115,10 @@ class MachineOut(BaseModel):
     quarantine_reason: str | None
     quarantined_by: int | None = Field(description="the remediation whose strike held it")
     hold_lifted_at: datetime | None = Field(description="when an operator last lifted a hold")
-    holds: list[LinkOut] = Field(description="each hold put on (`held`) or lifted (`lifted`)")
+    holds: list[LinkOut] = Field(
+        description="each hold put on (`held`), lifted (`lifted`) or enforced on a node found on"
+        " the machine (`fenced`)"
+    )
     placements: list[PlacementOut]
     faults: list[LinkOut]
     diagnostics: list[LinkOut]

@@ -151,6 +151,7 @@ def run_command(
             actor=ask.principal.actor,
             reason=reason,
             cooldown=cooldown,
+            machine_hold=ask.deps.machine_hold,
         )
     except NotFoundError as exc:
         _record(ask, command, "not_found", reason, remediation_id, str(exc))

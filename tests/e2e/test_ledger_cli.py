@@ -309,11 +309,11 @@ def test_a_gce_instance_recreated_under_its_name_is_new_hardware(
             controller,
         )
         assert new_gpus[0][1] == pci  # the same slot on the new board, another GPU in it
-        # The same node name, a new machine: another GPU's fault is no repeat by machine (by
-        # node name it would be one). GPU 1: a fault on the same index and code within the fold
-        # window is folded into the first whatever its UUID.
-        other_uuid, other_pci = new_gpus[1]
-        push_xid(controller, node, 1, other_uuid, other_pci)
+        # The same node name, a new machine: the new GPU's fault in the same slot, within the
+        # fold window, is another GPU's (by its UUID), and no repeat by machine (by node name
+        # it would be one).
+        other_uuid, other_pci = new_gpus[0]
+        push_xid(controller, node, 0, other_uuid, other_pci)
         again = finished(controller, node, 2)
         assert again["policy"] == "xid-79-first"
 

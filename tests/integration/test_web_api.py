@@ -624,3 +624,21 @@ def test_after_a_resume_the_controller_reports_the_resume_not_the_pause(
         assert body["resumed_at"] is not None
     overview = client.get("/api/v1/overview", headers=READONLY).json()["controller"]
     assert overview["pause_reason"] is None and overview["resume_reason"] == "maintenance done"
+
+
+def test_a_cancel_on_a_quarantined_machine_answers_that_its_node_stays_fenced(
+    client: TestClient, console: Console
+) -> None:
+    rid = console.ids["draining"]
+    before = console.repository.get(rid)
+    assert before is not None
+    held = "quarantined machine aws:i-0abc: replaced 3 times within 30 days"
+    console.deps.machine_hold = lambda node: held if node == before.node else None
+    response = _post(client, f"/api/v1/remediations/{rid}/cancel")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["state"] == "cancelled"
+    assert body["hold_reason"] == f"{before.node} stays fenced: {held}"
+    record = console.repository.get(rid)
+    assert record is not None
+    assert record.events[-1].detail["kept_fenced"] == {before.node: held}

@@ -5,6 +5,7 @@ record, the timeline line, the Cluster API marks, and the steps' hold reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -13,17 +14,27 @@ from typing import Any, cast
 
 import pytest
 
+from remediator.actions.quarantine import ANN_MACHINE_HOLD, ANN_PRIOR_CORDON, QUARANTINE_TAINT
 from remediator.clock import FakeClock
 from remediator.errors import NotFoundError
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import Node
-from remediator.ledger.hold import REPLACED, VALIDATION_FAILED, Strike, hold_due
+from remediator.kube.objects import Node, ObjectRef, Taint
+from remediator.ledger.hold import (
+    REPLACED,
+    VALIDATION_FAILED,
+    ArrivalFence,
+    NodeSeen,
+    Strike,
+    fences_due,
+    hold_due,
+)
 from remediator.ledger.identity import GCE_INSTANCE_ID, GpuIdentity
-from remediator.ledger.store import HOLD, VERDICT, Ledger
+from remediator.ledger.store import FENCED, HOLD, VERDICT, Ledger
 from remediator.model.states import State
 from remediator.policy.schema import MachineHoldSettings
 from remediator.providers.clusterapi import HOLD_KEY, metal3_host
-from remediator.remediation.machine_hold import MachineHolds, failed_gpus
+from remediator.remediation import commands
+from remediator.remediation.machine_hold import FENCED_REASON, MachineHolds, failed_gpus
 from remediator.remediation.service import TransitionSeen
 from remediator.store import db
 from remediator.store.records import NewRemediation, RemediationFilter, RemediationRecord
@@ -82,10 +93,30 @@ class StubKube:
     def __init__(self, nodes: Mapping[str, Node]) -> None:
         self.nodes = dict(nodes)
         self.patched: list[tuple[str, str, str, str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.calls: list[tuple[str, list[str]]] = []
 
     def get_node(self, name: str) -> Node:
         if name not in self.nodes:
             raise NotFoundError(f"node {name} not found")
+        return self.nodes[name]
+
+    def annotate_and_cordon(self, name: str, annotations: Mapping[str, str]) -> Node:
+        self.set_node_annotations(name, annotations)
+        return self._set(name, unschedulable=True)
+
+    def add_taint(self, name: str, taint: Taint) -> Node:
+        return self._set(name, taints=(*self.nodes[name].taints, taint))
+
+    def set_node_annotations(self, name: str, annotations: Mapping[str, str]) -> Node:
+        return self._set(name, annotations={**self.nodes[name].annotations, **annotations})
+
+    def create_event(self, about: ObjectRef, reason: str, message: str, type_: str) -> None:
+        self.events.append((about.name, reason, message))
+
+    def _set(self, name: str, **changes: Any) -> Node:
+        self.calls.append((name, sorted(changes)))
+        self.nodes[name] = dataclasses.replace(self.nodes[name], **changes)
         return self.nodes[name]
 
     def patch_custom(
@@ -271,3 +302,93 @@ def test_a_recreated_instance_is_not_held_for_the_old_machine_under_its_name(
     assert holds.hold_on("gpu-g1") is None
     kube.nodes.clear()  # gone: the picture is all there is
     assert holds.hold_on("gpu-g1") is not None
+
+
+def test_a_node_on_a_quarantined_machine_is_fenced_once_and_only_what_is_missing() -> None:
+    held = {"dmi:SN1": "replaced 3 times"}
+    nodes = [
+        NodeSeen("gpu-new", "dmi:SN1", cordoned=False, tainted=False),
+        NodeSeen("gpu-human", "dmi:SN1", cordoned=True, tainted=False),
+        NodeSeen("gpu-fenced", "dmi:SN1", cordoned=True, tainted=True),
+        NodeSeen("gpu-other", "dmi:SN2", cordoned=False, tainted=False),
+        NodeSeen("gpu-unknown", None, cordoned=False, tainted=False),
+    ]
+    assert fences_due(nodes, held, set()) == [
+        ArrivalFence("gpu-new", "dmi:SN1", "replaced 3 times", cordon=True, taint=True),
+        ArrivalFence("gpu-human", "dmi:SN1", "replaced 3 times", cordon=False, taint=True),
+    ]
+    # Fenced once on arrival: a human who uncordons it afterwards is not fought.
+    once = {("dmi:SN1", "gpu-new"), ("dmi:SN1", "gpu-human")}
+    assert fences_due(nodes, held, once) == []
+    assert fences_due(nodes, {}, set()) == []
+
+
+def test_a_cancel_on_a_quarantined_machine_says_its_node_stays_fenced(
+    world: tuple[Repository, Ledger, FakeClock],
+) -> None:
+    repo, ledger, clock = world
+    holds = holds_of(repo, ledger, clock, StubKube({}), "http")
+    ledger.observe_machine("gpu-a1", "dmi:SN1", T0, dmi_serial="SN1")
+    assert ledger.quarantine("dmi:SN1", "replaced twice", T0)
+    held = remediation(repo, "gpu-a1", "k1")
+    other = remediation(repo, "gpu-b1", "k2")
+    cancelled = commands.run(
+        repo, "cancel", held.id, actor="carol", reason="ours now", machine_hold=holds.hold_on
+    )
+    assert cancelled.state is State.CANCELLED
+    assert cancelled.hold_reason is not None
+    assert cancelled.hold_reason.startswith("gpu-a1 stays fenced: quarantined machine dmi:SN1")
+    timeline = repo.get(held.id)
+    assert timeline is not None
+    line = timeline.events[-1]
+    assert line.action == "cancelled" and list(line.detail["kept_fenced"]) == ["gpu-a1"]
+    plain = commands.run(repo, "cancel", other.id, actor="carol", machine_hold=holds.hold_on)
+    plain_timeline = repo.get(other.id)
+    assert plain.hold_reason is None and plain_timeline is not None
+    assert "kept_fenced" not in plain_timeline.events[-1].detail
+
+
+def test_a_quarantined_machine_back_under_a_new_name_is_fenced_on_arrival(
+    world: tuple[Repository, Ledger, FakeClock],
+) -> None:
+    repo, ledger, clock = world
+    ledger.observe_machine("gpu-m1", "metal3:metal3:host-7:m3m-7", T0, provider_id=METAL3)
+    assert ledger.quarantine("metal3:metal3:host-7:m3m-7", "failed validation twice", T0)
+    back = Node(name="gpu-m9", uid="u9", resource_version="1", provider_id=METAL3)
+    cordoned = Node(
+        name="gpu-m8", uid="u8", resource_version="1", provider_id=METAL3, unschedulable=True
+    )
+    healthy = Node(name="gpu-x1", uid="u1", resource_version="1", provider_id="aws:///z/i-1")
+    kube = StubKube({n.name: n for n in (back, cordoned, healthy)})
+    holds = holds_of(repo, ledger, clock, kube, "clusterapi")
+    clock.advance(60)
+    assert holds.fence_arrivals(list(kube.nodes.values())) == ["gpu-m9", "gpu-m8"]
+    fenced = kube.nodes["gpu-m9"]
+    assert fenced.unschedulable and fenced.has_taint(QUARANTINE_TAINT)
+    assert kube.nodes["gpu-m9"].annotations == {ANN_MACHINE_HOLD: "metal3:metal3:host-7:m3m-7"}
+    assert kube.nodes["gpu-m8"].annotations == {
+        ANN_MACHINE_HOLD: "metal3:metal3:host-7:m3m-7",
+        ANN_PRIOR_CORDON: "true",
+    }
+    assert not kube.nodes["gpu-x1"].unschedulable
+    assert [(node, reason) for node, reason, _ in kube.events] == [
+        ("gpu-m9", FENCED_REASON),
+        ("gpu-m8", FENCED_REASON),
+    ]
+    assert "failed validation twice" in kube.events[0][2]
+    # Once: a human uncordons gpu-m9 on purpose; the next pass leaves it.
+    kube.nodes["gpu-m9"] = dataclasses.replace(fenced, unschedulable=False, taints=())
+    calls = len(kube.calls)
+    assert holds.fence_arrivals(list(kube.nodes.values())) == []
+    assert len(kube.calls) == calls
+    life = ledger.machine("metal3:metal3:host-7:m3m-7")
+    assert life is not None
+    lines = [(link.kind, link.node) for link in life.links if link.subject == HOLD]
+    assert sorted(lines) == [(FENCED, "gpu-m8"), (FENCED, "gpu-m9"), ("held", "gpu-m1")]
+    # Lifted, then quarantined again: a new hold fences again.
+    clock.advance(60)
+    assert ledger.lift("metal3:metal3:host-7:m3m-7", clock.now(), actor="a", reason="fixed")
+    assert holds.fence_arrivals(list(kube.nodes.values())) == []
+    clock.advance(60)
+    assert ledger.quarantine("metal3:metal3:host-7:m3m-7", "again", clock.now())
+    assert holds.fence_arrivals(list(kube.nodes.values())) == ["gpu-m9"]

@@ -140,3 +140,31 @@ def test_folder_defaults_fold_nvlink_for_the_counter_window() -> None:
     again = sig(at=COUNTER_WINDOW.total_seconds())
     assert folder.fold([sig(at=0)], T0) == (sig(at=0),)
     assert folder.fold([again], again.observed_at) == ()  # XIDs keep the general window
+
+
+OLD_GPU = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
+NEW_GPU = "GPU-bbbbbbbb-0000-4000-8000-000000000002"
+
+
+def test_a_new_gpu_in_the_same_slot_is_not_folded_into_the_old_ones_fault() -> None:
+    """A recreated instance under the same name: the new board's GPU 3 fails minutes after the
+    old board's did. Another GPU (its UUID), so another fault, though node, index and code
+    are the same; the same GPU again, by UUID, is one fault whatever index a source gives."""
+    old = sig(at=0).model_copy(update={"gpu_uuid": OLD_GPU})
+    new = sig(at=120).model_copy(update={"gpu_uuid": NEW_GPU})
+    again = sig(gpu=None, at=180).model_copy(update={"gpu_uuid": NEW_GPU})
+    out, state = fold([old, new, again], WINDOW)
+    assert out == (old, new)
+    assert set(state) == {
+        ("gpu-node-1", OLD_GPU, SignalKind.XID, 79),
+        ("gpu-node-1", NEW_GPU, SignalKind.XID, 79),
+    }
+    folder = SignalFolder(WINDOW)
+    assert folder.fold([old], T0) == (old,)
+    assert folder.fold([new], T0 + timedelta(seconds=120)) == (new,)
+    assert folder.fold([again], T0 + timedelta(seconds=180)) == ()
+    taken = folder.last_taken(again)
+    assert taken == (T0 + timedelta(seconds=120), WINDOW)
+    # Without a UUID the index is the GPU, as before.
+    out, _ = fold([sig(at=0), sig(at=60)], WINDOW)
+    assert out == (sig(at=0),)
