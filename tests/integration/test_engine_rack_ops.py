@@ -140,6 +140,9 @@ def test_a_domain_reboot_is_the_racks_repair(migrated_database_url: str, tmp_pat
 
 
 GB200 = "NVIDIA GB200"
+# New machines register with it (kubelet --register-with-taints) and only a passed validation
+# removes it: without it a new tray is schedulable between joining and the controller's next look.
+STARTUP_TAINT = "remediator.io/unvalidated=true:NoSchedule"
 VALIDATED = (
     POLICY.replace("priority: 100", "priority: 100\n    on_failure: replace")
     + f"""\
@@ -190,10 +193,12 @@ def test_a_tray_failing_validation_keeps_the_rack_fenced_until_every_new_tray_pa
         rbac=False,
         program_time_scale=FAST_PROGRAMS,
         extra_args=("--topology", "nvl72", "--racks", "2"),
+        startup_taint=STARTUP_TAINT,
     )
     policies = tmp_path / "policies"
     policies.mkdir()
     (policies / "sxid.yaml").write_text(VALIDATED.format(steps=""))
+    (policies / "settings.yaml").write_text(f"startup_taint: {STARTUP_TAINT}\n")
     engine = start_engine(sim, migrated_database_url, policies)
     slow = RACK0[5]
     watcher: Schedulable | None = None
@@ -209,7 +214,7 @@ def test_a_tray_failing_validation_keeps_the_rack_fenced_until_every_new_tray_pa
             events = record.events if record is not None else ()
             return [e for e in events if e.action == "validation_started"]
 
-        # The controller stops while the trays' Jobs run, and a new one takes over.
+        # The controller stops once the trays' Jobs are started, and a new one takes over.
         wait_for("the first validation Jobs started", started)
         engine.close()
         engine = start_engine(sim, migrated_database_url, policies)
@@ -237,6 +242,7 @@ def test_a_tray_failing_validation_keeps_the_rack_fenced_until_every_new_tray_pa
         (passed,) = [e for e in record.events if e.action == "validate_done"]
         assert passed.detail["new_machine"] is True
         assert all(v["passed"] for v in passed.detail["trays"])
+        assert passed.detail["startup_taint_removed"] == STARTUP_TAINT
         assert sorted(v["node"] for v in passed.detail["trays"]) == RACK0
 
         # No tray of rack 0 took work between the fence and its whole rack's passed validation.
@@ -246,6 +252,8 @@ def test_a_tray_failing_validation_keeps_the_rack_fenced_until_every_new_tray_pa
         for name in RACK0:
             node = engine.node(name)
             assert node is not None and not node["spec"].get("unschedulable"), name
+            taints = {t["key"] for t in node["spec"].get("taints") or ()}
+            assert "remediator.io/unvalidated" not in taints, name
         assert identities(engine, RACK1) == before1
         assert [r.node for r in engine.remediations()] == [RACK0[0]]
     finally:
