@@ -217,6 +217,7 @@ def test_a_tray_failing_validation_keeps_the_rack_fenced_until_every_new_tray_pa
         # The controller stops once the trays' Jobs are started, and a new one takes over.
         wait_for("the first validation Jobs started", started)
         engine.close()
+        restarted = datetime.now(UTC)
         engine = start_engine(sim, migrated_database_url, policies)
         record = engine.wait_state(
             RACK0[0], State.SUCCEEDED, State.FAILED, State.HELD, timeout=3 * WAIT
@@ -230,6 +231,16 @@ def test_a_tray_failing_validation_keeps_the_rack_fenced_until_every_new_tray_pa
         names = [j["job"] for j in jobs]
         assert len(names) == len(set(names)) == 2 * len(RACK0), names
         assert sorted(j["node"] for j in jobs) == sorted(RACK0 * 2)
+        # The new controller judged Jobs the old one had started.
+        begun = {
+            e.detail["node"]
+            for e in record.events
+            if e.action == "validation_started" and e.at < restarted
+        }
+        assert any(
+            e.action == "validation_check" and e.at > restarted and e.detail["node"] in begun
+            for e in record.events
+        ), "no Job was followed across the restart"
 
         (failed,) = [e for e in record.events if e.action == "validate_failed"]
         assert failed.detail["node"] == slow and failed.detail["escalated_to"] == "replace"
