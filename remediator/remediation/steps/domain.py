@@ -179,9 +179,9 @@ def _return_trays(
     started: datetime,
     limit: float,
 ) -> Outcome:
-    """Every tray validated first (within the step's `limit` from the request); a replaced rack's
+    """Every tray checked first (within the step's `limit` from the request); a replaced rack's
     trays are then returned to service together (new machines: nothing else checks them before
-    verify)."""
+    verify), unless the ladder validates: then they stay fenced until every tray passed."""
     nodes = {n.name: n for n in ctx.kube.list_nodes(label_selector=CLIQUE_LABEL)}
     problems = [p for t in trays for p in tray_problems(nodes.get(t), t, boots.get(t))]
     if problems:

@@ -8,6 +8,10 @@ time; the first failing check fails the step with its evidence and the planner d
 follows. The settings' startup taint (every new machine registers with it) is removed on a pass
 only: a machine that fails keeps it, and its cordon, until it leaves.
 
+After a rack operation (steps/domain.py) every tray of the rack is under test, each in its own
+Job, side by side; the step ends when every tray has its verdict, passes only when all passed,
+and otherwise fails with the failing tray's evidence while the whole rack stays fenced.
+
 Resumable from the timeline alone: the Job is named after the remediation and the round, and
 its `validation_started` line says when it was started; a check whose `validation_check` line
 exists since the step was entered is not judged again. A Job the node cannot run
