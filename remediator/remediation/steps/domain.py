@@ -9,16 +9,19 @@ from datetime import datetime
 from typing import Any
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
+from remediator.actions.quarantine import Why, quarantine
 from remediator.actions.release import release
-from remediator.errors import PermanentError
+from remediator.errors import NotFoundError, PermanentError
 from remediator.kube.objects import Node
 from remediator.model.topology import CLIQUE_LABEL, build_topology
+from remediator.policy.ladder import parse_ladder
 from remediator.providers.base import (
     Operation,
     OperationState,
     ReplacementHeld,
     request_rack_operation,
 )
+from remediator.remediation import planner
 from remediator.remediation.steps.context import StepContext
 from remediator.store.records import EventRecord, RemediationRecord
 
@@ -75,7 +78,8 @@ def rack_operation(
     record: RemediationRecord, ctx: StepContext, action: str, timeout: float | None = None
 ) -> Outcome:
     """Ask the node pool to `action` (repair or replace) the remediation's rack as one
-    operation, follow it, then validate and return its trays together.
+    operation, follow it, then check and return its trays together (or, when the ladder
+    validates, leave them fenced for the validate step, which returns them).
 
     The request is written to the timeline with its operation id and the trays' boot ids before
     anything waits on it: a restart follows that operation and never asks for a second one (and
@@ -124,10 +128,14 @@ def rack_operation(
             return Failed(f"{detail['action']} of rack {detail['rack']}: {exc}", detail)
     started = requested.at if requested is not None else ctx.clock.now()
     limit = timeout or DEFAULT_RACK_TIMEOUT
+    held = [str(t) for t in detail["trays"]]
+    if detail["action"] == "replace" and planner.validates(parse_ladder(record.ladder)):
+        fenced = fence_arrivals(record, ctx, held)
+        if not isinstance(fenced, Done):
+            return fenced
     judged = judge_rack(op, str(detail["rack"]), started, ctx.clock.now(), limit)
     if not isinstance(judged, Done):
         return judged
-    held = [str(t) for t in detail["trays"]]
     return _return_trays(record, ctx, held, boots, detail, started, limit)
 
 
@@ -171,9 +179,9 @@ def _return_trays(
     started: datetime,
     limit: float,
 ) -> Outcome:
-    """Every tray validated first (within the step's `limit` from the request); a replaced rack's
+    """Every tray checked first (within the step's `limit` from the request); a replaced rack's
     trays are then returned to service together (new machines: nothing else checks them before
-    verify)."""
+    verify), unless the ladder validates: then they stay fenced until every tray passed."""
     nodes = {n.name: n for n in ctx.kube.list_nodes(label_selector=CLIQUE_LABEL)}
     problems = [p for t in trays for p in tray_problems(nodes.get(t), t, boots.get(t))]
     if problems:
@@ -197,6 +205,14 @@ def _return_trays(
             f"{len(trays)} trays Ready with a new boot",
             facts,
         )
+    if planner.validates(parse_ladder(record.ladder)):
+        # New machines that take no work before each has passed: validate checks every tray
+        # and verify returns them together.
+        return Done(
+            f"rack {detail['rack']} replaced (operation {detail['operation_id']}); its "
+            f"{len(trays)} trays Ready and fenced for their validation",
+            facts,
+        )
     returned = return_trays(record, ctx, tuple(trays))
     if not isinstance(returned, Done):
         return returned
@@ -207,17 +223,38 @@ def _return_trays(
     )
 
 
+def fence_arrivals(record: RemediationRecord, ctx: StepContext, trays: list[str]) -> Outcome:
+    """Every tray of a rack being replaced fenced the moment it is there: the new Node objects
+    come without the old ones' cordon, and the pods the drain evicted are waiting for somewhere
+    to run. A tray already fenced by this remediation costs one read."""
+    for tray in trays:
+        try:
+            fenced = quarantine(
+                ctx.kube, tray, Why(str(record.id), record.policy, f"validating {tray}")
+            )
+        except NotFoundError:
+            continue  # between the old machine leaving and the new one joining
+        if not isinstance(fenced, Done):
+            return fenced
+    return Done(f"{len(trays)} trays fenced", {"trays": trays})
+
+
 def return_trays(record: RemediationRecord, ctx: StepContext, trays: tuple[str, ...]) -> Outcome:
     """Every tray of the rack back into service, in one step."""
     return all_trays(trays, [release(ctx.kube, tray, str(record.id)) for tray in trays])
 
 
+def last_rack_request(record: RemediationRecord) -> EventRecord | None:
+    """This remediation's last rack operation request; None when it asked for none."""
+    return next((e for e in reversed(record.events) if e.action == RACK_REQUESTED), None)
+
+
 def rack_trays(record: RemediationRecord) -> tuple[str, ...]:
     """The trays of this remediation's last rack operation; empty when it asked for none."""
-    for event in reversed(record.events):
-        if event.action == RACK_REQUESTED:
-            return tuple(str(t) for t in event.detail.get("trays") or ())
-    return ()
+    requested = last_rack_request(record)
+    if requested is None:
+        return ()
+    return tuple(str(t) for t in requested.detail.get("trays") or ())
 
 
 def all_trays(trays: tuple[str, ...], outcomes: list[Outcome]) -> Outcome:

@@ -8,6 +8,10 @@ time; the first failing check fails the step with its evidence and the planner d
 follows. The settings' startup taint (every new machine registers with it) is removed on a pass
 only: a machine that fails keeps it, and its cordon, until it leaves.
 
+After a rack operation (steps/domain.py) every tray of the rack is under test, each in its own
+Job, side by side; the step ends when every tray has its verdict, passes only when all passed,
+and otherwise fails with the failing tray's evidence while the whole rack stays fenced.
+
 Resumable from the timeline alone: the Job is named after the remediation and the round, and
 its `validation_started` line says when it was started; a check whose `validation_check` line
 exists since the step was entered is not judged again. A Job the node cannot run
@@ -31,6 +35,7 @@ from remediator.errors import NotFoundError
 from remediator.kube.objects import GPU_RESOURCE, Node, Pod, Taint, pod_gpus
 from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
+from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
 from remediator.store.records import EventRecord, RemediationRecord
 from remediator.store.validations import pool_inventories, validation_runs
@@ -68,19 +73,96 @@ def _since_entry(
 
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
     checks = Checks.from_json(step.checks)
+    trays = domain.rack_trays(record)
     node = validated_node(record)
     new_machine = record.new_node is not None
     level = checks.dcgm_level_new if new_machine else checks.dcgm_level
     if record.dry_run:
+        what = f"the {len(trays)} trays of its rack" if trays else node
         return Done(
-            f"dry run: would validate {node} ({', '.join(checks.enabled())}; DCGM level {level})",
+            f"dry run: would validate {what} ({', '.join(checks.enabled())}; DCGM level {level})",
             {"dry_run": True, "node": node},
         )
     started = ctx.entered(record)
     timeout = step.timeout_seconds or DEFAULT_TIMEOUT
+    under_test = trays or (node,)
+    outcomes = [
+        _validate_node(
+            record, ctx, checks, tray, level, started, timeout, f"checks-{i}" if trays else "checks"
+        )
+        for i, tray in enumerate(under_test)
+    ]
+    outcome = rack_verdict(_rack_name(record), under_test, outcomes) if trays else outcomes[0]
+    if not isinstance(outcome, Done) or not checks.startup_taint:
+        return outcome
+    # Only now may the machines ever take work: they stay cordoned and quarantined until
+    # verify or uncordon releases them, so removing this first never opens a gap.
+    taint = Taint.parse(checks.startup_taint)
+    for tray in under_test:
+        ctx.kube.remove_taint(tray, taint.key, taint.effect)
+    return Done(outcome.detail, {**outcome.facts, "startup_taint_removed": checks.startup_taint})
+
+
+def _rack_name(record: RemediationRecord) -> str:
+    requested = domain.last_rack_request(record)
+    return str(requested.detail.get("rack")) if requested is not None else record.node
+
+
+def rack_verdict(rack: str, trays: Sequence[str], outcomes: Sequence[Outcome]) -> Outcome:
+    """One outcome for a rack whose trays are validated side by side (pure). It waits while any
+    tray's Job runs, so every tray has its verdict on the timeline before the step ends; then a
+    tray held (its Job cannot run) holds it, a tray that failed fails it with that tray's
+    evidence (the rack stays fenced), and it is done only when every tray passed."""
+    verdicts = [
+        {
+            "node": t,
+            "passed": isinstance(o, Done),
+            "reason": o.detail if isinstance(o, Done) else o.reason,
+        }
+        for t, o in zip(trays, outcomes, strict=True)
+        if isinstance(o, Done | Failed)
+    ]
+    waiting = [(t, o) for t, o in zip(trays, outcomes, strict=True) if isinstance(o, Waiting)]
+    if waiting:
+        tray, first = waiting[0]
+        return Waiting(
+            f"rack {rack}: {len(waiting)} of {len(trays)} trays still validating; "
+            f"{tray}: {first.reason}",
+            min(o.retry_after for _, o in waiting),
+            {"rack": rack, "waiting": [t for t, _ in waiting], "judged": len(verdicts)},
+        )
+    for outcome in outcomes:
+        if isinstance(outcome, Held):
+            return Held(outcome.reason, {**outcome.facts, "rack": rack, "trays": verdicts})
+    failed = [o for o in outcomes if isinstance(o, Failed)]
+    if failed:
+        return Failed(
+            f"rack {rack}: {len(failed)} of {len(trays)} trays failed validation; "
+            f"{failed[0].reason}",
+            {**failed[0].facts, "rack": rack, "trays": verdicts},
+        )
+    lead = outcomes[0]
+    assert isinstance(lead, Done)
+    return Done(
+        f"rack {rack}: all {len(trays)} trays passed validation",
+        {**lead.facts, "rack": rack, "trays": verdicts},
+    )
+
+
+def _validate_node(
+    record: RemediationRecord,
+    ctx: StepContext,
+    checks: Checks,
+    node: str,
+    level: int,
+    started: datetime,
+    timeout: float,
+    suffix: str,
+) -> Outcome:
+    """One machine's validation: fenced, its Job run (or followed), its checks judged."""
     facts: dict[str, Any] = {
         "node": node,
-        "new_machine": new_machine,
+        "new_machine": record.new_node is not None,
         "pool": record.pool,
         "provider": ctx.provider_kind(record.pool),
     }
@@ -97,7 +179,7 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
         for e in _since_entry(record, started, CHECK_DONE, node)
     }
     if any(c not in judged for c in checks.enabled()):
-        ran = _run_job(record, ctx, checks, joined, node, level, started, timeout, judged)
+        ran = _run_job(record, ctx, checks, joined, node, level, started, timeout, judged, suffix)
         if not isinstance(ran, dict):
             return ran
         judged = ran
@@ -106,14 +188,7 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
         if not verdict.get("passed") and not verdict.get("skipped"):
             return Failed(str(verdict.get("reason")), _evidence(facts, verdicts))
     summary = "; ".join(str(v.get("reason")) for v in verdicts)
-    evidence = _evidence(facts, verdicts)
-    if checks.startup_taint:
-        # Only now may the machine ever take work: it stays cordoned and quarantined until
-        # verify or uncordon releases it, so removing this first never opens a gap.
-        taint = Taint.parse(checks.startup_taint)
-        ctx.kube.remove_taint(node, taint.key, taint.effect)
-        evidence["startup_taint_removed"] = checks.startup_taint
-    return Done(f"{node} passed validation: {summary}", evidence)
+    return Done(f"{node} passed validation: {summary}", _evidence(facts, verdicts))
 
 
 def _evidence(facts: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -174,12 +249,13 @@ def _run_job(
     started: datetime,
     timeout: float,
     judged: Mapping[str, Mapping[str, Any]],
+    suffix: str,
 ) -> dict[str, Mapping[str, Any]] | Outcome:
     """Every check's verdict line once the Job is done; else how the step waits (or why it
     holds). The NCCL checks span the GPUs the node advertises: the inventory, which reads them,
     runs in the same Job. The two-node check's peer is chosen once, when the Job starts (its
     line keeps it); with none, the check is recorded as skipped and the Job runs without it."""
-    name = job_name(STEP, str(record.id), round_of(record), "checks")
+    name = job_name(STEP, str(record.id), round_of(record), suffix)
     begun = _since_entry(record, started, STARTED, node)
     lines: dict[str, Mapping[str, Any]] = dict(judged)
     pair = checks.nccl_pair and burnin.NCCL_PAIR not in judged

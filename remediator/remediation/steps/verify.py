@@ -51,7 +51,12 @@ def _verify(record: RemediationRecord, ctx: StepContext) -> Outcome:
 
 def _verify_rack(record: RemediationRecord, ctx: StepContext, trays: tuple[str, ...]) -> Outcome:
     """A rack replaced or repaired as one: every tray of it at its slot, Ready and in service
-    (the trays back as their rack's spares included, labelled and tainted so on purpose)."""
+    (the trays back as their rack's spares included, labelled and tainted so on purpose). A
+    replaced rack whose trays were validated fenced takes work only now, all trays together."""
+    if planner.validates(parse_ladder(record.ladder)):
+        returned = domain.return_trays(record, ctx, trays)
+        if not isinstance(returned, Done):
+            return returned
     problems: list[str] = []
     for tray in trays:
         try:

@@ -1,6 +1,7 @@
 """A rack repaired or replaced as one node-pool operation: the provider call (HTTP, with its
 errors wrapped at the edge; refused by a provider that has no racks), the pure judgement of the
-operation, of a tray back from it, and of one step done on every tray of a rack."""
+operation, of a tray back from it, of one step done on every tray of a rack, and of a rack's
+validation from its trays' own."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from remediator.providers.http import HttpNodePoolProvider
 from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
 from remediator.providers.select import PoolProviders
 from remediator.remediation.steps.domain import all_trays, judge_rack, tray_problems
+from remediator.remediation.steps.validate import rack_verdict
 
 BASE = "http://nodepool.test"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -143,3 +145,31 @@ def test_the_rack_call_passes_through_the_metrics_and_the_pools_own_provider() -
     op = request_rack_operation(pools, "gb200-nvl72", "rack-1", "replace", "k", "r")
     assert op.id == "gb200-nvl72::op-r"
     assert inner.asked[-1] == ("gb200-nvl72", "rack-1", "replace")
+
+
+def test_a_racks_validation_waits_for_every_tray_and_fails_on_one() -> None:
+    trays = ("t0", "t1", "t2")
+    passed = Done("t0 passed validation: ok", {"node": "t0", "checks": []})
+    slow = Failed("all_reduce_perf: under the floor", {"node": "t1", "checks": [{"check": "nccl"}]})
+    running = Waiting("validating t2: dcgm running", 5.0, {"node": "t2"})
+
+    waiting = rack_verdict("rack-0", trays, [passed, slow, running])
+    assert isinstance(waiting, Waiting) and waiting.facts["waiting"] == ["t2"]
+    assert "1 of 3 trays still validating" in waiting.reason
+
+    failed = rack_verdict("rack-0", trays, [passed, slow, passed])
+    assert isinstance(failed, Failed)
+    assert failed.reason == "rack rack-0: 1 of 3 trays failed validation; " + slow.reason
+    assert failed.facts["node"] == "t1" and failed.facts["checks"] == [{"check": "nccl"}]
+    assert [(v["node"], v["passed"]) for v in failed.facts["trays"]] == [
+        ("t0", True),
+        ("t1", False),
+        ("t2", True),
+    ]
+
+    held = Held("validation Job cannot run on t2: unschedulable", {"node": "t2"})
+    assert isinstance(rack_verdict("rack-0", trays, [passed, slow, held]), Held)
+
+    done = rack_verdict("rack-0", trays, [passed, passed, passed])
+    assert isinstance(done, Done) and done.detail == "rack rack-0: all 3 trays passed validation"
+    assert all(v["passed"] for v in done.facts["trays"])
