@@ -69,15 +69,30 @@ def validation_runs(
         query = query.where(RemediationEvent.at >= since)
     with session_scope(factory) as session:
         return tuple(
-            ValidationRun(
-                event.remediation_id,
-                row_pool,
-                event.at,
-                event.action == PASSED,
-                dict(event.detail or {}),
-            )
+            ValidationRun(event.remediation_id, row_pool, event.at, passed, detail)
             for event, row_pool in session.execute(query)
+            for detail, passed in per_node(dict(event.detail or {}), event.action == PASSED)
         )
+
+
+def per_node(detail: dict[str, Any], passed: bool) -> list[tuple[dict[str, Any], bool]]:
+    """A rack's validation (its trays validated side by side, `trays` the verdict of each) as
+    one run per tray, so a rack of 18 new trays counts 18 new machines in the DOA figures, not
+    its lead tray alone. The event's own facts (inventory, checks) are the tray it names (the
+    lead, or the first that failed); the others carry their verdict only, so they add nothing
+    to a pool's baseline or to the checks' times."""
+    trays = detail.get("trays")
+    if not detail.get("rack") or not isinstance(trays, list) or not trays:
+        return [(detail, passed)]
+    shared = {k: v for k, v in detail.items() if k not in ("trays", "inventory", "checks")}
+    out: list[tuple[dict[str, Any], bool]] = []
+    for verdict in trays:
+        if not isinstance(verdict, Mapping) or not verdict.get("node"):
+            continue
+        node = str(verdict["node"])
+        own = detail if node == detail.get("node") else {**shared, "node": node}
+        out.append(({k: v for k, v in own.items() if k != "trays"}, bool(verdict.get("passed"))))
+    return out or [(detail, passed)]
 
 
 def pool_inventories(runs: tuple[ValidationRun, ...]) -> dict[str, Mapping[str, Any]]:
