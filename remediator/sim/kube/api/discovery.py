@@ -156,6 +156,18 @@ RESOURCES: tuple[Resource, ...] = (
             ("clusters", "Cluster", "cl"),
         )
     ),
+    # Metal3's hosts, stored as served (no controller): what a quarantined machine's hold marks.
+    Resource(
+        "metal3.io",
+        "v1alpha1",
+        "baremetalhosts",
+        "baremetalhost",
+        "BareMetalHost",
+        True,
+        ("bmh",),
+        categories=("metal3",),
+        subresources=("status",),
+    ),
 )
 
 BY_PATH: dict[tuple[str, str, str], Resource] = {
