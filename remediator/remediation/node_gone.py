@@ -5,7 +5,8 @@ is left to retry, cordon or uncordon, so the remediation ends and stops fencing 
 * replaced (succeeded, outcome `replaced`, naming the new node) when its pool brought in a node
   after the request — a node with the same pool label (its group, MachineSet or instance group)
   created after the remediation was, not already named as another remediation's replacement;
-* otherwise cancelled with the outcome `node gone`.
+* otherwise cancelled with the outcome `node gone` — except a failed remediation whose own
+  replacement took the node away (a launch that failed): it stays failed for a human.
 
 Queued ones are closed by the intake (`node … has left the cluster`); one replacing or verifying
 is left to its provider operation, whose own old node is expected to go (validating too: a
@@ -37,14 +38,16 @@ LEFT_TO_INTAKE = frozenset({State.QUEUED})
 def successor(
     record: RemediationRecord, nodes: Sequence[Node], pool_label: str, claimed: frozenset[str]
 ) -> Node | None:
-    """The first node of the remediation's pool that joined after the request and is nobody
-    else's replacement; None when the pool brought none in (or the pool is not known)."""
+    """The first Ready node of the remediation's pool that joined after the request and is
+    nobody else's replacement; None when the pool brought none in (or the pool is not known).
+    A node that never turned Ready replaced nothing: it is often the failed launch itself."""
     if not record.pool:
         return None
     joined = [
         n
         for n in nodes
         if n.labels.get(pool_label) == record.pool
+        and n.ready
         and n.created_at is not None
         and n.created_at > record.created_at
         and n.name != record.node
@@ -81,6 +84,10 @@ def end_gone(
         if r.new_node
     )
     found = successor(record, nodes, pool_label, claimed)
+    if found is None and record.state is State.FAILED and _replacement_failed(repository, record):
+        # Its replacement took the old node away and then failed (a launch that never came
+        # up): the node is gone by our own hand, and the failure stays for a human to see.
+        return None
     if found is not None:
         target, outcome = State.SUCCEEDED, "replaced"
         reason = (
@@ -120,6 +127,14 @@ def end_gone(
         actor=actor,
     )
     return after
+
+
+def _replacement_failed(repository: Repository, record: RemediationRecord) -> bool:
+    """Whether the remediation failed in its replacement (the planner's `replacement_failed`:
+    the operation id is cleared then, so a retry asks for a new one; the timeline keeps it)."""
+    full = repository.get(record.id)
+    events = full.events if full is not None else ()
+    return bool(events) and events[-1].action == "replacement_failed"
 
 
 def end_all_gone(

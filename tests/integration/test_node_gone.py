@@ -72,9 +72,12 @@ def kube_for() -> Iterator[Callable[[SimHandle], KubeClient]]:
         client.close()
 
 
-def failed_in_quarantine(repository: Repository, node: str) -> RemediationRecord:
+def failed_in_quarantine(
+    repository: Repository, node: str, *, replacing: bool = False
+) -> RemediationRecord:
     """A remediation that failed in its cordon step, fencing its node (and, before the fix,
-    counting toward its pool's budget until a human cancelled it)."""
+    counting toward its pool's budget until a human cancelled it); `replacing`: failed in its
+    replacement instead (`replacement_failed`, as the planner writes it)."""
     signal = Signal(
         node=node, kind=SignalKind.XID, source="test", observed_at=repository.now(), gpu=0, code=79
     )
@@ -84,8 +87,19 @@ def failed_in_quarantine(repository: Repository, node: str) -> RemediationRecord
         ),
         actor="test",
     )
-    for before, after in ((State.DETECTED, State.QUARANTINED), (State.QUARANTINED, State.FAILED)):
-        record = repository.transition(record.id, before, after, action="test", actor="test")
+    moves = (
+        [(State.DETECTED, State.QUARANTINED), (State.QUARANTINED, State.FAILED)]
+        if not replacing
+        else [
+            (State.DETECTED, State.QUARANTINED),
+            (State.QUARANTINED, State.DRAINING),
+            (State.DRAINING, State.REPLACING),
+            (State.REPLACING, State.FAILED),
+        ]
+    )
+    for before, after in moves:
+        action = "replacement_failed" if after is State.FAILED and replacing else "test"
+        record = repository.transition(record.id, before, after, action=action, actor="test")
     return record
 
 
@@ -131,6 +145,15 @@ def test_a_human_deleted_the_machine_its_machineset_replaced_it(
     (gone,) = end_all_gone(repository, nodes, POOL_LABEL, "test")
     assert (gone.id, gone.state, gone.outcome) == (second.id, State.CANCELLED, NODE_GONE)
     assert gone.new_node is None and gone.suppressed_until is None
+
+    # A remediation whose own replacement took its node away and then failed (the new Machine's
+    # Node never turned Ready): nothing to end, the failure stays for a human.
+    third = failed_in_quarantine(repository, "h100-train-0002", replacing=True)
+    sim.kubectl("delete", "node", "h100-train-0002")
+    nodes = joined(kube, "h100-train-0002", pool_size - 2)
+    assert end_all_gone(repository, nodes, POOL_LABEL, "test") == []
+    kept = repository.get(third.id)
+    assert kept is not None and kept.state is State.FAILED
 
 
 def test_retry_on_a_gone_node_ends_it_instead_of_failing_on_404(

@@ -76,3 +76,14 @@ def test_a_new_machine_on_trial_keeps_its_remediation_open_and_counted() -> None
     assert gone_ones([trial], frozenset({"new", "a"})) == []
     state = cluster_state(Inventory.from_nodes([node("a", "train")], POOL), [trial])
     assert state.unhealthy == {"train": frozenset({"old"})}
+
+
+def test_a_node_that_never_turned_ready_is_no_successor() -> None:
+    """Stop 33's full run: a Cluster API launch that timed out (its Node never Ready) was taken
+    for the pool replacing the node, and the failed remediation ended 'succeeded'."""
+    gone = record("old", "train", State.FAILED)
+    stuck = replace(node("new", "train", NOW + timedelta(minutes=1)), conditions=())
+    assert successor(gone, [stuck], POOL, claimed=frozenset()) is None
+    ready = node("new", "train", NOW + timedelta(minutes=1))
+    found = successor(gone, [ready], POOL, claimed=frozenset())
+    assert found is not None and found.name == "new"
