@@ -541,22 +541,9 @@ class Ledger:
         first = signals[0] if signals else None
         kind = first.kind.value if first is not None else "unknown"
         code = first.code if first is not None else None
-        with session_scope(self.session_factory, write=True) as session:
-            session.add_all(
-                LedgerLink(
-                    cluster=self.cluster,
-                    subject=REMEDIATION,
-                    ref_id=remediation_id,
-                    node=node,
-                    gpu_uuid=uuid,
-                    machine_id=machine,
-                    kind=kind,
-                    code=code,
-                    detail=detail,
-                    at=at,
-                )
-                for uuid in (uuids or [None])
-            )
+        self._link(
+            REMEDIATION, remediation_id, node, machine, kind, detail, at, uuids or [None], code
+        )
 
     def link_verdict(
         self,
@@ -570,40 +557,45 @@ class Ledger:
     ) -> None:
         """A diagnostic or validation verdict about a GPU (or, without one, the machine);
         `detail` names the `step` and the `remediation_id`."""
-        with session_scope(self.session_factory, write=True) as session:
-            session.add(
-                LedgerLink(
-                    cluster=self.cluster,
-                    subject=VERDICT,
-                    ref_id=detail.get("remediation_id"),
-                    node=node,
-                    gpu_uuid=gpu_uuid,
-                    machine_id=machine or self.machine_of(node),
-                    kind="passed" if passed else "failed",
-                    code=None,
-                    detail=detail,
-                    at=at,
-                )
-            )
+        machine = machine or self.machine_of(node)
+        kind = "passed" if passed else "failed"
+        ref = detail.get("remediation_id")
+        self._link(VERDICT, ref, node, machine, kind, detail, at, [gpu_uuid])
 
     def link_replacement(
         self, remediation_id: int, node: str, machine: str, at: datetime, detail: dict[str, Any]
     ) -> None:
         """The machine behind `node` taken out of its pool by this remediation's replacement."""
+        self._link(REPLACEMENT, remediation_id, node, machine, REPLACEMENT, detail, at, [None])
+
+    def _link(
+        self,
+        subject: str,
+        ref_id: int | None,
+        node: str,
+        machine: str | None,
+        kind: str,
+        detail: dict[str, Any],
+        at: datetime,
+        gpu_uuids: Sequence[str | None],
+        code: int | None = None,
+    ) -> None:
+        """One link per GPU named (one without a GPU for `[None]`), in one transaction."""
         with session_scope(self.session_factory, write=True) as session:
-            session.add(
+            session.add_all(
                 LedgerLink(
                     cluster=self.cluster,
-                    subject=REPLACEMENT,
-                    ref_id=remediation_id,
+                    subject=subject,
+                    ref_id=ref_id,
                     node=node,
-                    gpu_uuid=None,
+                    gpu_uuid=uuid,
                     machine_id=machine,
-                    kind=REPLACEMENT,
-                    code=None,
+                    kind=kind,
+                    code=code,
                     detail=detail,
                     at=at,
                 )
+                for uuid in gpu_uuids
             )
 
     # --- questions -------------------------------------------------------------------------
