@@ -31,11 +31,10 @@ from remediator.ledger.store import (
     MachineLife,
     Placement,
 )
-from remediator.store.audit import NewAudit
 from remediator.web.access import Deps, Reader, require_reader
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
-from remediator.web.oncall import Asked, Asker
+from remediator.web.oncall import Asked, asker_for, record_command
 from remediator.web.pages import render
 from remediator.web.problems import ERRORS, WebError
 from remediator.web.schemas import PRINTABLE
@@ -236,6 +235,7 @@ def machine_life(deps: WebDeps, principal: Principal, machine_id: str) -> Machin
 
 
 LIFT = "lift-quarantine"
+LiftAsker = Annotated[Asked, Depends(asker_for(LIFT))]
 
 
 class LiftIn(BaseModel):
@@ -251,18 +251,7 @@ def lift(ask: Asked, machine_id: str, reason: str) -> MachineLife:
     life = ledger.machine(machine_id, _scope(ask.principal))
 
     def audit(outcome: str, detail: str, remediation_id: int | None) -> None:
-        ask.audit.append(
-            NewAudit(
-                actor=ask.principal.actor,
-                token_id=ask.principal.fingerprint,
-                source=ask.source,
-                command=LIFT,
-                outcome=outcome,
-                remediation_id=remediation_id,
-                reason=reason,
-                detail=detail,
-            )
-        )
+        record_command(ask, LIFT, outcome, reason, remediation_id, detail, f"machine {machine_id}")
 
     if life is None:
         audit("refused", f"machine {machine_id}: not in the ledger", None)
@@ -313,7 +302,7 @@ def make_hardware_router() -> APIRouter:
 
     @api.post(f"/machines/{{machine_id}}/{LIFT}", responses={**ERRORS, 409: ERRORS[409]})
     def lift_quarantine(
-        ask: Asker, machine_id: MachineId, body: Annotated[LiftIn, Body()]
+        ask: LiftAsker, machine_id: MachineId, body: Annotated[LiftIn, Body()]
     ) -> MachineOut:
         """Return a quarantined machine to service (an operator; audited). Its strikes so far
         count no more; the node it is fenced on is released by retrying its remediation."""
@@ -321,7 +310,7 @@ def make_hardware_router() -> APIRouter:
 
     @router.post(f"/machines/{{machine_id}}/{LIFT}", include_in_schema=False)
     def lift_form(
-        ask: Asker,
+        ask: LiftAsker,
         machine_id: MachineId,
         reason: Annotated[str, Form(min_length=1, max_length=500, pattern=PRINTABLE)],
     ) -> RedirectResponse:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
@@ -44,6 +45,22 @@ class Asked:
 async def asked(request: Request, principal: Reader) -> Asked:
     """The asker of a command, once they may run it; a reader refused here (a read-only token,
     a missing CSRF token) is audited like any other refusal."""
+    return await _asked(request, principal, *_command_of(request))
+
+
+def asker_for(command: str) -> Callable[[Request, Principal], Awaitable[Asked]]:
+    """`asked` for a route whose command is not one of the remediation or controller commands
+    (its path does not name it): its refusals are audited under `command`."""
+
+    async def asked_for(request: Request, principal: Reader) -> Asked:
+        return await _asked(request, principal, command, None)
+
+    return asked_for
+
+
+async def _asked(
+    request: Request, principal: Principal, command: str | None, remediation_id: int | None
+) -> Asked:
     ask = Asked(
         web_deps(request),
         request.app.state.metrics,
@@ -54,10 +71,9 @@ async def asked(request: Request, principal: Reader) -> Asked:
     try:
         await require_operator(request, principal)
     except WebError as exc:
-        command, remediation_id = _command_of(request)
         if command is not None:
             reason = await _reason_of(request)
-            _record(ask, command, "refused", reason, remediation_id, exc.reason)
+            record_command(ask, command, "refused", reason, remediation_id, exc.reason)
         raise
     return ask
 
@@ -94,14 +110,16 @@ async def _reason_of(request: Request) -> str | None:
 Asker = Annotated[Asked, Depends(asked)]
 
 
-def _record(
+def record_command(
     ask: Asked,
     command: str,
     outcome: str,
     reason: str | None,
     remediation_id: int | None = None,
     detail: str | None = None,
+    target: str | None = None,
 ) -> None:
+    """Count, audit and log one command; every command a person asks for goes through here."""
     ask.metrics.commands.labels(command, outcome).inc()
     ask.audit.append(
         NewAudit(
@@ -115,7 +133,8 @@ def _record(
             detail=detail,
         )
     )
-    target = f"remediation {remediation_id}" if remediation_id is not None else "controller"
+    if target is None:
+        target = f"remediation {remediation_id}" if remediation_id is not None else "controller"
     log.info(
         "%s %s by %s from %s: %s%s",
         command,
@@ -154,15 +173,15 @@ def run_command(
             machine_hold=ask.deps.machine_hold,
         )
     except NotFoundError as exc:
-        _record(ask, command, "not_found", reason, remediation_id, str(exc))
+        record_command(ask, command, "not_found", reason, remediation_id, str(exc))
         raise WebError(404, str(exc)) from exc
     except commands.CommandRefused as exc:
-        _record(ask, command, "refused", reason, remediation_id, str(exc))
+        record_command(ask, command, "refused", reason, remediation_id, str(exc))
         raise WebError(409, str(exc)) from exc
     done = f"now {record.state.value}"
     if cooldown is not None:
         done += f", hold off {cooldown}"
-    _record(ask, command, "done", reason, remediation_id, done)
+    record_command(ask, command, "done", reason, remediation_id, done)
     if record.state in TERMINAL:
         ask.deps.finished(record)
     return record
@@ -179,9 +198,9 @@ def run_controller_command(
             ask.deps.repository, actor=ask.principal.actor, reason=reason, **options
         )
     except commands.CommandRefused as exc:
-        _record(ask, command, "refused", reason, detail=str(exc))
+        record_command(ask, command, "refused", reason, detail=str(exc))
         raise WebError(409, str(exc)) from exc
-    _record(
+    record_command(
         ask, command, "done", reason, detail="queued remediations dropped" if drop_queued else None
     )
     return status

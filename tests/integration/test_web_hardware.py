@@ -112,7 +112,7 @@ def test_an_operator_lifts_a_quarantine_audited_with_csrf(
     page = client.get("/machines/aws:i-0abc", headers=READONLY)
     assert "Quarantined machine since" in page.text and "Lift the quarantine" not in page.text
     path = "/api/v1/machines/aws:i-0abc/lift-quarantine"
-    refused = client.post(path, json={"reason": "fixed"}, headers=READONLY)
+    refused = client.post(path, json={"reason": "looks fine"}, headers=READONLY)
     assert refused.status_code == 403
     response = client.post(
         "/login",
@@ -145,8 +145,14 @@ def test_an_operator_lifts_a_quarantine_audited_with_csrf(
         ("refused", "x"),
         ("refused", "again"),
         ("done", "board replaced"),
-    ]
-    assert audit[-1].actor.startswith("dana") and audit[-1].remediation_id == console.ids["done"]
+        ("refused", "board replaced"),  # no CSRF token
+        ("refused", "looks fine"),  # a read-only token
+    ]  # newest first: every refused command is audited, as the done one
+    metrics = client.get("/metrics").text
+    for outcome, n in (("done", 1), ("refused", 4)):
+        line = f'remediator_console_commands_total{{command="{LIFT}",outcome="{outcome}"}} {n}.0'
+        assert line in metrics
+    assert audit[2].actor.startswith("dana") and audit[2].remediation_id == console.ids["done"]
     machine = client.get("/api/v1/machines/aws:i-0abc").json()
     assert machine["quarantined_at"] is None and machine["hold_lifted_at"] is not None
     assert [h["kind"] for h in machine["holds"]] == ["lifted", "held"]  # newest first
