@@ -77,6 +77,11 @@ def _dcgm_failures(checks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any
     return rows
 
 
+def _dmi_first(machine: str | None) -> str | None:
+    """A machine named by its DMI serial (the agent's word) outranks the providerID."""
+    return machine if machine is not None and machine.startswith("dmi:") else None
+
+
 class MachineHolds:
     def __init__(
         self,
@@ -135,10 +140,13 @@ class MachineHolds:
         quarantined, fenced = self._ledger.quarantine_state()
         if not quarantined:
             return []
+        # A heartbeat naming the DMI serial may have reached another replica: its database
+        # row, not only this replica's picture.
+        latest = self._ledger.latest_under(quarantined)
         seen = [
             NodeSeen(n.name, machine, n.unschedulable, n.has_taint(QUARANTINE_TAINT))
             for n in nodes
-            if (machine := self._behind(n)) in quarantined
+            if (machine := _dmi_first(latest.get(n.name)) or self._behind(n)) in quarantined
         ]
         done: list[str] = []
         for order in fences_due(seen, quarantined, fenced):
