@@ -48,14 +48,17 @@ class HardwareSightings:
         self.flushes = 0  # flushes that had something to hand the ledger
 
     def heard(self, node: str, digest: str | None, hardware: HostHardware | None) -> bool:
-        """A heartbeat's identity part (`hardware` already checked against `digest` at the
-        edge). True: ask the agent for its whole identity. Memory only."""
+        """A heartbeat's identity part. `digest` is the agent's name for the identity, kept as
+        given (no digest recomputed on the hot path, nor a controller of another version
+        disagreeing with the agent on one). True: ask for the identity whole. Memory only."""
         if hardware is None:
             return wants_hardware(self._known, node, digest)
         with self._lock:
-            if self._known.get(node) != hardware.digest:
-                self._known[node] = hardware.digest
-                self._pending[node] = (hardware, self._clock.now())
+            if digest is not None and self._known.get(node) == digest:
+                return False  # sent whole again (asked by another replica): nothing new
+            if digest is not None:
+                self._known[node] = digest
+            self._pending[node] = (hardware, self._clock.now())
             self.taken += 1
         return False
 

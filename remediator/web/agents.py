@@ -27,7 +27,6 @@ from pydantic import (
     Field,
     WithJsonSchema,
     field_validator,
-    model_validator,
 )
 
 from remediator.ledger.identity import DIGEST_PATTERN, GpuIdentity, HostHardware
@@ -114,19 +113,12 @@ class HeartbeatIn(BaseModel):
     hardware_digest: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,
-        description="16 hex digits of SHA-256 over the canonical `hardware` (docs/agent.md)",
+        description="names the identity sent whole before (the agent's: 16 hex digits of "
+        "SHA-256 over the canonical `hardware`, docs/agent.md); the controller keeps it as given",
     )
     hardware: HardwareIn | None = Field(
         default=None, description="whole, on the first heartbeat and when the answer asks"
     )
-
-    @model_validator(mode="after")
-    def _digest_matches(self) -> HeartbeatIn:
-        """A whole identity comes with its digest, and the two agree: the digest is what later
-        heartbeats stand on."""
-        if self.hardware is not None and self.hardware_digest != self.hardware.host().digest:
-            raise ValueError("hardware_digest is not the digest of hardware")
-        return self
 
     @field_validator("started_at")
     @classmethod
@@ -186,7 +178,8 @@ def take_heartbeat(
     )
     hardware = body.hardware.host() if body.hardware is not None else None
     sightings = deps.hardware
-    asks = sightings is not None and sightings.heard(body.node, body.hardware_digest, hardware)
+    digest = body.hardware_digest or (hardware.digest if hardware is not None else None)
+    asks = sightings is not None and sightings.heard(body.node, digest, hardware)
     out = {
         "recorded": True,
         "silent_after_seconds": book.silent_after.total_seconds(),
