@@ -163,7 +163,7 @@ def test_a_failed_flush_keeps_what_arrived_for_the_next(engine: Engine) -> None:
         raise RuntimeError("database gone")
 
     working = ledger.observe_hosts
-    ledger.observe_hosts = broken  # type: ignore[method-assign]
+    ledger.observe_hosts = broken  # type: ignore[method-assign,assignment]
     with pytest.raises(RuntimeError):
         sightings.flush()
     assert sightings.pending() == 1
