@@ -15,7 +15,8 @@ machine is quarantined in the ledger and held where its provider keeps it:
 * AWS, GCE: the replaced instance is gone anyway; the ledger's record is what remains.
 
 Whatever the provider, a quarantined machine found under any node name is fenced on arrival
-(`fence_arrivals`, decided by ledger/hold.py's `fences_due`)."""
+(`fence_arrivals`, decided by ledger/hold.py's `fences_due`); on bare metal, by the DMI serial
+its agent's first heartbeat names (ledger/sightings.py), before any fault."""
 
 from __future__ import annotations
 

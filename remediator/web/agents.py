@@ -10,6 +10,10 @@ writes the rows that changed in one batch every few seconds (a background task a
 never in the request). Before that it is admitted (`signals.admission`): a node sending too fast
 or a replica that is behind answers 429 with Retry-After; a node the cluster does not have is
 refused (422) like a signal for an unknown node. Every refusal is counted.
+
+A heartbeat also names the hardware its agent runs on (docs/agent.md): whole on the first, a
+digest after. Answering costs one dictionary lookup (`ledger.sightings`); what came whole is
+written to the ledger with the book's flush, only when it changed.
 """
 
 from __future__ import annotations
@@ -20,14 +24,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks
 from fastapi.responses import JSONResponse, Response
-from pydantic import (
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-    field_validator,
-)
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from remediator.ledger.identity import DIGEST_PATTERN, GpuIdentity, HostHardware
 from remediator.signals.admission import Lane, Refusal, retry_after
