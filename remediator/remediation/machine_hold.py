@@ -32,7 +32,14 @@ from remediator.clock import Clock
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node, ObjectRef
-from remediator.ledger.hold import ArrivalFence, HoldDecision, NodeSeen, fences_due, hold_due
+from remediator.ledger.hold import (
+    ArrivalFence,
+    HoldDecision,
+    NodeSeen,
+    arrival_machine,
+    fences_due,
+    hold_due,
+)
 from remediator.ledger.identity import machine_id
 from remediator.ledger.store import VALIDATE, Ledger
 from remediator.policy.schema import MachineHoldSettings
@@ -76,11 +83,6 @@ def _dcgm_failures(checks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any
         if isinstance(failed, list):
             rows.extend(r for r in failed if isinstance(r, Mapping))
     return rows
-
-
-def _dmi_first(machine: str | None) -> str | None:
-    """A machine named by its DMI serial (the agent's word) outranks the providerID."""
-    return machine if machine is not None and machine.startswith("dmi:") else None
 
 
 class MachineHolds:
@@ -147,7 +149,7 @@ class MachineHolds:
         seen = [
             NodeSeen(n.name, machine, n.unschedulable, n.has_taint(QUARANTINE_TAINT))
             for n in nodes
-            if (machine := _dmi_first(latest.get(n.name)) or self._behind(n)) in quarantined
+            if (machine := arrival_machine(latest.get(n.name), self._behind(n))) in quarantined
         ]
         done: list[str] = []
         for order in fences_due(seen, quarantined, fenced):

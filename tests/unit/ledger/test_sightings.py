@@ -19,6 +19,7 @@ from remediator.actions.quarantine import QUARANTINE_TAINT
 from remediator.clock import FakeClock
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
+from remediator.ledger.hold import arrival_machine
 from remediator.ledger.identity import DIGEST_PATTERN, GpuIdentity, HostHardware
 from remediator.ledger.sightings import HardwareSightings, wants_hardware
 from remediator.ledger.store import FENCED, HOLD, PLACED, Ledger
@@ -84,6 +85,14 @@ def test_the_whole_identity_is_asked_only_for_a_digest_not_held() -> None:
     assert wants_hardware(known, "n1", "fedcba9876543210")  # new hardware
     assert wants_hardware(known, "n2", "0123456789abcdef")  # a node not heard whole here
     assert not wants_hardware(known, "n2", None)  # an agent that reads no identity
+
+
+def test_the_databases_dmi_serial_outranks_this_replicas_view() -> None:
+    assert arrival_machine("dmi:SN-1", "dmi:SN-0") == "dmi:SN-1"  # a stale picture
+    assert arrival_machine("dmi:SN-1", "static:gpu-a1") == "dmi:SN-1"  # a name, not hardware
+    assert arrival_machine("gce:111", "gce:222") == "gce:222"  # the Node's own is fresher
+    assert arrival_machine(None, "dmi:SN-0") == "dmi:SN-0"
+    assert arrival_machine(None, None) is None
 
 
 def test_a_repeated_heartbeat_writes_nothing_and_a_flush_writes_once(engine: Engine) -> None:
