@@ -194,6 +194,11 @@ def _dmi(machine: str | None) -> bool:
     return machine is not None and machine.startswith("dmi:")
 
 
+def _chunks(keys: Sequence[str], size: int = 500) -> list[Sequence[str]]:
+    """`IN` lists of at most `size`: SQLite's and PostgreSQL's parameter limits."""
+    return [keys[start : start + size] for start in range(0, len(keys), size)]
+
+
 def _news(picture: _NodePicture | None, machine: str) -> bool:
     """Whether `machine` behind the node is news to its picture (None: not loaded yet). The
     DMI serial the agent read outranks the providerID (see identity.machine_id)."""
@@ -260,30 +265,15 @@ class Ledger:
         """The machine now behind a node name. A different machine under the same name (a
         recreated instance, a swapped board) ends every placement on the node: its GPUs are
         other hardware until they report themselves."""
-        if machine_id is not None:
+        # The steady state (the intake asks for every node each cycle): one dict lookup.
+        if machine_id is not None and _news(self._nodes.get(node), machine_id):
             self.observe_machines({node: MachineSeen(machine_id, at, provider_id, dmi_serial)})
 
     def observe_machines(self, seen: Mapping[str, MachineSeen]) -> None:
-        """`observe_machine` for many nodes in one transaction (a heartbeat flush's worth),
-        none at all when the picture already has each. A machine seen under a node name it was
-        not under before gets a `placed` link: its page's node names over time."""
-        with self._lock:
-            wanted = {n: s for n, s in seen.items() if _news(self._nodes.get(n), s.machine)}
-            if not wanted:
-                return
-            with session_scope(self.session_factory, write=True) as session:
-                ids = sorted({s.machine for s in wanted.values()})
-                rows = {
-                    row.id: row
-                    for start in range(0, len(ids), 500)
-                    for row in session.scalars(
-                        select(LedgerMachine).where(LedgerMachine.id.in_(ids[start : start + 500]))
-                    )
-                }
-                for node, sight in wanted.items():
-                    picture = self._picture(session, node)
-                    if _news(picture, sight.machine):
-                        self._seen_on(session, picture, node, sight, rows)
+        """`observe_machine` for many nodes in one transaction, none at all when the picture
+        already has each. A machine seen under a node name it was not under before gets a
+        `placed` link: its page's node names over time."""
+        self._observe(seen, {})
 
     def _seen_on(
         self,
@@ -337,18 +327,16 @@ class Ledger:
     def observe_hosts(
         self, sightings: Mapping[str, tuple[HostHardware, datetime]]
     ) -> list[Conflict]:
-        """What agents reported of their hosts (a heartbeat flush's worth): each node's machine
-        by its DMI serial, then its GPUs placed on that machine. Only what changed is written:
-        a report the picture already holds writes nothing."""
-        self.observe_machines(
+        """What agents reported of their hosts (a heartbeat flush's worth), in one transaction:
+        each node's machine by its DMI serial, then its GPUs placed on that machine. Only what
+        changed is written: a report the picture already holds writes nothing."""
+        return self._observe(
             {
                 node: MachineSeen(host.machine, at, dmi_serial=host.dmi_serial)
                 for node, (host, at) in sightings.items()
                 if host.machine is not None
-            }
-        )
-        return self.observe_many(
-            {node: (host.gpus, at) for node, (host, at) in sightings.items() if host.gpus}
+            },
+            {node: (host.gpus, at) for node, (host, at) in sightings.items() if host.gpus},
         )
 
     def _close_node(self, session: Session, node: str, at: datetime) -> None:
@@ -372,28 +360,50 @@ class Ledger:
         self, sightings: Mapping[str, tuple[Sequence[GpuIdentity], datetime]]
     ) -> list[Conflict]:
         """`observe_gpus` for many nodes in one transaction (a cycle's signals)."""
+        return self._observe({}, sightings)
+
+    def _observe(
+        self,
+        machines: Mapping[str, MachineSeen],
+        sightings: Mapping[str, tuple[Sequence[GpuIdentity], datetime]],
+    ) -> list[Conflict]:
+        """Machines behind node names, then the GPUs the nodes report, in one transaction;
+        none when the picture holds all of it. A node whose machine changes has its GPUs
+        placed again on the new one."""
         conflicts: list[Conflict] = []
         wanted: dict[str, tuple[list[GpuIdentity], datetime]] = {}
         for node, (gpus, at) in sightings.items():
             unique = {g.uuid: replace(g, pci_bus_id=pci(g.pci_bus_id)) for g in gpus}
             wanted[node] = (list(unique.values()), at)
         with self._lock:
+            moved = {n: s for n, s in machines.items() if _news(self._nodes.get(n), s.machine)}
             changed = {
                 node: (gpus, at)
                 for node, (gpus, at) in wanted.items()
-                if (picture := self._nodes.get(node)) is None
+                if node in moved
+                or (picture := self._nodes.get(node)) is None
                 or not all(self._unchanged(picture, g) for g in gpus)
             }
-            if not changed:
+            if not moved and not changed:
                 return conflicts
             with session_scope(self.session_factory, write=True) as session:
+                if moved:
+                    rows = {
+                        row.id: row
+                        for chunk in _chunks(sorted({s.machine for s in moved.values()}))
+                        for row in session.scalars(
+                            select(LedgerMachine).where(LedgerMachine.id.in_(chunk))
+                        )
+                    }
+                    for node, sight in moved.items():
+                        picture = self._picture(session, node)
+                        if _news(picture, sight.machine):
+                            self._seen_on(session, picture, node, sight, rows)
                 uuids = [g.uuid for gpus, _ in changed.values() for g in gpus]
                 known = {
                     row.uuid: row
-                    for start in range(0, len(uuids), 500)
-                    for row in session.scalars(
-                        select(LedgerGpu).where(LedgerGpu.uuid.in_(uuids[start : start + 500]))
-                    )
+                    for chunk in _chunks(uuids)
+                    for row in session.scalars(select(LedgerGpu).where(LedgerGpu.uuid.in_(chunk)))
                 }
                 for node, (gpus, at) in changed.items():
                     picture = self._picture(session, node)
