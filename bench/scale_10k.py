@@ -8,7 +8,10 @@ measured) at its defaults except a bench policy whose ladder is just `cordon` fo
 shipped storm breaker. The agents are one asyncio load generator in this process speaking the
 agent's own wire protocol — its report bodies (`agent.report`), its paths, its pacing
 (`agent.heartbeat.Pacing`: the default 10 s period ±20 %, backoff with jitter, Retry-After obeyed)
-and its answer rules (`judge`) — over httpx, one task per node.
+and its answer rules (`judge`) — over httpx, one task per node. Each node is a bare-metal host:
+its heartbeat carries the host's identity (DMI serial, 8 GPUs) whole on the first one and when
+the answer asks (`send_hardware`: after the restart), its digest on every other, so the idle
+figures include the ledger's side of the heartbeat (issue #28).
 
 Phases per database: all agents heartbeating (every node seen once) → idle window (controller
 CPU and RSS; heartbeat database writes from the controller's own counters) → pushed XID → node
@@ -62,15 +65,16 @@ from bench.idle_cost import (
 )
 from bench.signal_to_cordon import POLICY
 from remediator.agent import report
-from remediator.agent.heartbeat import Pacing, judge
+from remediator.agent.heartbeat import Pacing, judge, whole_due
 from remediator.agent.http import Response
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
+from remediator.ledger.identity import GpuIdentity, HostHardware, pci
 from remediator.model.heartbeats import asked_period
 from remediator.settings import AgentIntakeSettings
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.launch import SimHandle, start_sim
 from remediator.sim.node.kernel_log import xid_line
-from remediator.sim.telemetry.exporters import pci_bus_id
+from remediator.sim.telemetry.exporters import gpu_uuid, pci_bus_id
 from remediator.store.db import upgrade
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,6 +173,23 @@ class Wire:
         self._reader = self._writer = None
 
 
+def bench_host(node: str) -> HostHardware:
+    """A simulated bare-metal host: its DMI serial and GPUs as the simulator names them."""
+    gpus = tuple(
+        GpuIdentity(gpu_uuid(node, i), pci(pci_bus_id(i)), i, model="NVIDIA H100 80GB HBM3")
+        for i in range(GPUS)
+    )
+    return HostHardware(f"BENCH-{node}", gpus)
+
+
+def heartbeat_body(node: str, started_at: datetime, *, whole: bool) -> dict[str, Any]:
+    """The agent's heartbeat (agent/report.py): the host whole on the first one and when the
+    controller asks (`send_hardware`), its digest on every other."""
+    return report.heartbeat(
+        node, f"bench-{node}", "bench", started_at, {}, bench_host(node), whole=whole
+    )
+
+
 class Agents:
     """One asyncio loop in a thread. Each node keeps its own agent state (next heartbeat due,
     failures in a row, the agent's pacing); a fixed set of workers, each on its own kept-alive
@@ -195,6 +216,8 @@ class Agents:
         self._due: list[tuple[float, str]] = []
         self._failures: dict[str, int] = {}
         self._asked: dict[str, float | None] = {}
+        self._whole: dict[str, bool] = {}  # the next heartbeat carries the host whole
+        self._bodies: dict[tuple[str, bool], bytes] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -215,6 +238,17 @@ class Agents:
             self._wires.append(wire)
             self.loop.create_task(self._worker(wire))
 
+    def _body(self, node: str, whole: bool) -> bytes:
+        """The node's heartbeat as its agent sends it, encoded once: it changes no more than
+        the agent's does (no counters here), and encoding 1,000 a second would be the
+        generator's own CPU, not the controller's."""
+        key = (node, whole)
+        found = self._bodies.get(key)
+        if found is None:
+            body = heartbeat_body(node, self.started_at, whole=whole)
+            found = self._bodies[key] = json.dumps(body, separators=(",", ":")).encode()
+        return found
+
     def reconnects(self) -> int:
         """Connections opened beyond the first of each: a server that keeps them alive across
         the agents' period opens none while the controller runs."""
@@ -231,18 +265,17 @@ class Agents:
                 heapq.heappush(self._due, (due, node))
                 await asyncio.sleep(min(wait_for, 0.05))
                 continue
-            body = report.heartbeat(node, f"bench-{node}", "bench", self.started_at, {})
+            whole = self._whole.get(node, True)
             self.fleet.sent[int(time.monotonic())] += 1
             try:
-                status, headers, answer = await wire.post(
-                    HEARTBEAT_PATH, json.dumps(body, separators=(",", ":")).encode()
-                )
+                status, headers, answer = await wire.post(HEARTBEAT_PATH, self._body(node, whole))
                 beat = judge(status, headers, answer.decode(errors="replace"))
                 self.fleet.answers[status] += 1
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.fleet.errors += 1
                 beat = judge(0, {})
                 await asyncio.sleep(0.5)  # a controller that is down: do not spin on connect
+            self._whole[node] = whole_due(whole, beat)
             if beat.ok:
                 self.fleet.ok_at[node] = time.monotonic()
             failures = 0 if beat.ok else self._failures.get(node, 0) + 1

@@ -39,6 +39,13 @@ class Beat:
     ok: bool
     retry_after: float | None = None
     asked: float | None = None  # the least period the controller asked for
+    send_hardware: bool = False  # the controller asks for the host's identity whole
+
+
+def whole_due(due: bool, beat: Beat) -> bool:
+    """Whether the next heartbeat carries the host's identity whole: until one is answered,
+    as the answer says (`send_hardware`); a heartbeat not answered leaves it as it was."""
+    return beat.send_hardware if beat.ok else due
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,8 @@ def judge(status: int, headers: dict[str, str], text: str = "") -> Beat:
     """An answer as a Beat: 200 sent (with the period the controller asks, when it says one);
     429/503 with a Retry-After, wait that; anything else failed (the backoff decides)."""
     if status == 200:
-        return Beat(True, asked=_asked(text))
+        answer = _answer(text)
+        return Beat(True, asked=_asked(answer), send_hardware=answer.get("send_hardware") is True)
     raw = headers.get("retry-after", "")
     try:
         after: float | None = float(raw)
@@ -78,13 +86,19 @@ def judge(status: int, headers: dict[str, str], text: str = "") -> Beat:
     return Beat(False, after if status in (429, 503) else None)
 
 
-def _asked(text: str) -> float | None:
-    """`next_heartbeat_seconds` of a 200 answer; None when absent or not a sane number (an
-    older controller, a proxy's page): the agent then keeps its own period."""
+def _answer(text: str) -> dict[str, Any]:
+    """A 200 answer's JSON object; empty when it is none (an older controller, a proxy's page)."""
     try:
-        value = json.loads(text).get("next_heartbeat_seconds") if text else None
-    except (ValueError, AttributeError):
-        return None
+        found = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _asked(answer: dict[str, Any]) -> float | None:
+    """`next_heartbeat_seconds` of a 200 answer; None when absent or not a sane number: the
+    agent then keeps its own period."""
+    value = answer.get("next_heartbeat_seconds")
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         return None
     return float(value)
@@ -101,7 +115,9 @@ class HeartbeatLoop:
         pacing: Pacing,
         *,
         draw: Draw = random.uniform,
+        on_beat: Callable[[Beat], None] | None = None,
     ) -> None:
+        self._on_beat = on_beat
         self._client = client
         self._body = body
         self._stats = stats
@@ -123,6 +139,8 @@ class HeartbeatLoop:
             if response.status == 429:
                 self._stats.add("heartbeat_throttled")
             log.warning("heartbeat answered %d: %s", response.status, response.text[:300])
+        if self._on_beat is not None:
+            self._on_beat(beat)
         return beat
 
     def run_once(self) -> float:

@@ -8,6 +8,7 @@ from typing import Any
 
 from remediator.agent.fabric import FabricManagerLine, FabricManagerState, GpuFabric
 from remediator.agent.gpus import GpuInfo
+from remediator.ledger.identity import HostHardware
 from remediator.signals.sxid import KernelSxid, lookup
 from remediator.signals.xid import KernelXid
 
@@ -143,12 +144,26 @@ def missing_signal(
 
 
 def heartbeat(
-    node: str, agent: str, version: str, started_at: datetime, stats: dict[str, int]
+    node: str,
+    agent: str,
+    version: str,
+    started_at: datetime,
+    stats: dict[str, int],
+    hardware: HostHardware | None = None,
+    *,
+    whole: bool = False,
 ) -> dict[str, Any]:
-    return {
+    """`hardware`: the host's identity, named by its digest, and sent `whole` on the first
+    heartbeat and when the controller asked (docs/agent.md)."""
+    body: dict[str, Any] = {
         "node": node,
         "agent": agent,
         "version": version,
         "started_at": started_at.isoformat(),
         "stats": stats,
     }
+    if hardware is not None:
+        body["hardware_digest"] = hardware.digest
+        if whole:
+            body["hardware"] = hardware.wire()
+    return body

@@ -33,12 +33,13 @@ from remediator.agent.fabric import (
 )
 from remediator.agent.follow import Entry, Follower, Journal, KmsgDevice, KmsgFile
 from remediator.agent.gpus import GpuInfo, count_pci_gpus, missing_gpus, scan_driver
-from remediator.agent.heartbeat import HeartbeatLoop, Pacing
+from remediator.agent.heartbeat import Beat, HeartbeatLoop, Pacing, whole_due
 from remediator.agent.http import HttpClient
 from remediator.agent.identity import (
     DMI_SERIAL_FILE,
     SMI_COMMAND,
     HostIdentity,
+    host_hardware,
     read_identity,
 )
 from remediator.agent.push import Backoff, Pusher
@@ -151,11 +152,14 @@ class Agent:
         )
         self._lock = threading.Lock()
         self._missing_refused: set[str] = set()
+        self._hardware_lock = threading.Lock()
+        self.whole_due = True  # the first heartbeat carries the host's identity whole
         self.heartbeats = HeartbeatLoop(
             self.client,
             self.heartbeat_body,
             self.stats,
             Pacing(period=config.heartbeat_seconds, cap=config.heartbeat_backoff_cap_seconds),
+            on_beat=self._answered,
         )
         self._stop = threading.Event()
         self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat")
@@ -239,11 +243,12 @@ class Agent:
             )
 
     def _hardware(self) -> HostIdentity:
-        """Read at the first XID, not at start: nvidia-smi may take seconds, and a node that
-        never faults never needs it."""
-        if self.hardware is None:
-            self.hardware = read_identity(self.config.dmi_serial_file, self.config.smi_command)
-        return self.hardware
+        """Read once, by the first heartbeat (on its own thread: nvidia-smi may take seconds)
+        or the first XID, whichever comes first."""
+        with self._hardware_lock:
+            if self.hardware is None:
+                self.hardware = read_identity(self.config.dmi_serial_file, self.config.smi_command)
+            return self.hardware
 
     # -- the NVLink fabric ----------------------------------------------------------------
 
@@ -392,7 +397,12 @@ class Agent:
             __version__,
             self.started_at,
             self.stats.snapshot(),
+            host_hardware(self._hardware(), dict(self.gpus)),
+            whole=self.whole_due,
         )
+
+    def _answered(self, beat: Beat) -> None:
+        self.whole_due = whole_due(self.whole_due, beat)
 
     def heartbeat(self) -> bool:
         return self.heartbeats.send().ok

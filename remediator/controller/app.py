@@ -44,6 +44,7 @@ from remediator.kube.leader import LeaderElector, default_identity
 from remediator.kube.objects import Node, Taint
 from remediator.kube.ratelimit import TokenBucket
 from remediator.kube.waits import NodeActivity
+from remediator.ledger.sightings import HardwareSightings
 from remediator.ledger.store import Ledger
 from remediator.model.optout import DEFAULT_MAX_HOLD
 from remediator.model.states import State
@@ -277,13 +278,16 @@ class Controller:
             self.repository.session_factory, settings.cluster_name, self.clock
         )
         self.inbox = WakingInbox(alerts=firing_alerts(settings.signals))
-        # Agents' heartbeats: memory first, the database in batches (store/heartbeats.py).
+        # Agents' heartbeats: memory first, the database in batches (store/heartbeats.py); the
+        # hardware they name goes to the ledger with the same flush (ledger/sightings.py).
+        self.hardware = HardwareSightings(self.ledger, self.clock)
         self.heartbeats = HeartbeatBook(
             self.repository,
             self.clock,
             silent_after=timedelta(seconds=settings.agent_silent_after_seconds),
             flush_seconds=settings.agents.heartbeat_flush_seconds,
             budget_per_second=settings.agents.heartbeat_budget_per_second,
+            also_flush=self.hardware.flush,
         )
         self.admission = Admission(limits_from(settings))
         self.sources: list[Source] = (
@@ -813,6 +817,7 @@ class Controller:
             finished=self.metrics.cancelled,
             before_scrape=self.scrape_refresh,
             heartbeats=self.heartbeats,
+            hardware=self.hardware,
             admission=self.admission,
             node_known=self.nodes.knows,
             list_nodes=self.nodes.list_nodes,

@@ -101,6 +101,14 @@ class ArrivalFence:
     taint: bool
 
 
+def arrival_machine(latest: str | None, behind: str | None) -> str | None:
+    """The machine behind a node for the arrival check: the DMI serial the database last saw
+    under the name (whichever replica took the heartbeat that named it) outranks this replica's
+    view `behind` (its picture, else the Node's providerID); a providerID-named machine in the
+    database does not (a recreated instance's Node is fresher)."""
+    return latest if latest is not None and latest.startswith("dmi:") else behind
+
+
 def fences_due(
     nodes: Iterable[NodeSeen],
     quarantined: Mapping[str, str],

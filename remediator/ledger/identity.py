@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import io
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # GKE writes the Compute Engine instance id on its Nodes. GCE's providerID names the instance
 # (gce://project/zone/name), so an instance recreated under the same name keeps the providerID
@@ -122,3 +125,49 @@ def machine_id(
         _UNSAFE.sub("_", provider_id.replace(":///", ":").replace("://", ":").replace("/", ":"))
         or None
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HostHardware:
+    """What a node's agent reads of its host (agent/identity.py): the machine's DMI serial and
+    its GPUs. Sent whole on the agent's first heartbeat, then only as its `digest`."""
+
+    dmi_serial: str | None
+    gpus: tuple[GpuIdentity, ...] = ()
+
+    @property
+    def machine(self) -> str | None:
+        return machine_id("", {}, self.dmi_serial) if self.dmi_serial else None
+
+    def wire(self) -> dict[str, Any]:
+        """The heartbeat's `hardware` object; fields nothing read are left out."""
+        gpus = [
+            {k: v for k, v in _gpu_fields(g).items() if v is not None}
+            for g in sorted(self.gpus, key=lambda g: (g.uuid, g.pci_bus_id or ""))
+        ]
+        found: dict[str, Any] = {"gpus": gpus}
+        if self.dmi_serial:
+            found["dmi_serial"] = self.dmi_serial
+        return found
+
+    @property
+    def digest(self) -> str:
+        """16 hex digits over the canonical `wire()`: the agent's and the controller's the same
+        for the same hardware, whatever order the GPUs were read in."""
+        text = json.dumps(self.wire(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_LENGTH]
+
+
+DIGEST_LENGTH = 16
+DIGEST_PATTERN = r"^[0-9a-f]{16}$"
+
+
+def _gpu_fields(gpu: GpuIdentity) -> dict[str, Any]:
+    return {
+        "uuid": gpu.uuid,
+        "pci_bus_id": gpu.pci_bus_id,
+        "index": gpu.index,
+        "serial": gpu.serial,
+        "model": gpu.model,
+        "vbios": gpu.vbios,
+    }

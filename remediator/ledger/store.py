@@ -20,7 +20,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
 from remediator.ledger.hold import REPLACED, VALIDATION_FAILED, Strike
-from remediator.ledger.identity import GpuIdentity, dmi_serial, machine_id, pci
+from remediator.ledger.identity import (
+    GpuIdentity,
+    HostHardware,
+    dmi_serial,
+    machine_id,
+    pci,
+)
 from remediator.signals.model import Signal
 from remediator.store.db import session_scope
 from remediator.store.models import (
@@ -35,6 +41,8 @@ SIGNAL, REMEDIATION, VERDICT = "signal", "remediation", "verdict"
 # A machine taken out by a replacement; a hold put on, lifted or enforced on a node (kind
 # "held" / "lifted" / "fenced").
 REPLACEMENT, HOLD = "replaced", "hold"
+# A machine seen under a node name (or cluster) it was not under before: its placement history.
+PLACED = "placed"
 FENCED = "fenced"  # a hold's node fenced on arrival (a quarantined machine under a new name)
 VALIDATE = "validate"  # a verdict's `step` that makes a failed one a strike
 # Labels that carry a GPU's PCI address: the agent's kernel-log XID, DCGM exporter's.
@@ -125,6 +133,16 @@ class MachineLife:
     links: tuple[Link, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class MachineSeen:
+    """A machine seen behind a node name, with what named it."""
+
+    machine: str
+    at: datetime
+    provider_id: str | None = None
+    dmi_serial: str | None = None
+
+
 @dataclass
 class _Slot:
     uuid: str
@@ -174,6 +192,19 @@ def _conflict(row: LedgerConflict) -> Conflict:
 
 def _dmi(machine: str | None) -> bool:
     return machine is not None and machine.startswith("dmi:")
+
+
+def _chunks(keys: Sequence[str], size: int = 500) -> list[Sequence[str]]:
+    """`IN` lists of at most `size`: SQLite's and PostgreSQL's parameter limits."""
+    return [keys[start : start + size] for start in range(0, len(keys), size)]
+
+
+def _news(picture: _NodePicture | None, machine: str) -> bool:
+    """Whether `machine` behind the node is news to its picture (None: not loaded yet). The
+    DMI serial the agent read outranks the providerID (see identity.machine_id)."""
+    if picture is None:
+        return True
+    return picture.machine != machine and not (_dmi(picture.machine) and not _dmi(machine))
 
 
 def signal_pci(signal: Signal) -> str | None:
@@ -234,43 +265,79 @@ class Ledger:
         """The machine now behind a node name. A different machine under the same name (a
         recreated instance, a swapped board) ends every placement on the node: its GPUs are
         other hardware until they report themselves."""
-        if machine_id is None:
-            return
-        with self._lock:
-            known = self._nodes.get(node)
-            if known is not None and known.machine == machine_id:
-                return
-            # The DMI serial the agent read outranks the providerID (see identity.machine_id).
-            if known is not None and _dmi(known.machine) and not _dmi(machine_id):
-                return
-            with session_scope(self.session_factory, write=True) as session:
-                picture = self._picture(session, node)
-                if picture.machine == machine_id or (
-                    _dmi(picture.machine) and not _dmi(machine_id)
-                ):
-                    return
-                row = session.get(LedgerMachine, machine_id)
-                if row is None:
-                    session.add(
-                        LedgerMachine(
-                            id=machine_id,
-                            provider_id=provider_id,
-                            dmi_serial=dmi_serial,
-                            cluster=self.cluster,
-                            node=node,
-                            first_seen_at=at,
-                            last_seen_at=at,
-                        )
-                    )
-                else:
-                    row.cluster, row.node, row.last_seen_at = self.cluster, node, at
-                    row.provider_id = provider_id or row.provider_id
-                    row.dmi_serial = dmi_serial or row.dmi_serial
-                if picture.machine is not None:
-                    self._close_node(session, node, at)
-                    picture.by_pci.clear()
-                    picture.by_index.clear()
-                picture.machine = machine_id
+        # The steady state (the intake asks for every node each cycle): one dict lookup.
+        if machine_id is not None and _news(self._nodes.get(node), machine_id):
+            self.observe_machines({node: MachineSeen(machine_id, at, provider_id, dmi_serial)})
+
+    def observe_machines(self, seen: Mapping[str, MachineSeen]) -> None:
+        """`observe_machine` for many nodes in one transaction, none at all when the picture
+        already has each. A machine seen under a node name it was not under before gets a
+        `placed` link: its page's node names over time."""
+        self._observe(seen, {})
+
+    def _seen_on(
+        self,
+        session: Session,
+        picture: _NodePicture,
+        node: str,
+        sight: MachineSeen,
+        rows: dict[str, LedgerMachine],
+    ) -> None:
+        row = rows.get(sight.machine)
+        was = None if row is None else (row.cluster, row.node)
+        if row is None:
+            row = LedgerMachine(
+                id=sight.machine,
+                provider_id=sight.provider_id,
+                dmi_serial=sight.dmi_serial,
+                cluster=self.cluster,
+                node=node,
+                first_seen_at=sight.at,
+                last_seen_at=sight.at,
+            )
+            session.add(row)
+            rows[sight.machine] = row
+        else:
+            row.cluster, row.node = self.cluster, node
+            row.last_seen_at = max(row.last_seen_at, sight.at)
+            row.provider_id = sight.provider_id or row.provider_id
+            row.dmi_serial = sight.dmi_serial or row.dmi_serial
+        if was != (self.cluster, node):
+            detail = {} if was is None else {"was_cluster": was[0], "was_node": was[1]}
+            session.add(
+                LedgerLink(
+                    cluster=self.cluster,
+                    subject=PLACED,
+                    ref_id=None,
+                    node=node,
+                    gpu_uuid=None,
+                    machine_id=sight.machine,
+                    kind="node",
+                    code=None,
+                    detail=detail,
+                    at=sight.at,
+                )
+            )
+        if picture.machine is not None:
+            self._close_node(session, node, sight.at)
+            picture.by_pci.clear()
+            picture.by_index.clear()
+        picture.machine = sight.machine
+
+    def observe_hosts(
+        self, sightings: Mapping[str, tuple[HostHardware, datetime]]
+    ) -> list[Conflict]:
+        """What agents reported of their hosts (a heartbeat flush's worth), in one transaction:
+        each node's machine by its DMI serial, then its GPUs placed on that machine. Only what
+        changed is written: a report the picture already holds writes nothing."""
+        return self._observe(
+            {
+                node: MachineSeen(host.machine, at, dmi_serial=host.dmi_serial)
+                for node, (host, at) in sightings.items()
+                if host.machine is not None
+            },
+            {node: (host.gpus, at) for node, (host, at) in sightings.items() if host.gpus},
+        )
 
     def _close_node(self, session: Session, node: str, at: datetime) -> None:
         session.execute(
@@ -293,28 +360,50 @@ class Ledger:
         self, sightings: Mapping[str, tuple[Sequence[GpuIdentity], datetime]]
     ) -> list[Conflict]:
         """`observe_gpus` for many nodes in one transaction (a cycle's signals)."""
+        return self._observe({}, sightings)
+
+    def _observe(
+        self,
+        machines: Mapping[str, MachineSeen],
+        sightings: Mapping[str, tuple[Sequence[GpuIdentity], datetime]],
+    ) -> list[Conflict]:
+        """Machines behind node names, then the GPUs the nodes report, in one transaction;
+        none when the picture holds all of it. A node whose machine changes has its GPUs
+        placed again on the new one."""
         conflicts: list[Conflict] = []
         wanted: dict[str, tuple[list[GpuIdentity], datetime]] = {}
         for node, (gpus, at) in sightings.items():
             unique = {g.uuid: replace(g, pci_bus_id=pci(g.pci_bus_id)) for g in gpus}
             wanted[node] = (list(unique.values()), at)
         with self._lock:
+            moved = {n: s for n, s in machines.items() if _news(self._nodes.get(n), s.machine)}
             changed = {
                 node: (gpus, at)
                 for node, (gpus, at) in wanted.items()
-                if (picture := self._nodes.get(node)) is None
+                if node in moved
+                or (picture := self._nodes.get(node)) is None
                 or not all(self._unchanged(picture, g) for g in gpus)
             }
-            if not changed:
+            if not moved and not changed:
                 return conflicts
             with session_scope(self.session_factory, write=True) as session:
+                if moved:
+                    rows = {
+                        row.id: row
+                        for chunk in _chunks(sorted({s.machine for s in moved.values()}))
+                        for row in session.scalars(
+                            select(LedgerMachine).where(LedgerMachine.id.in_(chunk))
+                        )
+                    }
+                    for node, sight in moved.items():
+                        picture = self._picture(session, node)
+                        if _news(picture, sight.machine):
+                            self._seen_on(session, picture, node, sight, rows)
                 uuids = [g.uuid for gpus, _ in changed.values() for g in gpus]
                 known = {
                     row.uuid: row
-                    for start in range(0, len(uuids), 500)
-                    for row in session.scalars(
-                        select(LedgerGpu).where(LedgerGpu.uuid.in_(uuids[start : start + 500]))
-                    )
+                    for chunk in _chunks(uuids)
+                    for row in session.scalars(select(LedgerGpu).where(LedgerGpu.uuid.in_(chunk)))
                 }
                 for node, (gpus, at) in changed.items():
                     picture = self._picture(session, node)
@@ -849,6 +938,31 @@ class Ledger:
                 )
             )
             return held, {(str(machine), node) for machine, node in fenced}
+
+    def latest_under(self, held: Collection[str]) -> dict[str, str]:
+        """For each node name of this cluster a held machine with a DMI serial was last seen
+        under: the machine seen there last (node → machine), by the database, so whichever
+        replica took the heartbeat that named it. The arrival check's bare-metal truth, fresher
+        than this replica's picture (another machine since under the name is not held)."""
+        bare = [m for m in held if _dmi(m)]
+        if not bare:
+            return {}
+        with session_scope(self.session_factory) as session:
+            names = (
+                select(LedgerMachine.node)
+                .where(LedgerMachine.cluster == self.cluster, LedgerMachine.id.in_(bare))
+                .scalar_subquery()
+            )
+            rows = session.execute(
+                select(LedgerMachine.id, LedgerMachine.node, LedgerMachine.last_seen_at).where(
+                    LedgerMachine.cluster == self.cluster, LedgerMachine.node.in_(names)
+                )
+            )
+            latest: dict[str, tuple[datetime, str]] = {}
+            for machine, node, at in rows:
+                if node not in latest or latest[node][0] < at:
+                    latest[node] = (at, machine)
+        return {node: machine for node, (_, machine) in latest.items()}
 
     def note_fenced(self, machine_id: str, node: str, at: datetime, detail: dict[str, Any]) -> None:
         """A `fenced` line in the machine's quarantine history: its node was fenced on arrival."""

@@ -15,7 +15,8 @@ machine is quarantined in the ledger and held where its provider keeps it:
 * AWS, GCE: the replaced instance is gone anyway; the ledger's record is what remains.
 
 Whatever the provider, a quarantined machine found under any node name is fenced on arrival
-(`fence_arrivals`, decided by ledger/hold.py's `fences_due`)."""
+(`fence_arrivals`, decided by ledger/hold.py's `fences_due`); on bare metal, by the DMI serial
+its agent's first heartbeat names (ledger/sightings.py), before any fault."""
 
 from __future__ import annotations
 
@@ -31,7 +32,14 @@ from remediator.clock import Clock
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node, ObjectRef
-from remediator.ledger.hold import ArrivalFence, HoldDecision, NodeSeen, fences_due, hold_due
+from remediator.ledger.hold import (
+    ArrivalFence,
+    HoldDecision,
+    NodeSeen,
+    arrival_machine,
+    fences_due,
+    hold_due,
+)
 from remediator.ledger.identity import machine_id
 from remediator.ledger.store import VALIDATE, Ledger
 from remediator.policy.schema import MachineHoldSettings
@@ -135,10 +143,13 @@ class MachineHolds:
         quarantined, fenced = self._ledger.quarantine_state()
         if not quarantined:
             return []
+        # A heartbeat naming the DMI serial may have reached another replica: its database
+        # row, not only this replica's picture.
+        latest = self._ledger.latest_under(quarantined)
         seen = [
             NodeSeen(n.name, machine, n.unschedulable, n.has_taint(QUARANTINE_TAINT))
             for n in nodes
-            if (machine := self._behind(n)) in quarantined
+            if (machine := arrival_machine(latest.get(n.name), self._behind(n))) in quarantined
         ]
         done: list[str] = []
         for order in fences_due(seen, quarantined, fenced):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,8 +59,12 @@ class HeartbeatBook:
         flush_seconds: float = DEFAULT_FLUSH_SECONDS,
         urgent_gap_seconds: float = DEFAULT_URGENT_GAP_SECONDS,
         budget_per_second: float | None = None,
+        also_flush: Callable[[], object] | None = None,
     ) -> None:
         self._repository = repository
+        # Written with each flush, coalesced the same way: the hardware the agents named
+        # (ledger/sightings.py), which this package does not import.
+        self._also_flush = also_flush
         self._clock = clock
         self.configured_silent_after = silent_after
         self.budget_per_second = budget_per_second
@@ -147,27 +151,33 @@ class HeartbeatBook:
     # -- the writer ---------------------------------------------------------------------------
 
     def flush(self) -> int:
-        """Write every pending row in one batch; returns how many. A failed write keeps them
-        pending (the next flush tries again) and raises."""
+        """Write every pending row in one batch, then `also_flush`; returns how many rows. A
+        failed write keeps them pending (the next flush tries again) and raises."""
         with self._flush_lock:
+            written = self._flush_rows()
+            if self._also_flush is not None:
+                self._also_flush()
+            return written
+
+    def _flush_rows(self) -> int:
+        with self._lock:
+            rows = [self._seen[node] for node in sorted(self._dirty)]
+            self._dirty.clear()
+            self._urgent = False
+            self._claimed = False
+            if not rows:
+                return 0
+            self._flushed_at = self._clock.now()
+        try:
+            self._repository.record_heartbeats(rows)
+        except Exception:
             with self._lock:
-                rows = [self._seen[node] for node in sorted(self._dirty)]
-                self._dirty.clear()
-                self._urgent = False
-                self._claimed = False
-                if not rows:
-                    return 0
-                self._flushed_at = self._clock.now()
-            try:
-                self._repository.record_heartbeats(rows)
-            except Exception:
-                with self._lock:
-                    self._dirty.update(r.node for r in rows if self._seen[r.node] == r)
-                raise
-            with self._lock:
-                self.flushes += 1
-                self.rows_written += len(rows)
-            return len(rows)
+                self._dirty.update(r.node for r in rows if self._seen[r.node] == r)
+            raise
+        with self._lock:
+            self.flushes += 1
+            self.rows_written += len(rows)
+        return len(rows)
 
     def tick(self) -> tuple[str, ...]:
         """The periodic pass (any replica's housekeeping): notice agents that went silent

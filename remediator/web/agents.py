@@ -10,6 +10,10 @@ writes the rows that changed in one batch every few seconds (a background task a
 never in the request). Before that it is admitted (`signals.admission`): a node sending too fast
 or a replica that is behind answers 429 with Retry-After; a node the cluster does not have is
 refused (422) like a signal for an unknown node. Every refusal is counted.
+
+A heartbeat also names the hardware its agent runs on (docs/agent.md): whole on the first, a
+digest after. Answering costs one dictionary lookup (`ledger.sightings`); what came whole is
+written to the ledger with the book's flush, only when it changed.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from fastapi import APIRouter, BackgroundTasks
 from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from remediator.ledger.identity import DIGEST_PATTERN, GpuIdentity, HostHardware
 from remediator.signals.admission import Lane, Refusal, retry_after
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.web.access import Deps, Pusher, Reader
@@ -47,8 +52,51 @@ StatsKeys = WithJsonSchema(
 Counter = Annotated[int, Field(ge=0, le=2**62)]
 
 
+TEXT = r"^[^\x00-\x1f\x7f]+$"
+
+
+class GpuIn(BaseModel):
+    """One GPU as the agent read it: the driver's UUID, PCI address and minor number, model;
+    nvidia-smi's board serial and VBIOS when it ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uuid: str = Field(min_length=5, max_length=128, pattern=r"^GPU-[^\x00-\x20\x7f]+$")
+    pci_bus_id: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$", description="DDDD:BB:DD"
+    )
+    index: int | None = Field(default=None, ge=0, le=1023)
+    serial: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
+    model: str | None = Field(default=None, min_length=1, max_length=128, pattern=TEXT)
+    vbios: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
+
+    def identity(self) -> GpuIdentity:
+        return GpuIdentity(
+            uuid=self.uuid,
+            pci_bus_id=self.pci_bus_id,
+            index=self.index,
+            serial=self.serial,
+            model=self.model,
+            vbios=self.vbios,
+        )
+
+
+class HardwareIn(BaseModel):
+    """The agent's host: the machine's DMI serial (/sys/class/dmi/id/product_serial) and its
+    GPUs. docs/agent.md: sent whole on the first heartbeat and when the answer asks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dmi_serial: str | None = Field(default=None, min_length=1, max_length=128, pattern=TEXT)
+    gpus: list[GpuIn] = Field(default_factory=list, max_length=64)
+
+    def host(self) -> HostHardware:
+        return HostHardware(self.dmi_serial, tuple(g.identity() for g in self.gpus))
+
+
 class HeartbeatIn(BaseModel):
-    """What an agent says about itself: who, since when, and its counters."""
+    """What an agent says about itself: who, since when, its counters, and the hardware it runs
+    on (whole, or as the digest of what it sent whole before)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +106,15 @@ class HeartbeatIn(BaseModel):
     started_at: AwareDatetime
     stats: Annotated[dict[Printable, Counter], StatsKeys] = Field(
         default_factory=dict, max_length=64
+    )
+    hardware_digest: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="names the identity sent whole before (the agent's: 16 hex digits of "
+        "SHA-256 over the canonical `hardware`, docs/agent.md); the controller keeps it as given",
+    )
+    hardware: HardwareIn | None = Field(
+        default=None, description="whole, on the first heartbeat and when the answer asks"
     )
 
     @field_validator("started_at")
@@ -75,6 +132,11 @@ class HeartbeatOut(BaseModel):
     # The least period the controller asks of every agent, for its heartbeat budget (0: keep
     # your own); an agent keeps its own period when that is longer.
     next_heartbeat_seconds: float = Field(ge=0)
+    send_hardware: bool = Field(
+        default=False,
+        description="send `hardware` whole on the next heartbeat: this replica does not hold "
+        "the identity of the digest sent",
+    )
 
 
 def take_heartbeat(
@@ -111,10 +173,15 @@ def take_heartbeat(
         started_at=body.started_at,
         stats=body.stats,
     )
+    hardware = body.hardware.host() if body.hardware is not None else None
+    sightings = deps.hardware
+    digest = body.hardware_digest or (hardware.digest if hardware is not None else None)
+    asks = sightings is not None and sightings.heard(body.node, digest, hardware)
     out = {
         "recorded": True,
         "silent_after_seconds": book.silent_after.total_seconds(),
         "next_heartbeat_seconds": round(book.asked_period(), 1),
+        "send_hardware": asks,
     }
     return 200, out, {}, book.claim_flush()
 

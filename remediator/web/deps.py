@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from remediator.clock import Clock, SystemClock
 from remediator.errors import PolicyError
 from remediator.kube.objects import Node, Pod
+from remediator.ledger.sightings import HardwareSightings
 from remediator.policy.loader import PolicySet
 from remediator.settings import Settings
 from remediator.signals.admission import Admission
@@ -72,6 +73,9 @@ class WebDeps:
     before_scrape: Callable[[], None] = _nothing_to_refresh
     # Agents' heartbeats in memory, written coalesced; None: create_app keeps its own.
     heartbeats: HeartbeatBook | None = None
+    # The hardware agents name in heartbeats, written with the book's flush (ledger/sightings.py);
+    # None with a book given: not recorded; with none, create_app keeps its own with its book.
+    hardware: HardwareSightings | None = None
     # The push path's per-node and per-replica limits; None: create_app builds them from settings.
     admission: Admission | None = None
     # Whether the cluster has this node (the node cache); None when it cannot say yet.

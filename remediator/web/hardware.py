@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from remediator.ledger.identity import MACHINE_ID
 from remediator.ledger.store import (
     HOLD,
+    PLACED,
     REMEDIATION,
     SIGNAL,
     VERDICT,
@@ -118,6 +119,10 @@ class MachineOut(BaseModel):
         description="each hold put on (`held`), lifted (`lifted`) or enforced on a node found on"
         " the machine (`fenced`)"
     )
+    nodes: list[LinkOut] = Field(
+        description="each node name (or cluster) the machine was seen under, newest first, "
+        "with the one before in `detail` (`was_node`): from its agent's heartbeats or signals"
+    )
     placements: list[PlacementOut]
     faults: list[LinkOut]
     diagnostics: list[LinkOut]
@@ -205,6 +210,7 @@ def machine_out(life: MachineLife) -> MachineOut:
         quarantined_by=life.quarantined_by,
         hold_lifted_at=life.hold_lifted_at,
         holds=_links(life.links, HOLD),
+        nodes=_links(life.links, PLACED),
         placements=[_placement(p) for p in life.placements],
         faults=_links(life.links, SIGNAL),
         diagnostics=_links(life.links, VERDICT),

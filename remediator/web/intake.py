@@ -13,6 +13,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pydantic import BaseModel
 
+from remediator.ledger.sightings import HardwareSightings
+from remediator.ledger.store import Ledger
 from remediator.settings import Settings
 from remediator.signals.admission import Admission, Limit, Limits
 from remediator.store.heartbeats import HeartbeatBook
@@ -32,12 +34,16 @@ def limits_from(settings: Settings) -> Limits:
 def fill_intake(deps: WebDeps) -> None:
     """A console built without them (tests, a read-only replica) keeps its own book and limits."""
     if deps.heartbeats is None:
+        if deps.hardware is None:
+            ledger = Ledger(deps.repository.session_factory, deps.settings.cluster_name, deps.clock)
+            deps.hardware = HardwareSightings(ledger, deps.clock)
         deps.heartbeats = HeartbeatBook(
             deps.repository,
             deps.clock,
             silent_after=timedelta(seconds=deps.settings.agent_silent_after_seconds),
             flush_seconds=deps.settings.agents.heartbeat_flush_seconds,
             budget_per_second=deps.settings.agents.heartbeat_budget_per_second,
+            also_flush=deps.hardware.flush,
         )
     if deps.admission is None:
         deps.admission = Admission(limits_from(deps.settings))

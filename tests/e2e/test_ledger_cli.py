@@ -7,8 +7,11 @@ ledger read back through the API.
   new node name is the same GPU: its second failure within the window goes straight to an RMA
   case and a replacement, and its machine is quarantined; a different GPU behind the same node
   name is no repeat. A node on the quarantined machine is left fenced with the quarantine as
-  its hold reason until an operator lifts it. The RMA case carries a complete bundle and is
-  moved through its states by the API (a repeated move changes nothing).
+  its hold reason until an operator lifts it. The quarantined host reinstalled under yet
+  another node name is fenced on arrival, before any XID, from its real agent's heartbeat
+  (`remediator agent`, the DMI serial read below its --host-root). The RMA case carries a
+  complete bundle and is moved through its states by the API (a repeated move changes
+  nothing).
 * GCE: an instance recreated under its own name is new hardware: a new machine in the ledger,
   its GPUs new GPUs, and a fault on them is no repeat of the old machine's."""
 
@@ -16,7 +19,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Callable
@@ -27,8 +34,10 @@ from typing import Any
 import httpx
 import pytest
 
+from remediator.actions.quarantine import ANN_MACHINE_HOLD, QUARANTINE_TAINT
 from remediator.model.states import State
 from remediator.rma.bundle import PARTS
+from remediator.sim.node.hosts import DMI_SERIAL
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import (
     OPERATOR_HEADERS,
@@ -170,13 +179,72 @@ def finished(
     return result
 
 
+def rejoin(
+    sim: SimHandle, controller: ControllerProcess, tmp_path: Path, node: str, serial: str
+) -> None:
+    """`remediator agent` for `node` on a host whose DMI serial is the held machine's (the
+    node's own host directory, copied, with that serial): fenced on arrival, no remediation."""
+    before = json.loads(sim.kubectl("get", "node", node, "-o", "json"))
+    assert not before["spec"].get("unschedulable"), "fenced before its agent said anything"
+    host = tmp_path / "reinstalled" / node
+    shutil.copytree(tmp_path / "nodes" / node, host)
+    (host / DMI_SERIAL).write_text(serial + "\n")
+    with (tmp_path / f"agent-{node}.log").open("ab") as log:
+        agent = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "remediator",
+                "agent",
+                "--node",
+                node,
+                "--controller-url",
+                controller.web_url,
+                "--state-dir",
+                str(tmp_path / "agent-state" / node),
+                "--host-root",
+                str(host),
+                "--kmsg",
+                str(host / "dev/kmsg"),
+                "--expected-gpus",
+                str(len(gpus_of(sim, node))),
+                "--heartbeat-interval",
+                "2",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "REMEDIATOR_AGENT_TOKEN": OPERATOR_HEADERS["Authorization"][7:]},
+        )
+    try:
+
+        def fenced() -> dict[str, Any] | None:
+            found = json.loads(sim.kubectl("get", "node", node, "-o", "json"))
+            taints = {t["key"] for t in found["spec"].get("taints") or []}
+            done = found["spec"].get("unschedulable") and QUARANTINE_TAINT.key in taints
+            return found if done else None
+
+        found = wait_for(f"{node} fenced on arrival", fenced, controller)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=60)
+    assert found["metadata"]["annotations"][ANN_MACHINE_HOLD] == f"dmi:{serial}"
+    machine = api(controller, f"/api/v1/machines/dmi:{serial}")
+    # Once, on this name (its first name, still the machine's in the ledger, was fenced too).
+    assert [h["node"] for h in machine["holds"] if h["kind"] == "fenced"].count(node) == 1
+    assert machine["nodes"][0]["node"] == node
+    assert {p["node"] for p in machine["placements"] if p["to_at"] is None} >= {node}
+    assert remediations(controller, node) == []  # no XID: fenced on arrival
+
+
 @pytest.mark.parametrize("migrated_database_url", ["sqlite"], indirect=True)
 def test_a_gpu_followed_across_node_names_to_replacement_quarantine_and_rma(
     sim_factory: Callable[..., SimHandle], migrated_database_url: str, tmp_path: Path
 ) -> None:
     sim = sim_factory(nodes=4, node_root=tmp_path / "nodes", provision_delay=0.5)
-    first, second = sorted(sim.kubectl("get", "nodes", "-o", "name").split())[:2]
-    first, second = first.removeprefix("node/"), second.removeprefix("node/")
+    listed = sorted(
+        n.removeprefix("node/") for n in sim.kubectl("get", "nodes", "-o", "name").split()
+    )
+    first, second, rejoined = listed[:3]
     serial = (tmp_path / "nodes" / first / "sys/class/dmi/id/product_serial").read_text().strip()
     gpus = gpus_of(sim, first)
     (faulty, faulty_pci), (other, other_pci) = gpus[0], gpus[1]
@@ -206,6 +274,9 @@ def test_a_gpu_followed_across_node_names_to_replacement_quarantine_and_rma(
         machine = api(controller, f"/api/v1/machines/dmi:{serial}")
         assert machine["quarantined_at"] is not None
         assert f"remediation #{replaced['id']}" in machine["quarantine_reason"]
+        # The held host reinstalled by hand under another node name: its real agent's first
+        # heartbeat names the DMI serial, and the node is fenced before any XID.
+        rejoin(sim, controller, tmp_path, rejoined, serial)
         # Its first node name still there (bare metal, node-pool HTTP): a repair of another GPU
         # on the quarantined machine is never returned to service: held fenced, saying why.
         third, third_pci = gpus[2]

@@ -67,6 +67,7 @@ def test_push_only_token_posts_signals_and_heartbeats(console: Console) -> None:
         "recorded": True,
         "silent_after_seconds": 60.0,
         "next_heartbeat_seconds": 0.0,
+        "send_hardware": False,
     }
     assert client.post("/api/v1/alertmanager", json={}, headers=PUSH).status_code == 422
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from remediator.ledger.identity import GpuIdentity
+from remediator.ledger.identity import GpuIdentity, HostHardware
 from remediator.ledger.store import Ledger
 from remediator.signals.model import Signal, SignalKind
 from remediator.store.audit import AuditLog, AuditQuery
@@ -176,3 +176,41 @@ def test_a_diagnosis_naming_the_gpu_is_on_its_page(client: TestClient, console: 
     assert "pcie on GPU 0" in page.text
     life = client.get(f"/api/v1/gpus/{UUID}", headers=READONLY).json()
     assert life["diagnostics"][0]["detail"]["tests"] == ["pcie"]
+
+
+def test_a_machine_named_in_heartbeats_shows_its_node_names_before_any_fault(
+    client: TestClient, console: Console
+) -> None:
+    """The agent's identity through the push API: the machine and its GPUs are in the ledger
+    (with the book's flush) and on the machine's page before any fault."""
+    push = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    host = HostHardware(
+        "SN-9", (GpuIdentity("GPU-9a9a9a9a-0000-4000-8000-000000000009", "0000:18:00", 0),)
+    )
+    for node in ("gpu-node-02", "gpu-node-03"):  # reinstalled under another name
+        body = {
+            "node": node,
+            "agent": "a",
+            "version": "1",
+            "started_at": console.clock.now().isoformat(),
+            "hardware_digest": host.digest,
+            "hardware": host.wire(),
+        }
+        answer = client.post("/api/v1/agents/heartbeat", json=body, headers=push)
+        assert answer.status_code == 200 and answer.json()["send_hardware"] is False
+        assert console.deps.heartbeats is not None
+        console.deps.heartbeats.flush()
+        console.clock.advance(60)
+    machine = client.get("/api/v1/machines/dmi:SN-9", headers=READONLY).json()
+    assert machine["dmi_serial"] == "SN-9" and machine["node"] == "gpu-node-03"
+    assert [(n["node"], n["detail"].get("was_node")) for n in machine["nodes"]] == [
+        ("gpu-node-03", "gpu-node-02"),
+        ("gpu-node-02", None),
+    ]
+    assert [(p["node"], p["to_at"] is None) for p in machine["placements"]] == [
+        ("gpu-node-02", False),
+        ("gpu-node-03", True),
+    ]
+    page = client.get("/machines/dmi:SN-9", headers=READONLY)
+    assert page.status_code == 200 and "Node names over time" in page.text
+    assert "(was gpu-node-02)" in page.text

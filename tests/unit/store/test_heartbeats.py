@@ -182,3 +182,26 @@ def test_a_heartbeat_in_the_same_instant_as_the_flushed_one_is_the_one_read(engi
     status = book.status("n1")
     assert status is not None and status.stats["log_restarts"] == 1
     assert [s.stats["log_restarts"] for s in book.statuses()] == [1]
+
+
+def test_the_hardware_named_in_heartbeats_is_written_with_the_books_flush(engine: Engine) -> None:
+    """`also_flush` (the ledger's sightings) runs once per flush, never once per heartbeat."""
+    clock = FakeClock(START)
+    runs: list[datetime] = []
+    repo = Repository(db.make_session_factory(engine), "c1", clock)
+    book = HeartbeatBook(
+        repo, clock, silent_after=SILENT, also_flush=lambda: runs.append(clock.now())
+    )
+    for node in [f"n{i:03d}" for i in range(300)]:
+        beat(book, node)
+    assert runs == []  # the hot path never calls it
+    clock.advance(1)
+    assert book.claim_flush()
+    book.flush()
+    assert runs == [clock.now()]
+    for _ in range(5):
+        beat(book, "n000")
+    assert not book.claim_flush()  # within the period: nothing yet
+    clock.advance(5)
+    assert book.tick() == ()
+    assert len(runs) == 2
