@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from remediator.ledger.identity import rank
+
 StrikeKind = Literal["replaced", "validation_failed"]
 REPLACED: StrikeKind = "replaced"
 VALIDATION_FAILED: StrikeKind = "validation_failed"
@@ -104,9 +106,12 @@ class ArrivalFence:
 def arrival_machine(latest: str | None, behind: str | None) -> str | None:
     """The machine behind a node for the arrival check: the DMI serial the database last saw
     under the name (whichever replica took the heartbeat that named it) outranks this replica's
-    view `behind` (its picture, else the Node's providerID); a providerID-named machine in the
-    database does not (a recreated instance's Node is fresher)."""
-    return latest if latest is not None and latest.startswith("dmi:") else behind
+    view `behind` (its picture, else the Node's providerID) unless that is a cloud's instance id
+    (identity.rank); a providerID-named machine in the database does not (a recreated
+    instance's Node is fresher)."""
+    if latest is None or not latest.startswith("dmi:") or rank(behind) > rank(latest):
+        return behind
+    return latest
 
 
 def fences_due(

@@ -109,22 +109,43 @@ def dmi_serial(text: str | None) -> str | None:
 def machine_id(
     provider_id: str, annotations: Mapping[str, str], serial: str | None = None
 ) -> str | None:
-    """The machine as hardware: the DMI serial when the agent read one (bare metal: the providerID
-    of Metal3 or a static name outlives a board swap), else the cloud's instance id. None when
-    nothing tells two machines under one name apart (GCE without the instance-id annotation)."""
+    """The machine as hardware (see `rank`): the cloud's instance id; else the DMI serial when
+    the agent read one (bare metal: the providerID of Metal3 or a static name outlives a board
+    swap); else the providerID. None when nothing tells two machines under one name apart (GCE
+    without the instance-id annotation and no serial)."""
+    if (cloud := _cloud_id(provider_id, annotations)) is not None:
+        return cloud
     if serial:
         return "dmi:" + _UNSAFE.sub("_", serial)
+    if provider_id.startswith(("gce://", "aws://")):
+        return None
+    # Any other providerID (Cluster API's, Metal3's) as a path-safe id: the API takes it in a URL.
+    return (
+        _UNSAFE.sub("_", provider_id.replace(":///", ":").replace("://", ":").replace("/", ":"))
+        or None
+    )
+
+
+def _cloud_id(provider_id: str, annotations: Mapping[str, str]) -> str | None:
     if provider_id.startswith("gce://"):
         instance = annotations.get(GCE_INSTANCE_ID)
         return f"gce:{instance}" if instance else None
     if provider_id.startswith("aws://"):
         instance = provider_id.rsplit("/", 1)[-1]
         return f"aws:{instance}" if instance.startswith("i-") else None
-    # Any other providerID (Cluster API's, Metal3's) as a path-safe id: the API takes it in a URL.
-    return (
-        _UNSAFE.sub("_", provider_id.replace(":///", ":").replace("://", ":").replace("/", ":"))
-        or None
-    )
+    return None
+
+
+def rank(machine: str | None) -> int:
+    """Which of two ids seen for one node names its machine. A cloud's instance id (2) is the
+    machine on a cloud, as the issue's operators count it (a VM's DMI serial is its hypervisor's
+    name for the same instance); on bare metal the agent's DMI serial (1) outranks a providerID
+    (0), which outlives a board swap."""
+    if machine is None:
+        return -1
+    if machine.startswith(("aws:", "gce:")):
+        return 2
+    return 1 if machine.startswith("dmi:") else 0
 
 
 @dataclass(frozen=True, slots=True)

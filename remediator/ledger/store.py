@@ -26,6 +26,7 @@ from remediator.ledger.identity import (
     dmi_serial,
     machine_id,
     pci,
+    rank,
 )
 from remediator.signals.model import Signal
 from remediator.store.db import session_scope
@@ -200,11 +201,12 @@ def _chunks(keys: Sequence[str], size: int = 500) -> list[Sequence[str]]:
 
 
 def _news(picture: _NodePicture | None, machine: str) -> bool:
-    """Whether `machine` behind the node is news to its picture (None: not loaded yet). The
-    DMI serial the agent read outranks the providerID (see identity.machine_id)."""
+    """Whether `machine` behind the node is news to its picture (None: not loaded yet): another
+    id of no lower rank (identity.rank: a cloud's instance id, then the agent's DMI serial, then
+    a providerID)."""
     if picture is None:
         return True
-    return picture.machine != machine and not (_dmi(picture.machine) and not _dmi(machine))
+    return picture.machine != machine and rank(machine) >= rank(picture.machine)
 
 
 def signal_pci(signal: Signal) -> str | None:

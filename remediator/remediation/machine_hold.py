@@ -40,7 +40,7 @@ from remediator.ledger.hold import (
     fences_due,
     hold_due,
 )
-from remediator.ledger.identity import machine_id
+from remediator.ledger.identity import machine_id, rank
 from remediator.ledger.store import VALIDATE, Ledger
 from remediator.policy.schema import MachineHoldSettings
 from remediator.providers import clusterapi
@@ -115,22 +115,18 @@ class MachineHolds:
     def _current(self, node: str) -> str | None:
         """The machine behind `node` now (`_behind`), read from the cluster; the ledger's
         picture when the node is gone."""
-        known = self._ledger.machine_of(node)
-        if known is not None and known.startswith("dmi:"):
-            return known
         try:
             return self._behind(self._kube.get_node(node))
         except NotFoundError:
-            return known
+            return self._ledger.machine_of(node)
 
     def _behind(self, node: Node) -> str | None:
-        """The agent's DMI serial (in the ledger's picture) is the bare-metal truth; else the
-        Node's own providerID, fresher than the picture when an instance was just recreated
-        under the name (GCE); else the picture."""
+        """The Node's own id when it is a cloud's instance id (fresher than the picture when an
+        instance was just recreated under the name); else the agent's DMI serial in the ledger's
+        picture (the bare-metal truth); else the Node's providerID, or the picture."""
         known = self._ledger.machine_of(node.name)
-        if known is not None and known.startswith("dmi:"):
-            return known
-        return machine_id(node.provider_id, node.annotations) or known
+        own = machine_id(node.provider_id, node.annotations)
+        return own if rank(own) >= rank(known) else known
 
     # --- what the nodes tell -------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from remediator.ledger.identity import (
     machine_id,
     parse_smi_csv,
     pci,
+    rank,
 )
 
 SMI = """serial, uuid, pci.bus_id, vbios_version
@@ -49,5 +50,12 @@ def test_machine_ids() -> None:
     assert machine_id("", {}) is None
     assert machine_id("metal3://ns/host-1/m-0", {}) == "metal3:ns:host-1:m-0"
     assert machine_id("", {}, serial="SN 1/2") == "dmi:SN_1_2"
+    # A VM's DMI serial is its hypervisor's: the instance id names a cloud machine.
+    assert machine_id("aws:///us-east-1a/i-0abc", {}, serial="ec2abc") == "aws:i-0abc"
+    assert machine_id("gce://p/z/a1", {GCE_INSTANCE_ID: "4242"}, serial="GoogleCloud-1") == (
+        "gce:4242"
+    )
+    assert machine_id("gce://p/z/a1", {}, serial="GoogleCloud-1") == "dmi:GoogleCloud-1"
+    assert rank("aws:i-0abc") > rank("dmi:SN9") > rank("metal3:ns:host-1:m-0") > rank(None)
     assert dmi_serial("To Be Filled By O.E.M.\n") is None
     assert dmi_serial(" SN123\n") == "SN123"

@@ -93,6 +93,32 @@ def test_the_databases_dmi_serial_outranks_this_replicas_view() -> None:
     assert arrival_machine("gce:111", "gce:222") == "gce:222"  # the Node's own is fresher
     assert arrival_machine(None, "dmi:SN-0") == "dmi:SN-0"
     assert arrival_machine(None, None) is None
+    # On a cloud the instance id is the machine; its VM's DMI serial does not replace it.
+    assert arrival_machine("dmi:ec2abc", "aws:i-0abc") == "aws:i-0abc"
+
+
+def test_a_cloud_instance_keeps_its_id_whichever_is_heard_first(engine: Engine) -> None:
+    """A VM's agent reports a DMI serial too (the hypervisor's, as unique as the instance): the
+    instance id the Node names stays the machine, whether the intake or the heartbeat came
+    first; a bare-metal node's serial replaces its providerID."""
+    clock = FakeClock(T0)
+    ledger, sightings = replica(engine, clock)
+    ledger.observe_machine("cloud-a", "aws:i-0abc", T0)
+    cloud = HostHardware("ec2abcd-1234", (A,))
+    assert not sightings.heard("cloud-a", cloud.digest, cloud) and sightings.flush() == 1
+    assert ledger.machine_of("cloud-a") == "aws:i-0abc"
+    cloud_b = HostHardware("ec2ffff-9999", (B,))
+    sightings.heard("cloud-b", cloud_b.digest, cloud_b)
+    sightings.flush()
+    assert ledger.machine_of("cloud-b") == "dmi:ec2ffff-9999"
+    ledger.observe_machine("cloud-b", "aws:i-0bbb", T0)  # the intake's, one cycle later
+    assert ledger.machine_of("cloud-b") == "aws:i-0bbb"
+    ledger.observe_machine("metal-a", "metal3:ns:host-1:m-0", T0)
+    sightings.heard("metal-a", HOST.digest, HOST)
+    sightings.flush()
+    assert ledger.machine_of("metal-a") == "dmi:SN-0001"
+    ledger.observe_machine("metal-a", "metal3:ns:host-1:m-0", T0)
+    assert ledger.machine_of("metal-a") == "dmi:SN-0001"
 
 
 def test_a_repeated_heartbeat_writes_nothing_and_a_flush_writes_once(engine: Engine) -> None:
