@@ -124,13 +124,23 @@ class Cache:
         return list(self.nodes)
 
 
+class Judging(NodeConditionSource):
+    """The source, noting which nodes it judged."""
+
+    def __init__(self, cache: Cache) -> None:
+        super().__init__(cache)
+        self.judged: list[str] = []
+
+    def _may_speak(self, node: Node, taint: str | None) -> bool:
+        self.judged.append(node.name)
+        return super()._may_speak(node, taint)
+
+
 def test_the_source_judges_only_changed_nodes_and_says_what_a_full_judging_says() -> None:
     healthy = [node(f"gpu-{i}", *HEALTHY) for i in range(4)]
     cache = Cache(healthy)
-    source = NodeConditionSource(cache)
-    judged: list[str] = []
-    judge = source._may_speak
-    source._may_speak = lambda n, taint: judged.append(n.name) or judge(n, taint)  # type: ignore[method-assign]
+    source = Judging(cache)
+    judged = source.judged
     assert source.poll(NOW).signals == ()
     assert sorted(judged) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
 
