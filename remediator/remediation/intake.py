@@ -205,25 +205,27 @@ class InventoryCache:
 
     def __init__(self, pool_label: str) -> None:
         self._pool_label = pool_label
-        self._seen: dict[str, Node] = {}
-        self._inventory: Inventory | None = None
+        # The nodes the last inventory was built from, and it: one pair, read and replaced as
+        # one (the poll, the push loop and the queue's admission build from their own threads).
+        self._last: tuple[dict[str, Node], Inventory] | None = None
 
     def build(self, nodes: Sequence[Node]) -> Inventory:
-        seen = self._seen
+        last = self._last
+        seen = last[0] if last is not None else {}
         changed = [n for n in nodes if seen.get(n.name) is not n]
-        if self._inventory is not None and not changed and len(nodes) == len(seen):
-            return self._inventory  # the same nodes, every one unchanged
+        if last is not None and not changed and len(nodes) == len(seen):
+            return last[1]  # the same nodes, every one unchanged
         now = {n.name: n for n in nodes}
-        if self._inventory is None or len(now) != len(nodes):  # first, or a name twice
+        if last is None or len(now) != len(nodes):  # first, or a name twice
             inventory = Inventory.from_nodes(nodes, self._pool_label)
         else:
-            parts = _InventoryParts.of(self._inventory)
+            parts = _InventoryParts.of(last[1])
             for name in seen.keys() - now.keys():
                 parts.drop(name)
             for n in changed:
                 parts.put(n, self._pool_label)
             inventory = parts.freeze()
-        self._seen, self._inventory = now, inventory
+        self._last = (now, inventory)
         return inventory
 
 
