@@ -113,20 +113,35 @@ class Inventory:
             parts.put(n, pool_label)
         return parts.freeze()
 
-    def gpu_counts(self) -> dict[str, int | None]:
-        """Every node the cluster has → its GPU count (None when unknown)."""
-        return {node: self.gpus.get(node) for node in self.pools}
+    # What gpu_counts and snapshots derive, kept with this (frozen) inventory: the poll hands
+    # the same inventory to every idle cycle, which rebuilt both for 10,000 nodes each time.
+    _gpu_counts: dict[str, int | None] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    _snapshots: dict[str, NodeSnapshot] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
-    def snapshots(self) -> dict[str, NodeSnapshot]:
-        return {
-            node: NodeSnapshot(
-                pool,
-                self.labels.get(node, {}),
-                node not in self.not_ready,
-                node in self.cordoned,
+    def gpu_counts(self) -> Mapping[str, int | None]:
+        """Every node the cluster has → its GPU count (None when unknown)."""
+        if not self._gpu_counts:
+            self._gpu_counts.update({node: self.gpus.get(node) for node in self.pools})
+        return self._gpu_counts
+
+    def snapshots(self) -> Mapping[str, NodeSnapshot]:
+        if not self._snapshots:
+            self._snapshots.update(
+                {
+                    node: NodeSnapshot(
+                        pool,
+                        self.labels.get(node, {}),
+                        node not in self.not_ready,
+                        node in self.cordoned,
+                    )
+                    for node, pool in self.pools.items()
+                }
             )
-            for node, pool in self.pools.items()
-        }
+        return self._snapshots
 
     def nodes_per_pool(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -66,3 +66,17 @@ def test_the_previous_inventory_is_not_changed_by_a_rebuild() -> None:
     before = cache.build(nodes)
     cache.build([replace(nodes[0], unschedulable=True)])
     assert before == Inventory.from_nodes(nodes, POOL)
+
+
+def test_snapshots_and_gpu_counts_are_derived_once_per_inventory() -> None:
+    nodes = [node("n0"), node("n1", "b", ready=False)]
+    cache = InventoryCache(POOL)
+    inventory = cache.build(nodes)
+    snapshots = inventory.snapshots()
+    assert snapshots["n1"].pool == "b" and not snapshots["n1"].ready
+    assert inventory.gpu_counts() == {"n0": 8, "n1": 8}
+    # an idle poll hands back the same inventory, and with it what was derived
+    assert cache.build(nodes).snapshots() is snapshots
+    changed = cache.build([replace(nodes[0], unschedulable=True), nodes[1]])
+    assert changed.snapshots()["n0"].cordoned and not snapshots["n0"].cordoned
+    assert changed == Inventory.from_nodes([replace(nodes[0], unschedulable=True), nodes[1]], POOL)
