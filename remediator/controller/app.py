@@ -57,7 +57,7 @@ from remediator.policy.watcher import PolicyStore
 from remediator.providers.base import NodePoolProvider
 from remediator.providers.instrumented import InstrumentedProvider, ProviderMetrics
 from remediator.providers.select import PoolProviders
-from remediator.remediation.intake import Intake, IntakeResult, Inventory
+from remediator.remediation.intake import Intake, IntakeResult, Inventory, InventoryCache
 from remediator.remediation.machine_hold import MachineHolds
 from remediator.remediation.node_gone import end_all_gone
 from remediator.remediation.planned import pods_from
@@ -347,6 +347,7 @@ class Controller:
         )
         self.nodes.subscribe(self.service.wake_node, self.service.wake_all)
         self._drops = RecentDrops()
+        self._inventories = InventoryCache(settings.pool_label)
         archive = settings.signal_archive
         self.archive: SignalArchive | None = (
             SignalArchive(
@@ -577,9 +578,10 @@ class Controller:
     ) -> Inventory:
         """From `nodes` when this poll already read them all, else from the node cache (or,
         `fresh`, from a LIST: for a signal naming a node the cache does not know)."""
-        if nodes is None:
-            nodes = self.kube.list_nodes() if fresh else self.nodes.list_nodes()
-        inventory = Inventory.from_nodes(nodes, self.settings.pool_label)
+        if fresh and nodes is None:  # new objects: nothing for the cache to reuse
+            inventory = Inventory.from_nodes(self.kube.list_nodes(), self.settings.pool_label)
+        else:
+            inventory = self._inventories.build(self.nodes.list_nodes() if nodes is None else nodes)
         self.inventory = inventory
         self._inventory_at = self.clock.monotonic()
         return inventory

@@ -348,19 +348,30 @@ class KubeClient:
     def get_node(self, name: str) -> Node:
         return Node.from_json(self._call("GET", f"/api/v1/nodes/{name}", f"get node {name}"))
 
-    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
-        query = [("labelSelector", label_selector)] if label_selector else []
-        data = self._call("GET", "/api/v1/nodes", "list nodes", query=query)
-        return [Node.from_json(item) for item in data.get("items") or ()]
+    def list_nodes(
+        self, label_selector: str | None = None, page_size: int = LIST_PAGE_SIZE
+    ) -> list[Node]:
+        """Every node (with the label selector, if any), paged like `list_nodes_versioned`: a
+        controller reading 10,000 nodes in one answer (a ~30 MB text, ~150 MB parsed at once)
+        kept its RSS that high for good, though the Nodes it keeps are ~13 MB."""
+        return self._list_nodes_paged(label_selector, page_size)[0]
 
     def list_nodes_versioned(self, page_size: int = LIST_PAGE_SIZE) -> tuple[list[Node], str]:
         """Every node and the list's resourceVersion, where a watch picks up from. Paged as
         client-go's reflector does: one consistent snapshot, but never the whole fleet's JSON in
         memory at once (a 2,000-node answer is ~12 MB of text, several times that parsed)."""
+        return self._list_nodes_paged(None, page_size)
+
+    def _list_nodes_paged(
+        self, label_selector: str | None, page_size: int
+    ) -> tuple[list[Node], str]:
         nodes: list[Node] = []
         token = ""
+        selector = [("labelSelector", label_selector)] if label_selector else []
         while True:
-            query = [("limit", str(page_size))] + ([("continue", token)] if token else [])
+            query = [*selector, ("limit", str(page_size))]
+            if token:
+                query.append(("continue", token))
             data = self._call("GET", "/api/v1/nodes", "list nodes", query=query)
             nodes.extend(Node.from_json(item) for item in data.get("items") or ())
             meta = data.get("metadata") or {}

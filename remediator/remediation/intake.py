@@ -107,58 +107,141 @@ class Inventory:
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], pool_label: str) -> Inventory:
-        """One pass, labels shared with the (frozen) Node rather than copied: built every poll,
-        it was ~1 % of a core on its own at 10,000 nodes (bench scale_10k's profile)."""
-        pools: dict[str, str] = {}
-        labels: dict[str, Mapping[str, str]] = {}
-        gpus: dict[str, int | None] = {}
-        conditions: dict[str, Mapping[str, str]] = {}
-        machines: dict[str, str] = {}
-        not_ready: list[str] = []
-        cordoned: list[str] = []
+        """One pass, labels shared with the (frozen) Node rather than copied."""
+        parts = _InventoryParts()
         for n in nodes:
-            name = n.name
-            pools[name] = n.labels.get(pool_label, "")
-            labels[name] = n.labels
-            gpus[name] = n.gpus
-            states = {c.type: c.status for c in n.conditions}
-            conditions[name] = states
-            if states.get("Ready") != "True":
-                not_ready.append(name)
-            if n.unschedulable:
-                cordoned.append(name)
-            if (machine := machine_id(n.provider_id, n.annotations)) is not None:
-                machines[name] = machine
-        return cls(
-            pools=pools,
-            labels=labels,
-            not_ready=frozenset(not_ready),
-            cordoned=frozenset(cordoned),
-            gpus=gpus,
-            conditions=conditions,
-            machines=machines,
-        )
+            parts.put(n, pool_label)
+        return parts.freeze()
 
-    def gpu_counts(self) -> dict[str, int | None]:
+    # What gpu_counts and snapshots derive, kept with this (frozen) inventory: the poll hands
+    # the same inventory to every idle cycle, which rebuilt both for 10,000 nodes each time.
+    _gpu_counts: dict[str, int | None] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    _snapshots: dict[str, NodeSnapshot] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def gpu_counts(self) -> Mapping[str, int | None]:
         """Every node the cluster has → its GPU count (None when unknown)."""
-        return {node: self.gpus.get(node) for node in self.pools}
+        if not self._gpu_counts:
+            self._gpu_counts.update({node: self.gpus.get(node) for node in self.pools})
+        return self._gpu_counts
 
-    def snapshots(self) -> dict[str, NodeSnapshot]:
-        return {
-            node: NodeSnapshot(
-                pool,
-                self.labels.get(node, {}),
-                node not in self.not_ready,
-                node in self.cordoned,
+    def snapshots(self) -> Mapping[str, NodeSnapshot]:
+        if not self._snapshots:
+            self._snapshots.update(
+                {
+                    node: NodeSnapshot(
+                        pool,
+                        self.labels.get(node, {}),
+                        node not in self.not_ready,
+                        node in self.cordoned,
+                    )
+                    for node, pool in self.pools.items()
+                }
             )
-            for node, pool in self.pools.items()
-        }
+        return self._snapshots
 
     def nodes_per_pool(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for pool in self.pools.values():
             counts[pool] = counts.get(pool, 0) + 1
         return counts
+
+
+@dataclass
+class _InventoryParts:
+    """An Inventory under construction: one node's entries put or dropped at a time."""
+
+    pools: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, Mapping[str, str]] = field(default_factory=dict)
+    not_ready: set[str] = field(default_factory=set)
+    cordoned: set[str] = field(default_factory=set)
+    gpus: dict[str, int | None] = field(default_factory=dict)
+    conditions: dict[str, Mapping[str, str]] = field(default_factory=dict)
+    machines: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, inventory: Inventory) -> _InventoryParts:
+        return cls(
+            dict(inventory.pools),
+            dict(inventory.labels),
+            set(inventory.not_ready),
+            set(inventory.cordoned),
+            dict(inventory.gpus),
+            dict(inventory.conditions),
+            dict(inventory.machines),
+        )
+
+    def put(self, n: Node, pool_label: str) -> None:
+        name = n.name
+        self.pools[name] = n.labels.get(pool_label, "")
+        self.labels[name] = n.labels
+        self.gpus[name] = n.gpus
+        states = {c.type: c.status for c in n.conditions}
+        self.conditions[name] = states
+        if states.get("Ready") != "True":
+            self.not_ready.add(name)
+        else:
+            self.not_ready.discard(name)
+        if n.unschedulable:
+            self.cordoned.add(name)
+        else:
+            self.cordoned.discard(name)
+        if (machine := machine_id(n.provider_id, n.annotations)) is not None:
+            self.machines[name] = machine
+        else:
+            self.machines.pop(name, None)
+
+    def drop(self, name: str) -> None:
+        for entries in (self.pools, self.labels, self.gpus, self.conditions, self.machines):
+            entries.pop(name, None)
+        self.not_ready.discard(name)
+        self.cordoned.discard(name)
+
+    def freeze(self) -> Inventory:
+        return Inventory(
+            pools=self.pools,
+            labels=self.labels,
+            not_ready=frozenset(self.not_ready),
+            cordoned=frozenset(self.cordoned),
+            gpus=self.gpus,
+            conditions=self.conditions,
+            machines=self.machines,
+        )
+
+
+class InventoryCache:
+    """`Inventory.from_nodes` for a loop that rebuilds it every poll from a node cache: only the
+    nodes that changed are read again. The cache hands out the same frozen Node for a node until
+    an event replaces it, so "changed" is an identity test; an idle fleet then costs one lookup
+    per node instead of a rebuild (it was ~20 % of an idle 10,000-node controller's CPU)."""
+
+    def __init__(self, pool_label: str) -> None:
+        self._pool_label = pool_label
+        # The nodes the last inventory was built from, and it: one pair, read and replaced as
+        # one (the poll, the push loop and the queue's admission build from their own threads).
+        self._last: tuple[dict[str, Node], Inventory] | None = None
+
+    def build(self, nodes: Sequence[Node]) -> Inventory:
+        last = self._last
+        seen = last[0] if last is not None else {}
+        changed = [n for n in nodes if seen.get(n.name) is not n]
+        if last is not None and not changed and len(nodes) == len(seen):
+            return last[1]  # the same nodes, every one unchanged
+        now = {n.name: n for n in nodes}
+        if last is None or len(now) != len(nodes):  # first, or a name twice
+            inventory = Inventory.from_nodes(nodes, self._pool_label)
+        else:
+            parts = _InventoryParts.of(last[1])
+            for name in seen.keys() - now.keys():
+                parts.drop(name)
+            for n in changed:
+                parts.put(n, self._pool_label)
+            inventory = parts.freeze()
+        self._last = (now, inventory)
+        return inventory
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,15 @@ def test_the_versioned_node_list_is_paged_into_one_snapshot(kube: KubeClient) ->
     assert [n.name for n in kube.list_nodes_versioned(page_size=500)[0]] == whole
 
 
+def test_the_node_list_is_paged_with_or_without_a_selector(kube: KubeClient) -> None:
+    """`list_nodes` pages too (10,000 nodes in one answer set the controller's RSS for good)."""
+    whole = kube.list_nodes()
+    assert [n.name for n in kube.list_nodes(page_size=1)] == [n.name for n in whole]
+    pool = whole[0].labels[POOL_LABEL]
+    in_pool = [n.name for n in whole if n.labels[POOL_LABEL] == pool]
+    assert [n.name for n in kube.list_nodes(f"{POOL_LABEL}={pool}", page_size=1)] == in_pool
+
+
 def test_taints_and_annotations(sim: SimHandle, kube: KubeClient) -> None:
     name = kube.list_nodes()[0].name
     before = kube.get_node(name).taints

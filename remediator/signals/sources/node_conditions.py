@@ -132,6 +132,10 @@ class NodeConditionSource:
         self.all_nodes: list[Node] | None = None
         # The key of the policy settings' startup_taint (set by the controller), if any.
         self.startup_taint: str | None = None
+        # node name → (the Node last read, whether it has anything to say), and the startup
+        # taint that was judged for: a node cache hands out the same Node until it changes.
+        self._said: dict[str, tuple[Node, bool]] = {}
+        self._said_for: str | None = None
 
     def poll(self, now: datetime) -> SourceResult:
         self.all_nodes = None
@@ -144,10 +148,37 @@ class NodeConditionSource:
         if self.config.label_selector is None:
             self.all_nodes = nodes
         refused: list[str] = []
-        signals = node_signals(nodes, self.config, self.name, now, refused)
+        speaking = self._speaking(nodes)
+        signals = node_signals(speaking, self.config, self.name, now, refused)
         if self.startup_taint:
-            signals += unvalidated_signals(nodes, self.startup_taint, self.name, now)
+            signals += unvalidated_signals(speaking, self.startup_taint, self.name, now)
         detail = {"nodes": str(len(nodes))}
         if refused:
             detail |= {"refused": str(len(refused)), "refused_example": refused[0]}
         return self._health.ok(now, tuple(signals), detail)
+
+    def _speaking(self, nodes: list[Node]) -> list[Node]:
+        """The nodes with an abnormal counted condition or the startup taint, in list order.
+        Only a Node not seen at the last poll is judged again: at 10,000 healthy nodes the
+        judging was ~10 ms a poll, for the few nodes that have something to say."""
+        taint = self.startup_taint
+        if taint != self._said_for:
+            self._said, self._said_for = {}, taint
+        said, fresh, speaking = self._said, {}, []
+        for node in nodes:
+            entry = said.get(node.name)
+            if entry is None or entry[0] is not node:
+                entry = (node, self._may_speak(node, taint))
+            fresh[node.name] = entry
+            if entry[1]:
+                speaking.append(node)
+        self._said = fresh
+        return speaking
+
+    def _may_speak(self, node: Node, taint: str | None) -> bool:
+        if taint and any(t.key == taint for t in node.taints):
+            return True
+        return any(
+            c.type and counts(c.type, self.config) and is_abnormal(c.type, c.status)
+            for c in node.conditions
+        )

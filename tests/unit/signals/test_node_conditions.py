@@ -5,7 +5,11 @@ from typing import Any
 
 from remediator.kube.objects import Node
 from remediator.signals.model import SignalKind
-from remediator.signals.sources.node_conditions import NodeConditionConfig, node_signals
+from remediator.signals.sources.node_conditions import (
+    NodeConditionConfig,
+    NodeConditionSource,
+    node_signals,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -108,3 +112,61 @@ def test_a_node_name_out_of_bounds_is_refused_with_the_reason_and_the_rest_go_on
     (reason,) = refused
     assert reason.startswith("node 'Bad_Name' condition Ready:")
     assert "not a Kubernetes node name" in reason
+
+
+class Cache:
+    """A node cache's answer: the same Node objects until one is replaced."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        return list(self.nodes)
+
+
+class Judging(NodeConditionSource):
+    """The source, noting which nodes it judged."""
+
+    def __init__(self, cache: Cache) -> None:
+        super().__init__(cache)
+        self.judged: list[str] = []
+
+    def _may_speak(self, node: Node, taint: str | None) -> bool:
+        self.judged.append(node.name)
+        return super()._may_speak(node, taint)
+
+
+def test_the_source_judges_only_changed_nodes_and_says_what_a_full_judging_says() -> None:
+    healthy = [node(f"gpu-{i}", *HEALTHY) for i in range(4)]
+    cache = Cache(healthy)
+    source = Judging(cache)
+    judged = source.judged
+    assert source.poll(NOW).signals == ()
+    assert sorted(judged) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+    judged.clear()
+    sick = node("gpu-2", cond("Ready", "False", "KubeletNotReady"))
+    cache.nodes = [healthy[0], healthy[1], sick, healthy[3], node("gpu-9", *HEALTHY)]
+    first = source.poll(NOW).signals
+    assert sorted(judged) == ["gpu-2", "gpu-9"]  # the changed one and the new one
+    assert first == tuple(node_signals(cache.nodes, NodeConditionConfig(), "nodes", NOW))
+    assert [(s.node, s.labels["type"]) for s in first] == [("gpu-2", "Ready")]
+
+    judged.clear()
+    assert source.poll(NOW).signals == first  # unchanged: said again, judged by nobody
+    assert judged == []
+
+
+def test_a_new_startup_taint_judges_every_node_again() -> None:
+    tainted = Node.from_json(
+        {
+            "metadata": {"name": "gpu-new"},
+            "spec": {"taints": [{"key": "remediator.io/unvalidated", "effect": "NoSchedule"}]},
+            "status": {"conditions": list(HEALTHY)},
+        }
+    )
+    source = NodeConditionSource(Cache([node("gpu-0", *HEALTHY), tainted]))
+    assert source.poll(NOW).signals == ()
+    source.startup_taint = "remediator.io/unvalidated"
+    (signal,) = source.poll(NOW).signals
+    assert (signal.node, signal.kind) == ("gpu-new", SignalKind.UNVALIDATED)
