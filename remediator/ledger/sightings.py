@@ -16,6 +16,7 @@ fences the node (remediation/machine_hold.py).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Mapping
@@ -26,6 +27,11 @@ from remediator.ledger.identity import HostHardware
 from remediator.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
+
+# Nodes handed to the ledger per flush. A fleet's first wave (10,000 agents, 8 GPUs each) in one
+# transaction held ~90,000 ORM rows at once, and the allocator kept that peak as the
+# controller's RSS for good (bench scale_10k: 220 → 417 MB); the rest waits for the next flush.
+FLUSH_BATCH = 500
 
 
 def wants_hardware(known: Mapping[str, str], node: str, digest: str | None) -> bool:
@@ -67,11 +73,13 @@ class HardwareSightings:
             return len(self._pending)
 
     def flush(self) -> int:
-        """Hand what arrived since the last flush to the ledger in one go; returns how many
-        nodes. A failed write keeps them pending (a newer report of a node wins) and raises."""
+        """Hand what arrived since the last flush to the ledger, `FLUSH_BATCH` nodes at most, in
+        one go; returns how many nodes. A failed write keeps them pending (a newer report of a
+        node wins) and raises."""
         with self._flush_lock:
             with self._lock:
-                batch, self._pending = self._pending, {}
+                nodes = list(itertools.islice(self._pending, FLUSH_BATCH))
+                batch = {node: self._pending.pop(node) for node in nodes}
             if not batch:
                 return 0
             try:

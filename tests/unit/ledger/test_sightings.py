@@ -21,7 +21,7 @@ from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node
 from remediator.ledger.hold import arrival_machine
 from remediator.ledger.identity import DIGEST_PATTERN, GpuIdentity, HostHardware
-from remediator.ledger.sightings import HardwareSightings, wants_hardware
+from remediator.ledger.sightings import FLUSH_BATCH, HardwareSightings, wants_hardware
 from remediator.ledger.store import FENCED, HOLD, PLACED, Ledger
 from remediator.policy.schema import MachineHoldSettings
 from remediator.remediation.machine_hold import MachineHolds
@@ -205,6 +205,20 @@ def test_a_failed_flush_keeps_what_arrived_for_the_next(engine: Engine) -> None:
     ledger.observe_hosts = working  # type: ignore[method-assign]
     assert sightings.flush() == 1
     assert ledger.machine("dmi:SN-0001") is not None
+
+
+def test_a_fleets_first_wave_is_written_a_batch_per_flush(engine: Engine) -> None:
+    """Every agent's identity at once (a fleet's first heartbeats) is not one transaction: each
+    flush hands the ledger `FLUSH_BATCH` nodes, the rest the flushes after, none lost."""
+    clock = FakeClock(T0)
+    ledger, sightings = replica(engine, clock)
+    total = FLUSH_BATCH * 2 + 7
+    for i in range(total):
+        host = HostHardware(f"SN-{i:05d}")
+        sightings.heard(f"gpu-{i:05d}", host.digest, host)
+    assert [sightings.flush() for _ in range(4)] == [FLUSH_BATCH, FLUSH_BATCH, 7, 0]
+    assert sightings.pending() == 0
+    assert ledger.machine_of(f"gpu-{total - 1:05d}") == f"dmi:SN-{total - 1:05d}"
 
 
 def holds_on(ledger: Ledger, engine: Engine, clock: FakeClock, kube: StubKube) -> MachineHolds:
