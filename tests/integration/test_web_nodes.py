@@ -17,6 +17,7 @@ from remediator.kube.objects import Node
 from remediator.signals.model import Signal, SignalKind
 from tests.fixtures.sim import SimHandle
 from tests.fixtures.web import READONLY_TOKEN, Console
+from tests.integration.engine_support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -136,10 +137,12 @@ def test_node_status_comes_from_the_cluster(
     name = kube.list_nodes()[0].name
     sim.kubectl("cordon", name)
     sim.kubectl("taint", "nodes", name, "example.com/maintenance=yes:NoSchedule")
+    # The node lifecycle controller adds the cordon's taint after the cordon, as Kubernetes'.
+    unschedulable = "node.kubernetes.io/unschedulable:NoSchedule"
+    wait_for(lambda: unschedulable in _node(client, name)["status"]["taints"], 90, unschedulable)
     status = _node(client, name)["status"]
     assert status["found"] and status["ready"] is True and status["cordoned"] is True
     assert "example.com/maintenance=yes:NoSchedule" in status["taints"]
-    assert "node.kubernetes.io/unschedulable:NoSchedule" in status["taints"]
     assert status["gpus"] == 8
     assert status["pool"] == kube.get_node(name).labels.get(console.deps.settings.pool_label)
     assert status["pool"]
