@@ -5,8 +5,10 @@ stops new remediations."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +76,22 @@ def marks(engine: Engine, node: str) -> tuple[bool, bool, bool]:
         ANN_REMEDIATION_ID in (found["metadata"].get("annotations") or {}),
         any(t["key"] == "remediator.io/quarantine" for t in taints),
     )
+
+
+def node_events(engine: Engine, node: str) -> list[dict[str, Any]]:
+    """The Events about `node`, read with stock kubectl."""
+    out = engine.sim.kubectl(
+        "get",
+        "events",
+        "-n",
+        "default",
+        "-o",
+        "json",
+        "--field-selector",
+        f"involvedObject.name={node}",
+    )
+    items: list[dict[str, Any]] = json.loads(out)["items"]
+    return items
 
 
 def test_approval_then_cancel_then_release(engine: Engine) -> None:

@@ -5,7 +5,6 @@ new to the ledger; a malformed identity is a 422 that writes nothing."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from tests.integration.engine_support import (
     start_engine,
     wait_for,
 )
-from tests.integration.test_engine_commands import POLICIES, marks
+from tests.integration.test_engine_commands import POLICIES, marks, node_events
 
 pytestmark = pytest.mark.integration
 
@@ -119,18 +118,7 @@ def test_a_held_serial_from_a_new_node_name_is_fenced_before_any_fault(engine: E
         found = engine.node(arrived)
         assert found is not None
         assert found["metadata"]["annotations"][ANN_MACHINE_HOLD] == machine
-        events = json.loads(
-            engine.sim.kubectl(
-                "get",
-                "events",
-                "-n",
-                "default",
-                "-o",
-                "json",
-                "--field-selector",
-                f"involvedObject.name={arrived}",
-            )
-        )["items"]
+        events = node_events(engine, arrived)
         assert [e["reason"] for e in events].count(FENCED_REASON) == 1
         assert engine.of_node(arrived) is None  # no fault, no remediation: fenced on arrival
         engine.controller.reconcile()

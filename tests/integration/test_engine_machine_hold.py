@@ -4,7 +4,6 @@ a quarantined machine back under a new node name is fenced on arrival, never rel
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +19,7 @@ from remediator.remediation.machine_hold import FENCED_REASON
 from remediator.remediation.service import KEPT_FENCED
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import SETTINGS, Engine, start_engine, wait_for, xid
-from tests.integration.test_engine_commands import POLICIES, marks
+from tests.integration.test_engine_commands import POLICIES, marks, node_events
 
 pytestmark = pytest.mark.integration
 
@@ -103,18 +102,7 @@ def test_a_quarantined_machine_back_under_a_new_name_is_fenced_on_arrival(
     found = engine.node(node)
     assert found is not None
     assert found["metadata"]["annotations"][ANN_MACHINE_HOLD] == machine
-    events = json.loads(
-        engine.sim.kubectl(
-            "get",
-            "events",
-            "-n",
-            "default",
-            "-o",
-            "json",
-            "--field-selector",
-            f"involvedObject.name={node}",
-        )
-    )["items"]
+    events = node_events(engine, node)
     said = [e["message"] for e in events if e["reason"] == FENCED_REASON]
     assert len(said) == 1 and "replaced 3 times within 30 days" in said[0]
     # The reconcile does not release it (no remediation owns the fence), the poll does not
