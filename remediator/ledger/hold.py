@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from remediator.ledger.identity import rank
+from remediator.ledger.identity import DMI_RANK, rank
 
 StrikeKind = Literal["replaced", "validation_failed"]
 REPLACED: StrikeKind = "replaced"
@@ -109,9 +109,7 @@ def arrival_machine(latest: str | None, behind: str | None) -> str | None:
     view `behind` (its picture, else the Node's providerID) unless that is a cloud's instance id
     (identity.rank); a providerID-named machine in the database does not (a recreated
     instance's Node is fresher)."""
-    if latest is None or not latest.startswith("dmi:") or rank(behind) > rank(latest):
-        return behind
-    return latest
+    return latest if rank(latest) == DMI_RANK and rank(behind) <= DMI_RANK else behind
 
 
 def fences_due(

@@ -145,7 +145,10 @@ def rank(machine: str | None) -> int:
         return -1
     if machine.startswith(("aws:", "gce:")):
         return 2
-    return 1 if machine.startswith("dmi:") else 0
+    return DMI_RANK if machine.startswith("dmi:") else 0
+
+
+DMI_RANK = 1
 
 
 @dataclass(frozen=True, slots=True)

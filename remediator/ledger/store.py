@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediator.clock import Clock, SystemClock
 from remediator.ledger.hold import REPLACED, VALIDATION_FAILED, Strike
 from remediator.ledger.identity import (
+    DMI_RANK,
     GpuIdentity,
     HostHardware,
     dmi_serial,
@@ -189,10 +190,6 @@ def _conflict(row: LedgerConflict) -> Conflict:
     return Conflict(
         row.cluster, row.node, row.machine_id, row.pci_bus_id, row.known_uuid, row.seen_uuid, row.at
     )
-
-
-def _dmi(machine: str | None) -> bool:
-    return machine is not None and machine.startswith("dmi:")
 
 
 def _chunks(keys: Sequence[str], size: int = 500) -> list[Sequence[str]]:
@@ -946,7 +943,7 @@ class Ledger:
         under: the machine seen there last (node → machine), by the database, so whichever
         replica took the heartbeat that named it. The arrival check's bare-metal truth, fresher
         than this replica's picture (another machine since under the name is not held)."""
-        bare = [m for m in held if _dmi(m)]
+        bare = [m for m in held if rank(m) == DMI_RANK]
         if not bare:
             return {}
         with session_scope(self.session_factory) as session:
