@@ -2,12 +2,20 @@
 
 10,000 agents on a fixed period would stay in step after anything that lined them up (a
 controller restart, a DaemonSet rollout) and hit the controller as one wave every 10 s. So each
-interval is the period ±`spread` at random; after a failure the next try waits a jittered,
-doubling delay (from one period up to `cap`), so a controller that is down sees fewer requests,
-not more, and the agents come back spread over the cap; a 429's Retry-After is obeyed, plus up
-to half again at random so the agents it turned away together do not return together. A large
-fleet's controller asks for a longer period in its answer (`next_heartbeat_seconds`, for its
-heartbeat budget: model/heartbeats.py); the agent keeps the longer of that and its own.
+interval is the period ±`spread` at random; a 429's Retry-After is obeyed, plus up to half again
+at random so the agents it turned away together do not return together. A large fleet's
+controller asks for a longer period in its answer (`next_heartbeat_seconds`, for its heartbeat
+budget: model/heartbeats.py); the agent keeps the longer of that and its own.
+
+After a failure (a controller restarting, say) the agent retries within `reconnect` seconds
+(from a third of it, at random) for the first two thirds of it, then at its period, doubling from
+its own up to `cap` when that is longer. So an agent that failed during a restart is back within
+`reconnect` of the controller's return, and the retries add at most one more steady rate of
+requests: only the agents that failed in the last `reconnect` seconds retry sooner than their
+period, and those are the ones a steady rate brings (a 250 s period at 10,000 agents: a 20 s
+restart fails ~800 agents, back within 55 s, ~1.9 times the steady rate in the busiest 5 s;
+the agents that never met the restart never notice it). A controller down for long sees each
+agent about once a period.
 
 `Pacing.delay` is pure given its random draw; `HeartbeatLoop` is the thin executor.
 """
@@ -18,6 +26,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +62,7 @@ class Pacing:
     period: float = 10.0
     spread: float = 0.2
     cap: float = 30.0
+    reconnect: float = 55.0
 
     def delay(
         self,
@@ -60,16 +70,19 @@ class Pacing:
         retry_after: float | None,
         draw: Draw = random.uniform,
         asked: float | None = None,
+        failing_for: float = 0.0,
     ) -> float:
-        """Seconds until the next heartbeat, after `failures` failures in a row; `asked` the
-        least period the controller last asked for."""
+        """Seconds until the next heartbeat, after `failures` failures in a row, the first of
+        them `failing_for` seconds ago; `asked` the least period the controller last asked for."""
         if retry_after is not None and retry_after > 0:
             return retry_after * draw(1.0, 1.5)
-        if failures <= 0:
-            period = max(self.period, min(asked or 0.0, MAX_ASKED_SECONDS))
-            return period * draw(1.0 - self.spread, 1.0 + self.spread)
-        ceiling = min(self.cap, self.period * 2 ** min(failures, 16))
-        return draw(ceiling / 2, ceiling)
+        period = max(self.period, min(asked or 0.0, MAX_ASKED_SECONDS))
+        if failures > 0 and failing_for < self.reconnect * 2 / 3:
+            window = min(self.reconnect, period)
+            return draw(window / 3, window)
+        if failures > 0:
+            period = max(period, min(self.cap, self.period * 2 ** min(failures, 16)))
+        return period * draw(1.0 - self.spread, 1.0 + self.spread)
 
 
 def judge(status: int, headers: dict[str, str], text: str = "") -> Beat:
@@ -116,8 +129,11 @@ class HeartbeatLoop:
         *,
         draw: Draw = random.uniform,
         on_beat: Callable[[Beat], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._on_beat = on_beat
+        self._monotonic = monotonic
+        self._failing_since = 0.0
         self._client = client
         self._body = body
         self._stats = stats
@@ -146,10 +162,15 @@ class HeartbeatLoop:
     def run_once(self) -> float:
         """Send one heartbeat; the seconds to wait before the next."""
         beat = self.send()
+        now = self._monotonic()
+        if not beat.ok and self.failures == 0:
+            self._failing_since = now
         self.failures = 0 if beat.ok else self.failures + 1
         if beat.ok:
             self.asked = beat.asked
-        return self.pacing.delay(self.failures, beat.retry_after, self._draw, self.asked)
+        return self.pacing.delay(
+            self.failures, beat.retry_after, self._draw, self.asked, now - self._failing_since
+        )
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

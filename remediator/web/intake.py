@@ -52,9 +52,12 @@ def fill_intake(deps: WebDeps) -> None:
 class IntakeCollector(Collector):
     """Read at scrape time from the admission's and the book's own counts."""
 
-    def __init__(self, admission: Admission, book: HeartbeatBook) -> None:
+    def __init__(
+        self, admission: Admission, book: HeartbeatBook, hardware: HardwareSightings | None
+    ) -> None:
         self._admission = admission
         self._book = book
+        self._hardware = hardware
 
     def collect(self) -> Iterator[Metric]:
         admitted, refused, _top = self._admission.snapshot()
@@ -94,11 +97,25 @@ class IntakeCollector(Collector):
         )
         pending.add_metric([], stats.pending)
         yield pending
+        if self._hardware is not None:
+            identities = CounterMetricFamily(
+                "remediator_hardware_identities_taken",
+                "Whole host identities (DMI serial, GPUs) agents sent in heartbeats.",
+            )
+            identities.add_metric([], self._hardware.taken)
+            yield identities
+            waiting = GaugeMetricFamily(
+                "remediator_hardware_identities_pending",
+                "Identities taken but not yet handed to the ledger (a fleet's first wave is "
+                "written a batch per heartbeat flush).",
+            )
+            waiting.add_metric([], self._hardware.pending())
+            yield waiting
 
 
 def register_intake(deps: WebDeps, registry: CollectorRegistry) -> None:
     assert deps.admission is not None and deps.heartbeats is not None
-    registry.register(IntakeCollector(deps.admission, deps.heartbeats))
+    registry.register(IntakeCollector(deps.admission, deps.heartbeats, deps.hardware))
 
 
 class NodeRefusals(BaseModel):

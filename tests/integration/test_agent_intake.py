@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 
 from remediator.agent import report
 from remediator.agent.heartbeat import HeartbeatLoop, Pacing
 from remediator.agent.http import HttpClient
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH
 from remediator.agent.stats import Stats
+from remediator.ledger.identity import GpuIdentity, HostHardware, pci
 from tests.fixtures.web import PUSH_TOKEN, READONLY_TOKEN
 from tests.integration.agent_support import PushServer, wait_for
 
@@ -161,7 +162,32 @@ def test_the_agents_heartbeat_loop_spreads_backs_off_and_obeys_429(
 
     server.stop()  # the controller restarts: no answer at all
     down = [loop.run_once() for _ in range(3)]
-    assert all(15.0 <= d <= 30.0 for d in down)  # failures 2, 3, 4: capped at 30 s
+    assert all(10.0 / 3 <= d <= 10.0 for d in down)  # a young failure: retried within a period
     server.start()
     server.console.clock.advance(2)
     assert 8.0 <= loop.run_once() <= 12.0 and loop.failures == 0
+
+
+def test_hardware_identities_waiting_for_the_ledger_are_shown(
+    server: PushServer, agent: HttpClient, reader: HttpClient
+) -> None:
+    host = HostHardware(
+        "SERIAL-1", (GpuIdentity("GPU-1111", pci("00000000:18:00.0"), 0, model="NVIDIA H100"),)
+    )
+    body = report.heartbeat("gpu-node-00", "agent-1", "1.0", STARTED, {}, host, whole=True)
+    assert agent.post(HEARTBEAT_PATH, body).status == 200
+
+    def figure(name: str) -> float:
+        for line in reader.get("/metrics").text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError(f"{name} not on /metrics")
+
+    assert figure("remediator_hardware_identities_taken_total") == 1
+    book = server.console.deps.heartbeats
+    assert book is not None
+    book.flush()  # the identity goes with the heartbeats' batched write
+    assert figure("remediator_hardware_identities_pending") == 0
+    with server.console.repository.session_factory() as session:  # the ledger holds it
+        serials = session.execute(text("SELECT dmi_serial FROM ledger_machines")).scalars().all()
+    assert serials == ["SERIAL-1"]
