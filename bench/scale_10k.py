@@ -17,8 +17,10 @@ Phases per database: all agents heartbeating (every node seen once) → idle win
 CPU and RSS; heartbeat database writes from the controller's own counters) → pushed XID → node
 cordoned, sampled while heartbeats flow (15 samples, under the breaker's 20) → storm: 2,000 XIDs
 for 2,000 other nodes within 10 s, each accounted for from the database and the push answers →
-console overview and node page → controller restart with every agent still running (time until
-all are back; the highest per-second request rate against the steady one).
+console overview and node page → controller restart with every agent still running (how many
+agents the new process counts as reporting at once; the time until every agent whose heartbeat
+met the restart is answered again, and until the new process has heard every agent; the busiest
+5 s of requests against the steady rate).
 
 The bench checks it took the path it models and stops loudly otherwise: the generator really
 sent the steady rate, the controller admitted those heartbeats and wrote them in batches (every
@@ -113,6 +115,7 @@ class Fleet:
     sent: Counter[int] = field(default_factory=Counter)  # requests per whole second
     answers: Counter[int] = field(default_factory=Counter)
     ok_at: dict[str, float] = field(default_factory=dict)  # node → last 200
+    failed_at: dict[str, float] = field(default_factory=dict)  # node → last request not answered
     errors: int = 0
 
 
@@ -215,6 +218,7 @@ class Agents:
         self._pushes: asyncio.Queue[Wire] | None = None
         self._due: list[tuple[float, str]] = []
         self._failures: dict[str, int] = {}
+        self._failing_since: dict[str, float] = {}
         self._asked: dict[str, float | None] = {}
         self._whole: dict[str, bool] = {}  # the next heartbeat carries the host whole
         self._bodies: dict[tuple[str, bool], bytes] = {}
@@ -273,16 +277,25 @@ class Agents:
                 self.fleet.answers[status] += 1
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.fleet.errors += 1
+                self.fleet.failed_at[node] = time.monotonic()
                 beat = judge(0, {})
                 await asyncio.sleep(0.5)  # a controller that is down: do not spin on connect
             self._whole[node] = whole_due(whole, beat)
+            now = time.monotonic()
             if beat.ok:
-                self.fleet.ok_at[node] = time.monotonic()
+                self.fleet.ok_at[node] = now
             failures = 0 if beat.ok else self._failures.get(node, 0) + 1
             self._failures[node] = failures
+            if failures == 1:
+                self._failing_since[node] = now
             if beat.ok:
                 self._asked[node] = beat.asked
-            delay = self.pacing.delay(failures, beat.retry_after, asked=self._asked.get(node))
+            delay = self.pacing.delay(
+                failures,
+                beat.retry_after,
+                asked=self._asked.get(node),
+                failing_for=now - self._failing_since.get(node, now),
+            )
             heapq.heappush(self._due, (time.monotonic() + delay, node))
 
     def call(self, coroutine: Any, timeout: float = 120.0) -> Any:
@@ -336,6 +349,13 @@ class Agents:
     def rate(self, since: float, until: float) -> float:
         seconds = range(int(since), int(until))
         return sum(self.fleet.sent[s] for s in seconds) / max(1, len(seconds))
+
+    def busiest(self, since: float, until: float, span: int = 5) -> float:
+        """The highest request rate over `span` whole seconds between the two times: at ~40 a
+        second one second's count varies by ±15 % with no restart at all, so a second is too
+        short to tell a storm."""
+        first, last = int(since), int(until) - span
+        return max((self.rate(t, t + span) for t in range(first, last + 1)), default=0.0)
 
 
 # -- the controller --------------------------------------------------------------------------
@@ -474,6 +494,14 @@ def run_database(
     try:
         agents.start()
         wait("every agent's first heartbeat", lambda: len(agents.fleet.ok_at) == len(nodes), 600)
+        # Idle is after the fleet's first wave: every host's identity handed to the ledger (a
+        # batch per flush) and the agents moved to the period the controller asks.
+        wait(
+            "every identity in the ledger",
+            lambda: controller.metric("remediator_hardware_identities_taken_total") >= len(nodes)
+            and controller.metric("remediator_hardware_identities_pending") == 0,
+            600,
+        )
         time.sleep(15)  # past the first flushes
 
         # -- idle, heartbeats flowing ---------------------------------------------------------
@@ -607,23 +635,43 @@ def run_database(
         )
 
         # -- restart ----------------------------------------------------------------------------
+        steady_second = max(agents.fleet.sent[s] for s in range(int(t0), int(t1)))
         controller.stop()
         down_at = time.monotonic()
         time.sleep(10)
         controller.start()
         back_at = time.monotonic()
-        back = wait(
-            "every agent back after the restart",
-            lambda: sum(1 for t in agents.fleet.ok_at.values() if t > back_at) == len(nodes),
+        listed = reader.get("/api/v1/agents").json()  # what the new process knows at once
+        reporting = sum(1 for a in listed if a["liveness"] == "reporting")
+
+        def failed() -> list[str]:
+            return [n for n, at in agents.fleet.failed_at.items() if at >= down_at]
+
+        wait(
+            "every agent that failed during the restart answered again",
+            lambda: all(agents.fleet.ok_at.get(n, 0.0) > back_at for n in failed()),
             300,
         )
+        met_it = failed()  # each answered once since: its next heartbeat is a period away
+        failed_back = max((agents.fleet.ok_at[n] for n in met_it), default=back_at) - back_at
+        wait(
+            "every agent heard by the new process",
+            lambda: sum(1 for t in agents.fleet.ok_at.values() if t > back_at) == len(nodes),
+            600,
+        )
+        heard = time.monotonic() - back_at
+        busiest = agents.busiest(down_at, time.monotonic())
         peak = max(agents.fleet.sent[s] for s in range(int(down_at), int(time.monotonic())))
         figures.add(
             "controller restart with every agent",
-            f"all back {back:.0f} s after it was ready (start-up {back_at - down_at - 10:.0f} s), "
-            f"peak {peak} requests/s vs steady {steady:.0f}/s",
-            "< 60 s, peak <= 2x steady",
-            back < 60 and peak <= 2 * steady,
+            f"{reporting}/{len(nodes)} agents reporting at its first answer (start-up "
+            f"{back_at - down_at - 10:.0f} s, down {back_at - down_at:.0f} s); the {len(met_it)} "
+            f"whose heartbeat met the restart all answered {failed_back:.0f} s after it was "
+            f"ready; every agent heard by it within {heard:.0f} s (one asked period); busiest "
+            f"5 s {busiest:.0f} requests/s vs steady {steady:.0f}/s (busiest second {peak} vs "
+            f"{steady_second} while idle)",
+            "all back < 60 s, <= 2x steady",
+            reporting == len(nodes) and failed_back < 60 and busiest <= 2 * steady,
         )
     finally:
         agents.stop()
