@@ -465,6 +465,29 @@ def wait(what: str, check: Any, timeout: float, every: float = 1.0) -> float:
     return time.monotonic() - began
 
 
+@contextmanager
+def idle_profile(pid: int, window: float, workdir: Path) -> Iterator[None]:
+    """With BENCH_PY_SPY naming a py-spy binary, where the idle controller's CPU goes: py-spy
+    samples it (without stopping it) over the window into workdir/idle-profile.txt, collapsed
+    stacks. py-spy's own CPU is its process's, not the controller's."""
+    spy = os.environ.get("BENCH_PY_SPY")
+    if not spy:
+        yield
+        return
+    out = workdir / "idle-profile.txt"
+    command = [spy, "record", "-p", str(pid), "-d", str(int(window)), "--nonblocking"]
+    proc = subprocess.Popen(
+        [*command, "-r", "50", "-f", "raw", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        proc.wait(30)
+        print(f"  idle profile: {out}", flush=True)
+
+
 def cordoned(kube: httpx.Client, node: str) -> bool:
     return bool(kube.get(f"/api/v1/nodes/{node}").json().get("spec", {}).get("unschedulable"))
 
@@ -508,8 +531,10 @@ def run_database(
         pid = controller.proc.pid if controller.proc else 0
         flushes0 = controller.metric("remediator_heartbeat_flushes_total")
         admitted0 = controller.metric("remediator_push_admitted_total", 'lane="heartbeat"')
+        print(f"  [{name}] idle window: {window:.0f} s from now", flush=True)
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
-        time.sleep(window)
+        with idle_profile(pid, window, workdir):
+            time.sleep(window)
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
         rss, _peak = memory_mb(pid)
         flushes1 = controller.metric("remediator_heartbeat_flushes_total")
