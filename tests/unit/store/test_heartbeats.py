@@ -205,3 +205,28 @@ def test_the_hardware_named_in_heartbeats_is_written_with_the_books_flush(engine
     clock.advance(5)
     assert book.tick() == ()
     assert len(runs) == 2
+
+
+def test_silence_is_noticed_in_heartbeat_order_whoever_beat_last(engine: Engine) -> None:
+    """A tick reads the agents oldest heartbeat first and stops at the first still within the
+    bound: an agent that beat again is behind the others, one loaded after a restart in the
+    order its row says."""
+    clock = FakeClock(START)
+    book = book_on(engine, clock)
+    for node in ("n1", "n2", "n3"):
+        beat(book, node)
+        clock.advance(10)
+    beat(book, "n1")  # n1 is now the newest
+    book.flush()
+    clock.advance(45)  # n2 65 s old, n3 55 s, n1 45 s: the bound is 60 s
+    assert book.tick() == ("n2",)
+    restarted = book_on(engine, clock)  # the same rows, read back by a new replica
+    assert restarted.tick() == ()  # loaded as silent already: not news to it
+    clock.advance(10)  # n3 65 s, n1 55 s
+    assert book.tick() == ("n3",) and restarted.tick() == ("n3",)
+    beat(book, "n2")  # back: reporting again, and the newest
+    clock.advance(20)
+    assert book.tick() == ("n1",)
+    assert book.tick() == ()
+    clock.advance(45)
+    assert book.tick() == ("n2",)
