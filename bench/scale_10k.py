@@ -70,6 +70,7 @@ from remediator.agent import report
 from remediator.agent.heartbeat import Pacing, judge, whole_due
 from remediator.agent.http import Response
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
+from remediator.controller.app import KEEP_ALIVE_SECONDS
 from remediator.ledger.identity import GpuIdentity, HostHardware, pci
 from remediator.model.heartbeats import asked_period
 from remediator.settings import AgentIntakeSettings
@@ -116,6 +117,7 @@ class Fleet:
     answers: Counter[int] = field(default_factory=Counter)
     ok_at: dict[str, float] = field(default_factory=dict)  # node → last 200
     failed_at: dict[str, float] = field(default_factory=dict)  # node → last request not answered
+    connections: int = 0  # heartbeats sent on a new connection
     errors: int = 0
 
 
@@ -195,10 +197,12 @@ def heartbeat_body(node: str, started_at: datetime, *, whole: bool) -> dict[str,
 
 class Agents:
     """One asyncio loop in a thread. Each node keeps its own agent state (next heartbeat due,
-    failures in a row, the agent's pacing); a fixed set of workers, each on its own kept-alive
-    connection, sends what is due, earliest first — 10,000 coroutines each awaiting a client's
-    connection pool stalled httpx's pool. Pushes have connections of their own, opened before
-    they are needed (an agent pushes on the connection its heartbeats keep alive)."""
+    failures in a row, the agent's pacing); a fixed set of workers sends what is due, earliest
+    first — 10,000 coroutines each awaiting a client's connection pool stalled httpx's pool. A
+    heartbeat goes on a new connection when the node's last one is older than the server's
+    keep-alive (the agent's kept connection is closed by then), else on the worker's kept one.
+    Pushes have connections of their own, opened before they are needed (an agent pushes on
+    the connection its heartbeats keep alive)."""
 
     WORKERS = 64
     PUSH_CONNECTIONS = 256
@@ -219,6 +223,7 @@ class Agents:
         self._due: list[tuple[float, str]] = []
         self._failures: dict[str, int] = {}
         self._failing_since: dict[str, float] = {}
+        self._last_sent: dict[str, float] = {}
         self._asked: dict[str, float | None] = {}
         self._whole: dict[str, bool] = {}  # the next heartbeat carries the host whole
         self._bodies: dict[tuple[str, bool], bytes] = {}
@@ -253,11 +258,6 @@ class Agents:
             found = self._bodies[key] = json.dumps(body, separators=(",", ":")).encode()
         return found
 
-    def reconnects(self) -> int:
-        """Connections opened beyond the first of each: a server that keeps them alive across
-        the agents' period opens none while the controller runs."""
-        return sum(max(0, w.opened - 1) for w in self._wires)
-
     async def _worker(self, wire: Wire) -> None:
         while not self._stopping:
             if not self._due:
@@ -270,9 +270,21 @@ class Agents:
                 await asyncio.sleep(min(wait_for, 0.05))
                 continue
             whole = self._whole.get(node, True)
-            self.fleet.sent[int(time.monotonic())] += 1
+            sent_at = time.monotonic()
+            self.fleet.sent[int(sent_at)] += 1
+            # An agent's connection outlives its period only when the period is shorter than
+            # the server's keep-alive; at the asked 250 s each heartbeat is a new connection,
+            # as the agent's client finds the one it kept closed by the server.
+            last = self._last_sent.get(node)
+            self._last_sent[node] = sent_at
+            fresh = last is None or sent_at - last > KEEP_ALIVE_SECONDS
+            if fresh:
+                self.fleet.connections += 1
+            carrier = Wire(self.host, self.port) if fresh else wire
             try:
-                status, headers, answer = await wire.post(HEARTBEAT_PATH, self._body(node, whole))
+                status, headers, answer = await carrier.post(
+                    HEARTBEAT_PATH, self._body(node, whole)
+                )
                 beat = judge(status, headers, answer.decode(errors="replace"))
                 self.fleet.answers[status] += 1
             except (OSError, asyncio.IncompleteReadError, ValueError):
@@ -280,6 +292,9 @@ class Agents:
                 self.fleet.failed_at[node] = time.monotonic()
                 beat = judge(0, {})
                 await asyncio.sleep(0.5)  # a controller that is down: do not spin on connect
+            finally:
+                if fresh:
+                    carrier.close()
             self._whole[node] = whole_due(whole, beat)
             now = time.monotonic()
             if beat.ok:
@@ -521,8 +536,10 @@ def run_database(
         # batch per flush) and the agents moved to the period the controller asks.
         wait(
             "every identity in the ledger",
-            lambda: controller.metric("remediator_hardware_identities_taken_total") >= len(nodes)
-            and controller.metric("remediator_hardware_identities_pending") == 0,
+            lambda: (
+                controller.metric("remediator_hardware_identities_taken_total") >= len(nodes)
+                and controller.metric("remediator_hardware_identities_pending") == 0
+            ),
             600,
         )
         time.sleep(15)  # past the first flushes
@@ -532,6 +549,7 @@ def run_database(
         flushes0 = controller.metric("remediator_heartbeat_flushes_total")
         admitted0 = controller.metric("remediator_push_admitted_total", 'lane="heartbeat"')
         print(f"  [{name}] idle window: {window:.0f} s from now", flush=True)
+        connections0 = agents.fleet.connections
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
         with idle_profile(pid, window, workdir):
             time.sleep(window)
@@ -540,6 +558,9 @@ def run_database(
         flushes1 = controller.metric("remediator_heartbeat_flushes_total")
         admitted1 = controller.metric("remediator_push_admitted_total", 'lane="heartbeat"')
         sent = agents.rate(t0 + 1, t1 - 1)
+        fresh_share = (agents.fleet.connections - connections0) / max(
+            1, sum(agents.fleet.sent[s] for s in range(int(t0), int(t1)))
+        )
         # The period the controller asks of a fleet this size, at its default budget.
         budget = AgentIntakeSettings().heartbeat_budget_per_second
         steady = len(nodes) / max(Pacing().period, asked_period(len(nodes), budget))
@@ -561,7 +582,7 @@ def run_database(
         figures.add(
             f"controller idle, {len(nodes)} agents heartbeating: CPU",
             f"{figures.idle_percent:.1f}% of a core ({sent:.0f} heartbeats/s sent, "
-            f"{admitted_rate:.0f}/s admitted)",
+            f"{admitted_rate:.0f}/s admitted, {100 * fresh_share:.0f}% on a new connection)",
             "< 2%",
             figures.idle_percent < 2,
         )
