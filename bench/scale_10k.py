@@ -224,6 +224,7 @@ class Agents:
         self._failures: dict[str, int] = {}
         self._failing_since: dict[str, float] = {}
         self._last_sent: dict[str, float] = {}
+        self._workers: list[asyncio.Task[None]] = []
         self._asked: dict[str, float | None] = {}
         self._whole: dict[str, bool] = {}  # the next heartbeat carries the host whole
         self._bodies: dict[tuple[str, bool], bytes] = {}
@@ -245,7 +246,9 @@ class Agents:
         for _ in range(self.WORKERS):
             wire = Wire(self.host, self.port)
             self._wires.append(wire)
-            self.loop.create_task(self._worker(wire))
+            # Held: asyncio keeps only weak references to tasks, and a worker waiting on a
+            # connection it opened for one heartbeat is otherwise reachable from nothing.
+            self._workers.append(self.loop.create_task(self._worker(wire)))
 
     def _body(self, node: str, whole: bool) -> bytes:
         """The node's heartbeat as its agent sends it, encoded once: it changes no more than
