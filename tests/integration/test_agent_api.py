@@ -63,12 +63,10 @@ def test_push_only_token_posts_signals_and_heartbeats(console: Console) -> None:
     answer = client.post("/api/v1/signals", json=[_signal(console)], headers=PUSH)
     assert answer.status_code == 202, answer.text
     assert [s.node for s in console.deps.inbox.drain()] == ["gpu-node-01"]
-    assert client.post("/api/v1/agents/heartbeat", json=_heartbeat(), headers=PUSH).json() == {
-        "recorded": True,
-        "silent_after_seconds": 60.0,
-        "next_heartbeat_seconds": 0.0,
-        "send_hardware": False,
-    }
+    answer = client.post("/api/v1/agents/heartbeat", json=_heartbeat(), headers=PUSH).json()
+    # A small fleet is within the heartbeat budget at any period: the agent keeps its own 10 s.
+    assert 0 <= answer.pop("next_heartbeat_seconds") < 10
+    assert answer == {"recorded": True, "silent_after_seconds": 60.0, "send_hardware": False}
     assert client.post("/api/v1/alertmanager", json={}, headers=PUSH).status_code == 422
 
 
