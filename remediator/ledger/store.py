@@ -174,7 +174,8 @@ class _NodePicture:
         self.uuids: tuple[str, ...] = ()
         self.pcis: tuple[str | None, ...] = ()
         self.indexes: tuple[int | None, ...] = ()
-        self.since: tuple[datetime, ...] = ()
+        # One time for the entries when they share it (a node's GPUs arrive together).
+        self.since: datetime | tuple[datetime, ...] = ()
 
     def by_pci(self, address: str) -> int | None:
         return self.pcis.index(address) if address in self.pcis else None
@@ -188,29 +189,38 @@ class _NodePicture:
             return self.by_pci(address)
         return self.by_index(index) if index is not None else None
 
+    def when(self, at: int) -> datetime:
+        """Since when the entry's GPU sits there."""
+        return self.since if isinstance(self.since, datetime) else self.since[at]
+
     def put(self, uuid: str, address: str | None, index: int | None, since: datetime) -> None:
         """A GPU at the address and/or index, taking them from whatever entry held them."""
         entries = [
-            (u, None if p == address else p, None if i == index else i, t)
-            for u, p, i, t in zip(self.uuids, self.pcis, self.indexes, self.since, strict=True)
+            (u, None if p == address else p, None if i == index else i, self.when(k))
+            for k, (u, p, i) in enumerate(zip(self.uuids, self.pcis, self.indexes, strict=True))
         ]
         entries.append((uuid, address, index, since))
         self._keep(entries)
 
     def drop(self, uuid: str) -> None:
         if uuid in self.uuids:
-            entries = zip(self.uuids, self.pcis, self.indexes, self.since, strict=True)
-            self._keep([e for e in entries if e[0] != uuid])
+            entries = zip(self.uuids, self.pcis, self.indexes, strict=True)
+            self._keep([(*e, self.when(k)) for k, e in enumerate(entries) if e[0] != uuid])
 
     def clear(self) -> None:
         self.uuids, self.pcis, self.indexes, self.since = (), (), (), ()
 
     def _keep(self, entries: list[tuple[str, str | None, int | None, datetime]]) -> None:
-        kept = [e for e in entries if e[1] is not None or e[2] is not None]
+        # In one order whatever order the GPUs came in (agents send them by UUID): shared layouts.
+        kept = sorted(
+            (e for e in entries if e[1] is not None or e[2] is not None),
+            key=lambda e: (e[2] is None, e[2] or 0, e[1] or ""),
+        )
         self.uuids = tuple(e[0] for e in kept)
         self.pcis = _shared(tuple(e[1] for e in kept))
         self.indexes = _shared(tuple(e[2] for e in kept))
-        self.since = tuple(e[3] for e in kept)
+        times = tuple(e[3] for e in kept)
+        self.since = times[0] if times and times.count(times[0]) == len(times) else times
 
 
 def _placement(row: LedgerPlacement) -> Placement:
@@ -672,7 +682,7 @@ class Ledger:
             found = picture.find(address, index)
             if found is None:
                 return None  # the picture holds every open placement of the node
-            if picture.since[found] <= at:
+            if picture.when(found) <= at:
                 return picture.uuids[found]
             # Older than the GPU now in the slot (a late delivery): whoever sat there then.
         with session_scope(self.session_factory) as session:

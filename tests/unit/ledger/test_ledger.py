@@ -155,7 +155,7 @@ def test_a_nodes_picture_keeps_one_entry_per_address_and_per_index() -> None:
     assert (first.by_pci("0000:18:00"), first.by_index(0), first.by_index(1)) == (1, 0, 1)
     assert first.uuids[first.find("0000:18:00", 0) or 0] == B  # the address before the index
     assert first.uuids[first.find(None, 0) or 0] == A
-    assert first.since == (T0, T0 + timedelta(hours=1))
+    assert (first.when(0), first.when(1)) == (T0, T0 + timedelta(hours=1))
     first.drop(B)
     assert (first.by_pci("0000:18:00"), first.find(None, 0)) == (None, 0)
     first.put(B, None, 0, T0)  # takes index 0 from A, which is then named by nothing
@@ -165,6 +165,8 @@ def test_a_nodes_picture_keeps_one_entry_per_address_and_per_index() -> None:
     # Nodes of one hardware layout hold one tuple of addresses and one of indexes between them.
     second.put(A, None, 0, T0)
     assert second.pcis is first.pcis and second.indexes is first.indexes
+    second.put(B, None, 1, T0)
+    assert second.since == T0 and second.when(1) == T0  # one time for entries that share it
     first.clear()
     assert first.find("0000:18:00", 0) is None and first.machine == "dmi:SN1"
 
