@@ -361,14 +361,15 @@ class Ledger:
         """The node's picture; the first call loads the whole cluster's in two queries (open
         placements, machines), so a fleet's first cycle is not a query per node."""
         if not self._loaded:
-            for machine in session.scalars(
-                select(LedgerMachine)
+            # Columns, not ORM rows: 10,000 machines and 80,000 placements as objects were a
+            # peak the allocator keeps.
+            machines = (
+                select(LedgerMachine.node, LedgerMachine.id)
                 .where(LedgerMachine.cluster == self.cluster)
                 .order_by(LedgerMachine.last_seen_at)
-            ):
-                self._nodes.setdefault(machine.node, _NodePicture()).machine = machine.id
-            # Columns, not ORM rows: 80,000 placements at 10,000 nodes as objects were a peak the
-            # allocator keeps.
+            )
+            for name, machine in session.execute(machines):
+                self._nodes.setdefault(name, _NodePicture()).machine = machine
             placed = select(
                 LedgerPlacement.node,
                 LedgerPlacement.gpu_uuid,
@@ -376,9 +377,9 @@ class Ledger:
                 LedgerPlacement.gpu_index,
                 LedgerPlacement.from_at,
             ).where(LedgerPlacement.cluster == self.cluster, LedgerPlacement.to_at.is_(None))
-            for node, uuid, address, index, since in session.execute(placed):
-                self._nodes.setdefault(node, _NodePicture()).put(uuid, address, index, since)
-                self._where[uuid] = node
+            for name, uuid, address, index, since in session.execute(placed):
+                self._nodes.setdefault(name, _NodePicture()).put(uuid, address, index, since)
+                self._where[uuid] = name
             self._loaded = True
         return self._nodes.setdefault(node, _NodePicture())
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from remediator.clock import FakeClock
-from remediator.ledger.identity import GpuIdentity
+from remediator.ledger.identity import GpuIdentity, HostHardware
 from remediator.ledger.store import Ledger, _NodePicture
 from remediator.signals.model import Signal, SignalKind
 from remediator.store import db
@@ -205,3 +205,20 @@ def test_a_gpu_reported_by_two_nodes_in_one_batch_sits_on_the_second(engine: Eng
         fresh.gpu_at("gpu-079", "0000:17:00", 7, later)
         == "GPU-00000079-0000-0000-0000-000000000007"
     )
+
+
+def test_a_restarted_ledger_keeps_what_it_learns_of_a_new_node(engine: Engine) -> None:
+    """The picture loaded from the table at the first sighting, then the new node's machine and
+    GPU placed in it beside the nodes loaded."""
+    first = ledger_on(engine)
+    first.observe_machine("gpu-a1", "dmi:SN1", T0)
+    first.observe_gpus("gpu-a1", [GpuIdentity(A, "0000:18:00", 0)], T0)
+    fresh = ledger_on(engine)
+    host = HostHardware("SN2", (GpuIdentity(B, "0000:18:00", 0),))
+    assert fresh.observe_hosts({"gpu-a2": (host, T0)}) == []
+    assert (fresh.machine_of("gpu-a1"), fresh.machine_of("gpu-a2")) == ("dmi:SN1", "dmi:SN2")
+    assert fresh.gpu_at("gpu-a1", "0000:18:00", None, T0) == A
+    assert fresh.gpu_at("gpu-a2", "0000:18:00", None, T0) == B
+    assert fresh.observe_hosts({"gpu-a2": (host, T0 + timedelta(minutes=1))}) == []
+    machine = fresh.machine("dmi:SN2")
+    assert machine is not None and [p.to_at for p in machine.placements] == [None]
