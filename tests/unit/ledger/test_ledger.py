@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from remediator.clock import FakeClock
 from remediator.ledger.identity import GpuIdentity, HostHardware
-from remediator.ledger.store import Ledger, _NodePicture
+from remediator.ledger.store import Ledger, _key, _name, _NodePicture
 from remediator.signals.model import Signal, SignalKind
 from remediator.store import db
 
@@ -222,3 +222,17 @@ def test_a_restarted_ledger_keeps_what_it_learns_of_a_new_node(engine: Engine) -
     assert fresh.observe_hosts({"gpu-a2": (host, T0 + timedelta(minutes=1))}) == []
     machine = fresh.machine("dmi:SN2")
     assert machine is not None and [p.to_at for p in machine.placements] == [None]
+
+
+def test_a_gpu_uuid_is_kept_as_an_int_only_when_it_spells_back_the_same() -> None:
+    assert _key(A) == 0xAAAAAAAA000000000000000000000001 and _name(_key(A)) == A
+    for other in (A.upper(), "GPU-1", "MIG-aaaaaaaa-0000-0000-0000-000000000001", A + "0"):
+        assert _key(other) == other and _name(other) == other
+    assert (
+        _key("GPU-aaaaaaaa-0000-0000-0000-00000000000_")
+        == "GPU-aaaaaaaa-0000-0000-0000-00000000000_"
+    )
+    assert (
+        _key("GPU-aaaaaaaa_0000_0000_0000-000000000001")
+        == "GPU-aaaaaaaa_0000_0000_0000-000000000001"
+    )
