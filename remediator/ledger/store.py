@@ -305,65 +305,114 @@ def signal_pci(signal: Signal) -> str | None:
     return None
 
 
-# Core statements on the tables (no ORM objects): see _GpuWrites.
+# Core statements on the tables (no ORM objects): see _Writes.
 _GPUS: Table = LedgerGpu.__table__  # type: ignore[assignment]
 _PLACEMENTS: Table = LedgerPlacement.__table__  # type: ignore[assignment]
 _CONFLICTS: Table = LedgerConflict.__table__  # type: ignore[assignment]
+_MACHINES: Table = LedgerMachine.__table__  # type: ignore[assignment]
+_LINKS: Table = LedgerLink.__table__  # type: ignore[assignment]
 _GPU_COLUMNS = (LedgerGpu.serial, LedgerGpu.model, LedgerGpu.vbios, LedgerGpu.driver)
 _GPU_FIELDS = ("serial", "model", "vbios", "driver")
+_GPU_SET = ("last_seen_at", *_GPU_FIELDS)  # what a sighting updates
+_MACHINE_COLUMNS = (
+    LedgerMachine.cluster,
+    LedgerMachine.node,
+    LedgerMachine.last_seen_at,
+    LedgerMachine.provider_id,
+    LedgerMachine.dmi_serial,
+)
+_MACHINE_FIELDS = ("cluster", "node", "last_seen_at", "provider_id", "dmi_serial")
 _WRITE_BATCH = 500  # rows pending before they are written
 
 
-class _GpuWrites:
-    """The GPU and placement rows one `_observe` writes, as Core statements of a few hundred
-    rows each. As ORM objects, a flush of 500 nodes' first sightings (4,000 GPUs, 4,000
-    placements) peaked at ~19 MB and the allocator kept that peak as RSS for good (bench
-    controller_memory). Written in foreign-key order (the ORM's pending machines first, then
-    GPUs, placements, conflicts) and before any statement that closes placements, as the ORM's
-    autoflush did; a GPU's row is updated only when a value changed, as the ORM did."""
+class _Writes:
+    """The rows one `_observe` writes, as Core statements of a few hundred rows each. As ORM
+    objects, a flush of 500 nodes' first sightings (500 machines and links, 4,000 GPUs and
+    placements) peaked at ~19 MB, and the allocator kept that peak as RSS for good (bench
+    controller_memory). Written in foreign-key order (machines, links, GPUs, placements,
+    conflicts) and before any statement that closes placements, as the ORM's autoflush did; a
+    row is updated only when a value changed, as the ORM did."""
 
-    def __init__(self, known: dict[str, dict[str, Any]]) -> None:
-        self._known = known  # UUID → its row as stored (or to be inserted)
-        self._new: dict[str, dict[str, Any]] = {}
-        self._changed: dict[str, dict[str, Any]] = {}
+    def __init__(self) -> None:
+        self.machines: dict[str, dict[str, Any]] = {}  # id → its row as stored (or to be)
+        self.gpus: dict[str, dict[str, Any]] = {}  # UUID → its row as stored (or to be)
+        self._new: dict[Table, dict[str, dict[str, Any]]] = {_MACHINES: {}, _GPUS: {}}
+        self._changed: dict[Table, dict[str, dict[str, Any]]] = {_MACHINES: {}, _GPUS: {}}
+        self.links: list[dict[str, Any]] = []
         self.placements: list[dict[str, Any]] = []
         self.conflicts: list[dict[str, Any]] = []
 
-    def seen(self, gpu: GpuIdentity, at: datetime) -> bool:
+    def machine(self, sight: MachineSeen, cluster: str, node: str) -> tuple[str, str] | None:
+        """Record the machine under `node`; where it was before (None: a new machine)."""
+        row = self.machines.get(sight.machine)
+        if row is None:
+            row = {
+                "id": sight.machine,
+                "provider_id": sight.provider_id,
+                "dmi_serial": sight.dmi_serial,
+                "cluster": cluster,
+                "node": node,
+                "first_seen_at": sight.at,
+                "last_seen_at": sight.at,
+            }
+            self.machines[sight.machine] = self._new[_MACHINES][sight.machine] = row
+            return None
+        was = (row["cluster"], row["node"])
+        self._update(
+            _MACHINES,
+            sight.machine,
+            row,
+            {
+                "cluster": cluster,
+                "node": node,
+                "last_seen_at": max(row["last_seen_at"], sight.at),
+                "provider_id": sight.provider_id or row["provider_id"],
+                "dmi_serial": sight.dmi_serial or row["dmi_serial"],
+            },
+        )
+        return was
+
+    def gpu(self, gpu: GpuIdentity, at: datetime) -> bool:
         """Record the sighting in the GPU's row; True when the GPU had one."""
-        row = self._known.get(gpu.uuid)
+        row = self.gpus.get(gpu.uuid)
         if row is None:
             row = {"uuid": gpu.uuid, "first_seen_at": at, "last_seen_at": at}
             row |= {name: getattr(gpu, name) for name in _GPU_FIELDS}
-            self._known[gpu.uuid] = self._new[gpu.uuid] = row
+            self.gpus[gpu.uuid] = self._new[_GPUS][gpu.uuid] = row
             return False
         now = {"last_seen_at": max(row["last_seen_at"], at)}
         now |= {name: getattr(gpu, name) or row[name] for name in _GPU_FIELDS}
-        if any(row[name] != value for name, value in now.items()):
-            row.update(now)
-            if gpu.uuid not in self._new:
-                self._changed[gpu.uuid] = row
+        self._update(_GPUS, gpu.uuid, row, now)
         return True
 
+    def _update(self, table: Table, key: str, row: dict[str, Any], now: dict[str, Any]) -> None:
+        if any(row[name] != value for name, value in now.items()):
+            row.update(now)
+            if key not in self._new[table]:
+                self._changed[table][key] = row
+
     def due(self) -> bool:
-        return len(self._new) + len(self.placements) >= _WRITE_BATCH
+        return len(self._new[_GPUS]) + len(self.placements) >= _WRITE_BATCH
 
     def write(self, session: Session) -> None:
-        session.flush()
-        if self._new:
-            session.execute(insert(_GPUS), list(self._new.values()))
-            self._new = {}
-        if self._changed:
-            session.execute(
-                update(_GPUS)
-                .where(_GPUS.c.uuid == bindparam("b_uuid"))
-                .values({name: bindparam(f"b_{name}") for name in ("last_seen_at", *_GPU_FIELDS)}),
-                [
-                    {f"b_{name}": value for name, value in row.items()}
-                    for row in self._changed.values()
-                ],
-            )
-            self._changed = {}
+        for table, key, fields in ((_MACHINES, "id", _MACHINE_FIELDS), (_GPUS, "uuid", _GPU_SET)):
+            if self._new[table]:
+                session.execute(insert(table), list(self._new[table].values()))
+                self._new[table] = {}
+            if self._changed[table]:
+                session.execute(
+                    update(table)
+                    .where(table.c[key] == bindparam("b_key"))
+                    .values({name: bindparam(f"b_{name}") for name in fields}),
+                    [
+                        {"b_key": row[key]} | {f"b_{name}": row[name] for name in fields}
+                        for row in self._changed[table].values()
+                    ],
+                )
+                self._changed[table] = {}
+            if table is _MACHINES and self.links:
+                session.execute(insert(_LINKS), self.links)
+                self.links.clear()
         for rows, table in ((self.placements, _PLACEMENTS), (self.conflicts, _CONFLICTS)):
             if rows:
                 session.execute(insert(table), rows)
@@ -439,44 +488,26 @@ class Ledger:
         picture: _NodePicture,
         node: str,
         sight: MachineSeen,
-        rows: dict[str, LedgerMachine],
+        writes: _Writes,
     ) -> None:
-        row = rows.get(sight.machine)
-        was = None if row is None else (row.cluster, row.node)
-        if row is None:
-            row = LedgerMachine(
-                id=sight.machine,
-                provider_id=sight.provider_id,
-                dmi_serial=sight.dmi_serial,
-                cluster=self.cluster,
-                node=node,
-                first_seen_at=sight.at,
-                last_seen_at=sight.at,
-            )
-            session.add(row)
-            rows[sight.machine] = row
-        else:
-            row.cluster, row.node = self.cluster, node
-            row.last_seen_at = max(row.last_seen_at, sight.at)
-            row.provider_id = sight.provider_id or row.provider_id
-            row.dmi_serial = sight.dmi_serial or row.dmi_serial
+        was = writes.machine(sight, self.cluster, node)
         if was != (self.cluster, node):
-            detail = {} if was is None else {"was_cluster": was[0], "was_node": was[1]}
-            session.add(
-                LedgerLink(
-                    cluster=self.cluster,
-                    subject=PLACED,
-                    ref_id=None,
-                    node=node,
-                    gpu_uuid=None,
-                    machine_id=sight.machine,
-                    kind="node",
-                    code=None,
-                    detail=detail,
-                    at=sight.at,
-                )
+            writes.links.append(
+                {
+                    "cluster": self.cluster,
+                    "subject": PLACED,
+                    "ref_id": None,
+                    "node": node,
+                    "gpu_uuid": None,
+                    "machine_id": sight.machine,
+                    "kind": "node",
+                    "code": None,
+                    "detail": {} if was is None else {"was_cluster": was[0], "was_node": was[1]},
+                    "at": sight.at,
+                }
             )
         if picture.machine is not None:
+            writes.write(session)
             self._close_node(session, node, sight.at)
             picture.clear()
         picture.machine = sight.machine
@@ -544,30 +575,32 @@ class Ledger:
             if not moved and not changed:
                 return conflicts
             with session_scope(self.session_factory, write=True) as session:
+                writes = _Writes()
                 if moved:
-                    rows = {
-                        row.id: row
-                        for chunk in _chunks(sorted({s.machine for s in moved.values()}))
-                        for row in session.scalars(
-                            select(LedgerMachine).where(LedgerMachine.id.in_(chunk))
+                    ids = sorted({s.machine for s in moved.values()})
+                    writes.machines = {
+                        row.id: dict(row._mapping)
+                        for chunk in _chunks(ids)
+                        for row in session.execute(
+                            select(LedgerMachine.id, *_MACHINE_COLUMNS).where(
+                                LedgerMachine.id.in_(chunk)
+                            )
                         )
                     }
                     for node, sight in moved.items():
                         picture = self._picture(session, node)
                         if _news(picture, sight.machine):
-                            self._seen_on(session, picture, node, sight, rows)
+                            self._seen_on(session, picture, node, sight, writes)
                 uuids = [g.uuid for gpus, _ in changed.values() for g in gpus]
-                writes = _GpuWrites(
-                    {
-                        row.uuid: dict(row._mapping)
-                        for chunk in _chunks(uuids)
-                        for row in session.execute(
-                            select(LedgerGpu.uuid, LedgerGpu.last_seen_at, *_GPU_COLUMNS).where(
-                                LedgerGpu.uuid.in_(chunk)
-                            )
+                writes.gpus = {
+                    row.uuid: dict(row._mapping)
+                    for chunk in _chunks(uuids)
+                    for row in session.execute(
+                        select(LedgerGpu.uuid, LedgerGpu.last_seen_at, *_GPU_COLUMNS).where(
+                            LedgerGpu.uuid.in_(chunk)
                         )
-                    }
-                )
+                    )
+                }
                 for node, (gpus, at) in changed.items():
                     picture = self._picture(session, node)
                     for gpu in gpus:
@@ -588,10 +621,10 @@ class Ledger:
         node: str,
         gpu: GpuIdentity,
         at: datetime,
-        writes: _GpuWrites,
+        writes: _Writes,
     ) -> list[Conflict]:
         conflicts: list[Conflict] = []
-        seen_before = writes.seen(gpu, at)
+        seen_before = writes.gpu(gpu, at)
         key = _key(gpu.uuid)
         old = picture.by_pci(gpu.pci_bus_id) if gpu.pci_bus_id is not None else None
         if old is not None and picture.uuids[old] != key and gpu.pci_bus_id is not None:
