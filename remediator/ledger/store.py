@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, or_, select, update
+from sqlalchemy import Select, Table, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
@@ -325,6 +325,15 @@ _MACHINE_FIELDS = ("cluster", "node", "last_seen_at", "provider_id", "dmi_serial
 _WRITE_BATCH = 500  # rows pending before they are written
 
 
+def _gpu_rows(
+    uuids: Sequence[str],
+) -> Select[str, datetime, str | None, str | None, str | None, str | None]:
+    """What a sighting compares and updates of these GPUs' rows."""
+    return select(LedgerGpu.uuid, LedgerGpu.last_seen_at, *_GPU_COLUMNS).where(
+        LedgerGpu.uuid.in_(uuids)
+    )
+
+
 class _Writes:
     """The rows one `_observe` writes, as Core statements of a few hundred rows each. As ORM
     objects, a flush of 500 nodes' first sightings (500 machines and links, 4,000 GPUs and
@@ -336,6 +345,7 @@ class _Writes:
     def __init__(self) -> None:
         self.machines: dict[str, dict[str, Any]] = {}  # id → its row as stored (or to be)
         self.gpus: dict[str, dict[str, Any]] = {}  # UUID → its row as stored (or to be)
+        self._inserted: set[str] = set()  # GPUs inserted here, their rows let go (read again)
         self._new: dict[Table, dict[str, dict[str, Any]]] = {_MACHINES: {}, _GPUS: {}}
         self._changed: dict[Table, dict[str, dict[str, Any]]] = {_MACHINES: {}, _GPUS: {}}
         self.links: list[dict[str, Any]] = []
@@ -372,9 +382,12 @@ class _Writes:
         )
         return was
 
-    def gpu(self, gpu: GpuIdentity, at: datetime) -> bool:
+    def gpu(self, session: Session, gpu: GpuIdentity, at: datetime) -> bool:
         """Record the sighting in the GPU's row; True when the GPU had one."""
         row = self.gpus.get(gpu.uuid)
+        if row is None and gpu.uuid in self._inserted:  # named twice in one transaction
+            found = session.execute(_gpu_rows([gpu.uuid])).one()
+            row = self.gpus[gpu.uuid] = dict(found._mapping)
         if row is None:
             row = {"uuid": gpu.uuid, "first_seen_at": at, "last_seen_at": at}
             row |= {name: getattr(gpu, name) for name in _GPU_FIELDS}
@@ -398,6 +411,10 @@ class _Writes:
         for table, key, fields in ((_MACHINES, "id", _MACHINE_FIELDS), (_GPUS, "uuid", _GPU_SET)):
             if self._new[table]:
                 session.execute(insert(table), list(self._new[table].values()))
+                if table is _GPUS:  # 8 a node: not held for the rest of the transaction
+                    self._inserted.update(self._new[table])
+                    for uuid in self._new[table]:
+                        del self.gpus[uuid]
                 self._new[table] = {}
             if self._changed[table]:
                 session.execute(
@@ -561,7 +578,12 @@ class Ledger:
         conflicts: list[Conflict] = []
         wanted: dict[str, tuple[list[GpuIdentity], datetime]] = {}
         for node, (gpus, at) in sightings.items():
-            unique = {g.uuid: replace(g, pci_bus_id=pci(g.pci_bus_id)) for g in gpus}
+            unique = {
+                g.uuid: g
+                if pci(g.pci_bus_id) == g.pci_bus_id
+                else replace(g, pci_bus_id=pci(g.pci_bus_id))
+                for g in gpus
+            }
             wanted[node] = (list(unique.values()), at)
         with self._lock:
             moved = {n: s for n, s in machines.items() if _news(self._nodes.get(n), s.machine)}
@@ -595,11 +617,7 @@ class Ledger:
                 writes.gpus = {
                     row.uuid: dict(row._mapping)
                     for chunk in _chunks(uuids)
-                    for row in session.execute(
-                        select(LedgerGpu.uuid, LedgerGpu.last_seen_at, *_GPU_COLUMNS).where(
-                            LedgerGpu.uuid.in_(chunk)
-                        )
-                    )
+                    for row in session.execute(_gpu_rows(chunk))
                 }
                 for node, (gpus, at) in changed.items():
                     picture = self._picture(session, node)
@@ -624,7 +642,7 @@ class Ledger:
         writes: _Writes,
     ) -> list[Conflict]:
         conflicts: list[Conflict] = []
-        seen_before = writes.gpu(gpu, at)
+        seen_before = writes.gpu(session, gpu, at)
         key = _key(gpu.uuid)
         old = picture.by_pci(gpu.pci_bus_id) if gpu.pci_bus_id is not None else None
         if old is not None and picture.uuids[old] != key and gpu.pci_bus_id is not None:
