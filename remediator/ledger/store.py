@@ -323,6 +323,7 @@ _MACHINE_COLUMNS = (
 )
 _MACHINE_FIELDS = ("cluster", "node", "last_seen_at", "provider_id", "dmi_serial")
 _WRITE_BATCH = 500  # rows pending before they are written
+_LOAD_ROWS = 2000  # rows read at a time when the picture is loaded (not 80,000 at once)
 
 
 def _gpu_rows(
@@ -454,14 +455,14 @@ class Ledger:
         """The node's picture; the first call loads the whole cluster's in two queries (open
         placements, machines), so a fleet's first cycle is not a query per node."""
         if not self._loaded:
-            # Columns, not ORM rows: 10,000 machines and 80,000 placements as objects were a
-            # peak the allocator keeps.
+            # Columns, a few thousand at a time, not ORM rows: 10,000 machines and 80,000
+            # placements as objects at once were a peak the allocator keeps (a restart).
             machines = (
                 select(LedgerMachine.node, LedgerMachine.id)
                 .where(LedgerMachine.cluster == self.cluster)
                 .order_by(LedgerMachine.last_seen_at)
             )
-            for name, machine in session.execute(machines):
+            for name, machine in session.execute(machines.execution_options(yield_per=_LOAD_ROWS)):
                 self._nodes.setdefault(name, _NodePicture()).machine = machine
             placed = select(
                 LedgerPlacement.node,
@@ -470,7 +471,9 @@ class Ledger:
                 LedgerPlacement.gpu_index,
                 LedgerPlacement.from_at,
             ).where(LedgerPlacement.cluster == self.cluster, LedgerPlacement.to_at.is_(None))
-            for name, uuid, address, index, since in session.execute(placed):
+            for name, uuid, address, index, since in session.execute(
+                placed.execution_options(yield_per=_LOAD_ROWS)
+            ):
                 key = _key(uuid)
                 self._nodes.setdefault(name, _NodePicture()).put(key, address, index, since)
                 self._where[key] = name
