@@ -10,14 +10,17 @@ SQLite database. Time is a fake clock, so the run is the same on a loaded machin
 (every agent once, whole identity, 1,000 a second as in scale_10k's start) then a steady wave
 (every agent once more, digest only, at the default budget's 40 a second); each flush runs when the
 book claims one (`claim_flush`, as the lane's background task does), here in line, so a failure
-stops the bench. Then the book ticks until every identity is in the ledger.
+stops the bench. Then the book ticks until every identity is in the ledger. One agent of another
+cluster goes through the whole path first, so what a running controller builds once (mappers,
+compiled statements) is not counted as the agents'.
 
 Two child processes each build it once: one under tracemalloc (started after the imports and the
 database) for the traced total and its peak, and the bytes reachable from each structure
 (`sys.getsizeof` over everything reachable from it, each object counted once, in the first
-structure that reaches it: a node's name is the book's); one without tracemalloc (its own
-bookkeeping is memory) for the RSS delta, its high-water mark, and what glibc's `malloc_trim(0)`
-gives back at the end (what the heap kept of freed memory).
+structure that reaches it: a node's name is the book's; an object without slots is counted
+without the attribute storage Python keeps for it, so tracemalloc's total is the figure); one
+without tracemalloc (its own bookkeeping is memory) for the RSS delta, its high-water mark, and
+what glibc's `malloc_trim(0)` gives back at the end (what the heap kept of freed memory).
 
 The bench checks it took the path it models and stops loudly otherwise: every heartbeat admitted
 and answered 200, every node's row in the heartbeat table, every identity taken and flushed, each
