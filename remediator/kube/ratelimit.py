@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Bucket:
     tokens: float
     at: float  # monotonic time the tokens were counted

@@ -183,7 +183,7 @@ class SourceStatus:
     error: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AgentStatus:
     """A node agent's newest heartbeat. Silent means its node's health is unknown: nothing the
     agent would have reported (an XID, a vanished GPU) can be ruled out."""

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import Engine
 
 from remediator.clock import FakeClock
-from remediator.ledger.identity import GpuIdentity
-from remediator.ledger.store import Ledger
+from remediator.ledger.identity import GpuIdentity, HostHardware
+from remediator.ledger.store import Ledger, _key, _name, _NodePicture
 from remediator.signals.model import Signal, SignalKind
 from remediator.store import db
 
@@ -144,3 +144,95 @@ def test_remediations_by_gpu_and_machine_and_quarantine(engine: Engine) -> None:
     assert ledger.quarantine("aws:i-1", "replaced 3 times", T0)
     assert not ledger.quarantine("aws:i-1", "again", T0)
     assert ledger.quarantined("aws:i-1")
+
+
+def test_a_nodes_picture_keeps_one_entry_per_address_and_per_index() -> None:
+    """As two dicts keyed by PCI address and by index would: a later GPU takes the key from an
+    earlier one, which keeps only the other; an entry named by neither is gone."""
+    first, second = _NodePicture("dmi:SN1"), _NodePicture("dmi:SN2")
+    first.put(A, "0000:18:00", 0, T0)
+    first.put(B, "0000:18:00", 1, T0 + timedelta(hours=1))
+    assert (first.by_pci("0000:18:00"), first.by_index(0), first.by_index(1)) == (1, 0, 1)
+    assert first.uuids[first.find("0000:18:00", 0) or 0] == B  # the address before the index
+    assert first.uuids[first.find(None, 0) or 0] == A
+    assert (first.when(0), first.when(1)) == (T0, T0 + timedelta(hours=1))
+    first.drop(B)
+    assert (first.by_pci("0000:18:00"), first.find(None, 0)) == (None, 0)
+    first.put(B, None, 0, T0)  # takes index 0 from A, which is then named by nothing
+    assert first.uuids == (B,) and first.pcis == (None,)
+    first.put("GPU-neither", None, None, T0)
+    assert first.uuids == (B,)
+    # Nodes of one hardware layout hold one tuple of addresses and one of indexes between them.
+    second.put(A, None, 0, T0)
+    assert second.pcis is first.pcis and second.indexes is first.indexes
+    second.put(B, None, 1, T0)
+    assert second.since == T0 and second.when(1) == T0  # one time for entries that share it
+    first.clear()
+    assert first.find("0000:18:00", 0) is None and first.machine == "dmi:SN1"
+
+
+def test_a_gpu_reported_by_two_nodes_in_one_batch_sits_on_the_second(engine: Engine) -> None:
+    """More nodes than one write batch, and one GPU named twice in it: its first placement is
+    closed by the second (the rows pending are written before the close), one GPU row kept
+    with the newest sighting."""
+    ledger = ledger_on(engine)
+    later = T0 + timedelta(minutes=1)
+    fleet = {
+        f"gpu-{n:03d}": (
+            [
+                GpuIdentity(f"GPU-{n:08d}-0000-0000-0000-{i:012d}", f"0000:{16 + i:02x}:00", i)
+                for i in range(8)
+            ],
+            T0,
+        )
+        for n in range(80)
+    }
+    fleet["gpu-999"] = (
+        [GpuIdentity("GPU-00000003-0000-0000-0000-000000000005", "0000:18:00", 0, model="H100")],
+        later,
+    )
+    assert ledger.observe_many(fleet) == []
+    life = ledger.gpu("GPU-00000003-0000-0000-0000-000000000005")
+    assert life is not None
+    assert [(p.node, p.to_at) for p in life.placements] == [("gpu-003", later), ("gpu-999", None)]
+    assert (life.gpu.first_seen_at, life.gpu.last_seen_at, life.gpu.model) == (T0, later, "H100")
+    assert ledger.gpu_at("gpu-003", "0000:15:00", None, later) is None
+    assert ledger.gpu_at("gpu-999", "0000:18:00", None, later) == life.gpu.uuid
+    assert len(ledger.gpus(cluster="c1", limit=1000)) == 80 * 8
+    fresh = ledger_on(engine)  # a restarted controller's picture, from the table
+    assert fresh.gpu_at("gpu-003", "0000:15:00", None, later) is None
+    assert (
+        fresh.gpu_at("gpu-079", "0000:17:00", 7, later)
+        == "GPU-00000079-0000-0000-0000-000000000007"
+    )
+
+
+def test_a_restarted_ledger_keeps_what_it_learns_of_a_new_node(engine: Engine) -> None:
+    """The picture loaded from the table at the first sighting, then the new node's machine and
+    GPU placed in it beside the nodes loaded."""
+    first = ledger_on(engine)
+    first.observe_machine("gpu-a1", "dmi:SN1", T0)
+    first.observe_gpus("gpu-a1", [GpuIdentity(A, "0000:18:00", 0)], T0)
+    fresh = ledger_on(engine)
+    host = HostHardware("SN2", (GpuIdentity(B, "0000:18:00", 0),))
+    assert fresh.observe_hosts({"gpu-a2": (host, T0)}) == []
+    assert (fresh.machine_of("gpu-a1"), fresh.machine_of("gpu-a2")) == ("dmi:SN1", "dmi:SN2")
+    assert fresh.gpu_at("gpu-a1", "0000:18:00", None, T0) == A
+    assert fresh.gpu_at("gpu-a2", "0000:18:00", None, T0) == B
+    assert fresh.observe_hosts({"gpu-a2": (host, T0 + timedelta(minutes=1))}) == []
+    machine = fresh.machine("dmi:SN2")
+    assert machine is not None and [p.to_at for p in machine.placements] == [None]
+
+
+def test_a_gpu_uuid_is_kept_as_an_int_only_when_it_spells_back_the_same() -> None:
+    assert _key(A) == 0xAAAAAAAA000000000000000000000001 and _name(_key(A)) == A
+    for other in (A.upper(), "GPU-1", "MIG-aaaaaaaa-0000-0000-0000-000000000001", A + "0"):
+        assert _key(other) == other and _name(other) == other
+    assert (
+        _key("GPU-aaaaaaaa-0000-0000-0000-00000000000_")
+        == "GPU-aaaaaaaa-0000-0000-0000-00000000000_"
+    )
+    assert (
+        _key("GPU-aaaaaaaa_0000_0000_0000-000000000001")
+        == "GPU-aaaaaaaa_0000_0000_0000-000000000001"
+    )
