@@ -72,7 +72,7 @@ from remediator.agent.http import Response
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
 from remediator.controller.app import KEEP_ALIVE_SECONDS
 from remediator.ledger.identity import GpuIdentity, HostHardware, pci
-from remediator.model.heartbeats import asked_period
+from remediator.model.heartbeats import MAX_ASKED_SECONDS, asked_period
 from remediator.settings import AgentIntakeSettings
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.launch import SimHandle, start_sim
@@ -706,7 +706,7 @@ def run_database(
         wait(
             "every agent heard by the new process",
             lambda: sum(1 for t in agents.fleet.ok_at.values() if t > back_at) == len(nodes),
-            600,
+            1.5 * MAX_ASKED_SECONDS,
         )
         heard = time.monotonic() - back_at
         busiest = agents.busiest(down_at, time.monotonic())
