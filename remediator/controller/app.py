@@ -818,6 +818,7 @@ class Controller:
             # Cancels are counted where they happen, by the replica that served the command.
             finished=self.metrics.cancelled,
             before_scrape=self.scrape_refresh,
+            scrape_extra=self.metrics.agents_exposition,
             heartbeats=self.heartbeats,
             hardware=self.hardware,
             admission=self.admission,

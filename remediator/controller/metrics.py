@@ -3,13 +3,11 @@ deploy/ query exactly these."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from remediator.model.states import OPEN, State
 from remediator.policy.budget import HoldCause
@@ -27,42 +25,54 @@ FINISHED_OUTCOMES = {State.SUCCEEDED: "succeeded", State.FAILED: "failed"}
 GAUGED = tuple(sorted((*OPEN, State.FAILED), key=lambda s: s.value))
 
 
-class AgentGauges(Collector):
-    """The agents' gauges, written out at scrape time from the last `agents` snapshot. Two
-    series per node: at 10,000 agents, labelled Gauge children (set, then rendered) cost ~0.5 s
-    of CPU per scrape; built as metric families straight from the snapshot, ~0.1 s."""
+class AgentGauges:
+    """The agents' gauges, two series per node, written out at scrape time from the last
+    `agents` snapshot as exposition text appended to the registry's. At 10,000 agents,
+    prometheus_client's exposition of these 20,000 samples cost ~90 ms of CPU per scrape (a
+    third of an idle controller's CPU besides heartbeats, at a 30 s scrape); one pass of string
+    formatting here is a few ms."""
 
     def __init__(self) -> None:
         self.statuses: Sequence[AgentStatus] = ()
         self.now: datetime | None = None
         self.silent_after = timedelta(0)
 
-    def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily(
-            "remediator_agent_up",
-            "1 while the node's agent sends heartbeats; 0 when silent (node health unknown).",
-            labels=["node"],
-        )
-        age = GaugeMetricFamily(
-            "remediator_agent_heartbeat_age_seconds",
-            "Seconds since the node agent's last heartbeat.",
-            labels=["node"],
-        )
+    def exposition(self) -> bytes:
+        up = [_HEAD_UP]
+        age = [_HEAD_AGE]
         silent = 0
         now, after = self.now, self.silent_after
         if now is not None:
             for status in self.statuses:
+                node = _label(status.node)
                 is_silent = status.silent(now, after)
                 silent += is_silent
-                up.add_metric([status.node], 0 if is_silent else 1)
-                age.add_metric([status.node], max(0.0, (now - status.seen_at).total_seconds()))
-        count = GaugeMetricFamily(
-            "remediator_agents_silent", "Node agents that stopped sending heartbeats."
-        )
-        count.add_metric([], silent)
-        yield up
-        yield age
-        yield count
+                up.append(f'remediator_agent_up{{node="{node}"}} {0.0 if is_silent else 1.0}\n')
+                seconds = max(0.0, (now - status.seen_at).total_seconds())
+                age.append(f'remediator_agent_heartbeat_age_seconds{{node="{node}"}} {seconds}\n')
+        count = f"{_HEAD_SILENT}remediator_agents_silent {float(silent)}\n"
+        return "".join((*up, *age, count)).encode()
+
+
+def _head(name: str, documentation: str) -> str:
+    return f"# HELP {name} {documentation}\n# TYPE {name} gauge\n"
+
+
+_HEAD_UP = _head(
+    "remediator_agent_up",
+    "1 while the node's agent sends heartbeats; 0 when silent (node health unknown).",
+)
+_HEAD_AGE = _head(
+    "remediator_agent_heartbeat_age_seconds", "Seconds since the node agent's last heartbeat."
+)
+_HEAD_SILENT = _head("remediator_agents_silent", "Node agents that stopped sending heartbeats.")
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format wants (a node name never needs it)."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
 
 
 class ControllerMetrics:
@@ -163,7 +173,6 @@ class ControllerMetrics:
             registry=registry,
         )
         self._agents = AgentGauges()
-        registry.register(self._agents)
         self.signals_dropped = Counter(
             "remediator_signals_dropped",
             "Signals dropped before evaluation, by the source that sent them and reason "
@@ -261,6 +270,10 @@ class ControllerMetrics:
         """Per node: up or silent, and the heartbeat's age; agents never seen have no series."""
         self._agents.statuses, self._agents.now = statuses, now
         self._agents.silent_after = silent_after
+
+    def agents_exposition(self) -> bytes:
+        """The agents' series as text, for /metrics after the registry's."""
+        return self._agents.exposition()
 
     def refresh(
         self,

@@ -253,7 +253,8 @@ def create_app(deps: WebDeps) -> FastAPI:
     @app.get("/metrics", tags=["probes"], response_class=PlainTextResponse)
     def metrics(deps: Deps) -> Response:
         deps.before_scrape()
-        return Response(generate_latest(deps.registry), media_type=CONTENT_TYPE_LATEST)
+        body = generate_latest(deps.registry) + deps.scrape_extra()
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     # Probes answer HEAD too (load balancers and uptime checkers use it); own operation ids.
     for path, probe, extra in (

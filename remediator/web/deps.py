@@ -42,6 +42,10 @@ def _nothing(_record: RemediationRecord) -> None:
     return None
 
 
+def _no_extra_series() -> bytes:
+    return b""
+
+
 def _nothing_to_refresh() -> None:
     return None
 
@@ -71,6 +75,9 @@ class WebDeps:
     finished: Callable[[RemediationRecord], None] = _nothing
     # Called before /metrics answers: gauges read from the store are set when someone looks.
     before_scrape: Callable[[], None] = _nothing_to_refresh
+    # Exposition text /metrics appends to the registry's (series too many for the registry's
+    # own formatting: every agent's).
+    scrape_extra: Callable[[], bytes] = _no_extra_series
     # Agents' heartbeats in memory, written coalesced; None: create_app keeps its own.
     heartbeats: HeartbeatBook | None = None
     # The hardware agents name in heartbeats, written with the book's flush (ledger/sightings.py);

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from remediator.controller.metrics import ControllerMetrics
 from tests.fixtures.web import (
@@ -134,15 +136,20 @@ def test_a_silent_agent_is_unknown_on_console_api_and_metrics(console: Console) 
     overview = client.get("/", headers=READER).text
     assert "1 reporting" in overview and 'href="/nodes/gpu-node-01"' in overview
 
-    registry = console.deps.registry
-    metrics = ControllerMetrics(registry)
+    metrics = ControllerMetrics(CollectorRegistry())
     metrics.agents(console.repository.agent_statuses(), console.clock.now(), timedelta(seconds=60))
-    up = registry.get_sample_value
-    assert up("remediator_agent_up", {"node": "gpu-node-01"}) == 0
-    assert up("remediator_agent_up", {"node": "gpu-node-02"}) == 1
-    assert up("remediator_agent_heartbeat_age_seconds", {"node": "gpu-node-01"}) == 75
-    assert up("remediator_agents_silent") == 1
-    assert "remediator_agent_up" in client.get("/metrics").text
+    console.deps.scrape_extra = metrics.agents_exposition  # as the controller wires it
+    exposed = client.get("/metrics").text
+    samples = {
+        (s.name, s.labels.get("node")): s.value
+        for family in text_string_to_metric_families(exposed)  # the text parses as Prometheus's
+        for s in family.samples
+    }
+    assert samples[("remediator_agent_up", "gpu-node-01")] == 0
+    assert samples[("remediator_agent_up", "gpu-node-02")] == 1
+    assert samples[("remediator_agent_heartbeat_age_seconds", "gpu-node-01")] == 75
+    assert samples[("remediator_agents_silent", None)] == 1
+    assert exposed.count("# TYPE remediator_agent_up gauge") == 1
 
 
 def test_the_overview_names_twenty_silent_agents_and_counts_the_rest(console: Console) -> None:
