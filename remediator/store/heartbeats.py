@@ -35,6 +35,9 @@ from remediator.store.repository import Repository
 log = logging.getLogger(__name__)
 
 DEFAULT_FLUSH_SECONDS = 5.0
+# A row is committed up to a flush after its `seen_at` (another replica's, with its clock): rows
+# seen this long before the newest one read are read again (replicas' clocks agree far closer).
+STORED_OVERLAP = timedelta(seconds=30)
 DEFAULT_URGENT_GAP_SECONDS = 1.0
 
 
@@ -85,6 +88,7 @@ class HeartbeatBook:
         self._loaded = False
         self._flushed_at: datetime | None = None
         self._stored_cache: tuple[datetime, dict[str, AgentStatus]] | None = None
+        self._stored_newest: datetime | None = None
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self.flushes = 0
@@ -229,13 +233,20 @@ class HeartbeatBook:
 
     def _stored(self) -> dict[str, AgentStatus]:
         """The table's rows, read at most once per flush period: they change no faster (this
-        replica's own newer heartbeats are overlaid from memory), and at 10,000 agents a read
-        is 10,000 rows per console view."""
+        replica's own newer heartbeats are overlaid from memory). After the first read only the
+        rows seen since the newest read, less `STORED_OVERLAP`, are read again: all 10,000 were
+        ~80 ms of CPU per console view or scrape, and rows are never deleted."""
         now = self._clock.now()
         cached = self._stored_cache
         if cached is not None and (now - cached[0]).total_seconds() < self.flush_seconds:
             return cached[1]
-        rows = {s.node: s for s in self._repository.agent_statuses()}
+        if cached is None or self._stored_newest is None:
+            rows = {s.node: s for s in self._repository.agent_statuses()}
+        else:
+            rows = dict(cached[1])  # readers may hold the last one: a new dict, not a change
+            since = self._stored_newest - STORED_OVERLAP
+            rows.update((s.node, s) for s in self._repository.agent_statuses(seen_after=since))
+        self._stored_newest = max((s.seen_at for s in rows.values()), default=None)
         self._stored_cache = (now, rows)
         return rows
 

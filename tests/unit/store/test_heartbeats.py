@@ -15,6 +15,7 @@ from sqlalchemy import Engine, event
 from remediator.clock import FakeClock
 from remediator.store import db
 from remediator.store.heartbeats import HeartbeatBook
+from remediator.store.records import AgentStatus
 from remediator.store.repository import Repository
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -230,3 +231,50 @@ def test_silence_is_noticed_in_heartbeat_order_whoever_beat_last(engine: Engine)
     assert book.tick() == ()
     clock.advance(45)
     assert book.tick() == ("n2",)
+
+
+class Reads:
+    """Heartbeat rows a book's repository returned to it."""
+
+    def __init__(self, book: HeartbeatBook) -> None:
+        self.rows = 0
+        repository = book._repository
+        read = repository.agent_statuses
+
+        def counted(seen_after: datetime | None = None) -> tuple[AgentStatus, ...]:
+            found = read(seen_after)
+            self.rows += len(found)
+            return found
+
+        repository.agent_statuses = counted  # type: ignore[method-assign]
+
+
+def test_a_reader_reads_again_only_the_rows_seen_lately_and_misses_none(engine: Engine) -> None:
+    """Another replica's rows: the first read takes them all, later ones those seen since the
+    newest read (less an overlap), including a row flushed late with an older heartbeat."""
+    clock = FakeClock(START)
+    writer, late, reader = book_on(engine, clock), book_on(engine, clock), book_on(engine, clock)
+    for i in range(50):
+        beat(writer, f"n{i:02d}")
+    writer.flush()
+    clock.advance(600)
+    beat(writer, "n00")
+    writer.flush()
+    reads = Reads(reader)
+    assert len(reader.statuses()) == 50 and reads.rows == 50  # the first read: every row
+
+    clock.advance(1)
+    beat(late, "late")  # heard now, written only after the reader's next read
+    clock.advance(10)
+    beat(writer, "n01")
+    writer.flush()
+    reads.rows = 0
+    seen = {s.node: s.seen_at for s in reader.statuses()}
+    assert reads.rows == 2  # n00 and n01: the 48 rows of 611 s ago are not read again
+    assert seen["n01"] == clock.now() and "late" not in seen and len(seen) == 50
+
+    late.flush()  # its heartbeat is older than the newest row the reader has read...
+    clock.advance(6)
+    seen = {s.node: s.seen_at for s in reader.statuses()}
+    assert seen["late"] == START + timedelta(seconds=601)  # ...and it is read, not missed
+    assert len(seen) == 51
