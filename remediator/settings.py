@@ -217,11 +217,11 @@ class AgentIntakeSettings(BaseModel):
     # Past this many heartbeats a second the replica is behind: 429 with a Retry-After.
     heartbeats_per_second: float = Field(default=2_000.0, gt=0)
     # The fleet's steady heartbeats a second: agents are asked for the period that keeps it
-    # (10,000 agents: every 500 s; up to 200 keep their own 10 s), and silence is judged on
+    # (10,000 agents: every ~11 min; up to 150 keep their own 10 s), and silence is judged on
     # three missed beats of that period (model/heartbeats.py, docs/scale.md). A heartbeat costs
-    # the replica ~0.5-0.9 ms of CPU at this rate (a new connection each, caches cold): 20 a
+    # the replica ~0.9-1 ms of CPU at such rates (a new connection each, caches cold): 15 a
     # second is ~1.5 % of a core.
-    heartbeat_budget_per_second: float = Field(default=20.0, gt=0)
+    heartbeat_budget_per_second: float = Field(default=15.0, gt=0)
 
 
 class ArchiveSettings(BaseModel):
