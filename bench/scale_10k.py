@@ -19,8 +19,8 @@ cordoned, sampled while heartbeats flow (15 samples, under the breaker's 20) →
 for 2,000 other nodes within 10 s, each accounted for from the database and the push answers →
 console overview and node page → controller restart with every agent still running (how many
 agents the new process counts as reporting at once; the time until every agent whose heartbeat
-met the restart is answered again, and until the new process has heard every agent; the busiest
-5 s of requests against the steady rate).
+met the restart is answered again; how many it heard in its first two minutes; the busiest 5 s
+of requests against the steady rate).
 
 The bench checks it took the path it models and stops loudly otherwise: the generator really
 sent the steady rate, the controller admitted those heartbeats and wrote them in batches (every
@@ -72,7 +72,7 @@ from remediator.agent.http import Response
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
 from remediator.controller.app import KEEP_ALIVE_SECONDS
 from remediator.ledger.identity import GpuIdentity, HostHardware, pci
-from remediator.model.heartbeats import MAX_ASKED_SECONDS, asked_period
+from remediator.model.heartbeats import asked_period
 from remediator.settings import AgentIntakeSettings
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.launch import SimHandle, start_sim
@@ -89,6 +89,7 @@ CORDON_SAMPLES = 15  # under the storm breaker's 20 new faulty nodes
 STORM = 2_000
 STORM_SECONDS = 10.0
 STORM_DECIDE_SECONDS = 600.0
+RESTART_WATCH = 120.0  # seconds the restart's request rate and returns are watched
 SETTINGS = """
 max_unhealthy:
   per_pool: {percent: 100}
@@ -276,7 +277,7 @@ class Agents:
             sent_at = time.monotonic()
             self.fleet.sent[int(sent_at)] += 1
             # An agent's connection outlives its period only when the period is shorter than
-            # the server's keep-alive; at the asked 250 s each heartbeat is a new connection,
+            # the server's keep-alive; at the asked ~667 s each heartbeat is a new connection,
             # as the agent's client finds the one it kept closed by the server.
             last = self._last_sent.get(node)
             self._last_sent[node] = sent_at
@@ -566,7 +567,8 @@ def run_database(
         )
         # The period the controller asks of a fleet this size, at its default budget.
         budget = AgentIntakeSettings().heartbeat_budget_per_second
-        steady = len(nodes) / max(Pacing().period, asked_period(len(nodes), budget))
+        asked = max(Pacing().period, asked_period(len(nodes), budget))
+        steady = len(nodes) / asked
         admitted_rate = (admitted1 - admitted0) / (t1 - t0)
         if sent < 0.5 * steady:
             print(
@@ -703,12 +705,10 @@ def run_database(
         )
         met_it = failed()  # each answered once since: its next heartbeat is a period away
         failed_back = max((agents.fleet.ok_at[n] for n in met_it), default=back_at) - back_at
-        wait(
-            "every agent heard by the new process",
-            lambda: sum(1 for t in agents.fleet.ok_at.values() if t > back_at) == len(nodes),
-            1.5 * MAX_ASKED_SECONDS,
-        )
-        heard = time.monotonic() - back_at
+        # The others are heard at their next heartbeat, over one asked period (~11 min at
+        # 10,000 agents): how many the new process heard in its first RESTART_WATCH seconds.
+        time.sleep(max(0.0, back_at + RESTART_WATCH - time.monotonic()))
+        heard = sum(1 for t in agents.fleet.ok_at.values() if t > back_at)
         busiest = agents.busiest(down_at, time.monotonic())
         peak = max(agents.fleet.sent[s] for s in range(int(down_at), int(time.monotonic())))
         figures.add(
@@ -716,9 +716,10 @@ def run_database(
             f"{reporting}/{len(nodes)} agents reporting at its first answer (start-up "
             f"{back_at - down_at - 10:.0f} s, down {back_at - down_at:.0f} s); the {len(met_it)} "
             f"whose heartbeat met the restart all answered {failed_back:.0f} s after it was "
-            f"ready; every agent heard by it within {heard:.0f} s (one asked period); busiest "
-            f"5 s {busiest:.0f} requests/s vs steady {steady:.0f}/s (busiest second {peak} vs "
-            f"{steady_second} while idle)",
+            f"ready; {heard} agents heard by it in its first {RESTART_WATCH:.0f} s (each at its "
+            f"next heartbeat, within the asked {asked:.0f} s); busiest 5 s {busiest:.0f} "
+            f"requests/s vs steady {steady:.0f}/s (busiest second {peak} vs {steady_second} "
+            "while idle)",
             "all back < 60 s, <= 2x steady",
             reporting == len(nodes) and failed_back < 60 and busiest <= 2 * steady,
         )
