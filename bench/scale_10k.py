@@ -277,7 +277,7 @@ class Agents:
             sent_at = time.monotonic()
             self.fleet.sent[int(sent_at)] += 1
             # An agent's connection outlives its period only when the period is shorter than
-            # the server's keep-alive; at the asked ~667 s each heartbeat is a new connection,
+            # the server's keep-alive; at the asked 1,000 s each heartbeat is a new connection,
             # as the agent's client finds the one it kept closed by the server.
             last = self._last_sent.get(node)
             self._last_sent[node] = sent_at
@@ -705,7 +705,7 @@ def run_database(
         )
         met_it = failed()  # each answered once since: its next heartbeat is a period away
         failed_back = max((agents.fleet.ok_at[n] for n in met_it), default=back_at) - back_at
-        # The others are heard at their next heartbeat, over one asked period (~11 min at
+        # The others are heard at their next heartbeat, over one asked period (~17 min at
         # 10,000 agents): how many the new process heard in its first RESTART_WATCH seconds.
         time.sleep(max(0.0, back_at + RESTART_WATCH - time.monotonic()))
         heard = sum(1 for t in agents.fleet.ok_at.values() if t > back_at)

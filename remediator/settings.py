@@ -217,11 +217,11 @@ class AgentIntakeSettings(BaseModel):
     # Past this many heartbeats a second the replica is behind: 429 with a Retry-After.
     heartbeats_per_second: float = Field(default=2_000.0, gt=0)
     # The fleet's steady heartbeats a second: agents are asked for the period that keeps it
-    # (10,000 agents: every ~11 min; up to 150 keep their own 10 s), and silence is judged on
+    # (10,000 agents: every ~17 min; up to 100 keep their own 10 s), and silence is judged on
     # three missed beats of that period (model/heartbeats.py, docs/scale.md). A heartbeat costs
-    # the replica ~0.9-1 ms of CPU at such rates (a new connection each, caches cold): 15 a
-    # second is ~1.5 % of a core.
-    heartbeat_budget_per_second: float = Field(default=15.0, gt=0)
+    # the replica ~1 ms of CPU at such rates (a new connection each, caches cold): 10 a second
+    # is ~1 % of a core, and the idle controller's other work ~0.7 %.
+    heartbeat_budget_per_second: float = Field(default=10.0, gt=0)
 
 
 class ArchiveSettings(BaseModel):

@@ -12,8 +12,8 @@ After a failure (a controller restarting, say) the agent retries within `reconne
 its own up to `cap` when that is longer. So an agent that failed during a restart is back within
 `reconnect` of the controller's return, and the retries add at most one more steady rate of
 requests: only the agents that failed in the last `reconnect` seconds retry sooner than their
-period, and those are the ones a steady rate brings (a 667 s period at 10,000 agents: a 15 s
-restart fails ~230 agents, back within 55 s, under twice the steady rate in the busiest 5 s;
+period, and those are the ones a steady rate brings (a 1,000 s period at 10,000 agents: a 15 s
+restart fails ~150 agents, back within 55 s, under twice the steady rate in the busiest 5 s;
 the agents that never met the restart never notice it). A controller down for long sees each
 agent about once a period.
 

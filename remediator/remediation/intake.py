@@ -401,6 +401,9 @@ class Intake:
     ) -> None:
         self._repo = repository
         self._ledger = ledger
+        # The machine behind each node as last handed to the ledger: asking it again about the
+        # same machine is a no-op, and 10,000 asks a cycle were an idle cost.
+        self._machines_linked: Mapping[str, str] = {}
         self._pods = pods
         self._fleet = fleet
         self._archive = archive
@@ -476,8 +479,12 @@ class Intake:
         what `repeat: {by: gpu|machine}` counts and the GPU pages show. The ledger keeps each
         node's picture in memory and writes only when something changed."""
         assert self._ledger is not None
-        for node, machine in inventory.machines.items():
-            self._ledger.observe_machine(node, machine, now)
+        machines, last = inventory.machines, self._machines_linked
+        if machines is not last:  # an unchanged fleet's inventory is the same object
+            for node, machine in machines.items():
+                if node not in last or last[node] != machine:
+                    self._ledger.observe_machine(node, machine, now)
+            self._machines_linked = machines
         return self._ledger.resolve(signals)
 
     def _link_remediation(
