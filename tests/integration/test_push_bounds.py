@@ -78,7 +78,12 @@ def test_bad_items_are_refused_alone_and_the_good_xid_proceeds(
         )
         return value or 0.0
 
-    assert (dropped("gpu_out_of_range"), dropped("unknown_node")) == (1.0, 1.0)
+    # Counted after the decision's write (the leader's thread): the remediation can be read first.
+    wait_for(
+        lambda: (dropped("gpu_out_of_range"), dropped("unknown_node")) == (1.0, 1.0),
+        30,
+        "the drops counted",
+    )
     assert repo.signals_for_node(nodes[1]) == () and repo.signals_for_node(nodes[2]) == ()
     assert repo.signals_for_node("old-host-7") == ()
     assert opened() == [nodes[0]]

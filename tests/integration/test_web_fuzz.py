@@ -12,6 +12,7 @@ named by route.
 from __future__ import annotations
 
 from collections.abc import Collection
+from datetime import datetime
 
 import pytest
 import schemathesis
@@ -113,11 +114,25 @@ def as_a_client_would(
         # A window's start before its end: a rule between two fields the schema cannot state.
         case.query["from"], case.query["to"] = window[1], window[0]  # type: ignore[index]
     if case.path == "/api/v1/signals" and isinstance(case.body, list):
-        now = console.clock.now().isoformat()
+        now = console.clock.now()
         for item in case.body:
             if isinstance(item, dict) and "observed_at" in item:
-                item["observed_at"] = now
+                item["observed_at"] = now.isoformat()
+            if isinstance(item, dict) and _after(item.get("since"), now):
+                # When a condition began is not after it was observed: another rule between two
+                # fields.
+                item["since"] = now.isoformat()
     return case
+
+
+def _after(value: object, now: datetime) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return when.tzinfo is not None and when > now
 
 
 def test_schema_lists_every_fuzzed_operation(shared_console: Console) -> None:
