@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -658,17 +658,7 @@ class Ledger:
                 gpu.uuid,
                 at,
             )
-            writes.conflicts.append(
-                {
-                    "cluster": conflict.cluster,
-                    "node": conflict.node,
-                    "machine_id": conflict.machine_id,
-                    "pci_bus_id": conflict.pci_bus_id,
-                    "known_uuid": conflict.known_uuid,
-                    "seen_uuid": conflict.seen_uuid,
-                    "at": conflict.at,
-                }
-            )
+            writes.conflicts.append(asdict(conflict))  # its fields are the row's columns
             conflicts.append(conflict)
         # Wherever this GPU sat before (another node, another slot), it sits there no more;
         # nor does whatever sat in this slot. A GPU never seen before sat nowhere.

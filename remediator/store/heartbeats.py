@@ -240,13 +240,15 @@ class HeartbeatBook:
         cached = self._stored_cache
         if cached is not None and (now - cached[0]).total_seconds() < self.flush_seconds:
             return cached[1]
-        if cached is None or self._stored_newest is None:
-            rows = {s.node: s for s in self._repository.agent_statuses()}
+        newest = self._stored_newest
+        if cached is None or newest is None:
+            read = self._repository.agent_statuses()
+            rows = {}
         else:
+            read = self._repository.agent_statuses(seen_after=newest - STORED_OVERLAP)
             rows = dict(cached[1])  # readers may hold the last one: a new dict, not a change
-            since = self._stored_newest - STORED_OVERLAP
-            rows.update((s.node, s) for s in self._repository.agent_statuses(seen_after=since))
-        self._stored_newest = max((s.seen_at for s in rows.values()), default=None)
+        rows.update((s.node, s) for s in read)
+        self._stored_newest = max((s.seen_at for s in read), default=newest)
         self._stored_cache = (now, rows)
         return rows
 
