@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from remediator.controller.heap import ScheduledCollections
 from remediator.controller.logging import configure_logging
 from remediator.errors import RemediatorError
 from remediator.settings import load_settings
@@ -64,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     from remediator.controller.app import Controller
 
     stop = threading.Event()
+    ScheduledCollections(stop).start()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)
