@@ -185,6 +185,9 @@ class RemediationService:
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._due: dict[int, float] = {}
+        # Queued remediations found as wanted, at the version looked at: the same version is the
+        # same row, so its next poll needs no read (2,000 queued were 1,000 reads a second).
+        self._settled: dict[int, int] = {}
         # Node → the remediation waiting on it: a watch event there ends that wait at once.
         self._waiting_on: dict[str, int] = {}
         self._waiting_guard = threading.Lock()
@@ -214,8 +217,13 @@ class RemediationService:
         ticked = 0
         now = self._clock.monotonic()
         wall = self._clock.now()
-        for record in self._repo.list_open():
+        listed = self._repo.list_open()
+        self._settled = {r.id: v for r in listed if (v := self._settled.get(r.id)) is not None}
+        for record in listed:
             if record.state in HUMAN_STATES or self._due.get(record.id, 0.0) > now:
+                continue
+            if record.state is State.QUEUED and self._settled.get(record.id) == record.version:
+                self._due[record.id] = now + planner.HUMAN_POLL_SECONDS
                 continue
             if record.next_attempt_at is not None and record.next_attempt_at > wall:
                 # A retry scheduled for later (a provider's Retry-After), kept durably; known
@@ -338,6 +346,7 @@ class RemediationService:
         )
         done = last_queued_action(record)
         if (done == "queued_cordon") == wanted:
+            self._settled[record.id] = record.version
             return  # as wanted already, as far as its own timeline knows
         try:
             if wanted:
@@ -362,6 +371,7 @@ class RemediationService:
                 actor=self.actor,
                 detail={"result": outcome.detail, **outcome.facts},
             )
+            self._settled[record.id] = record.version  # an event moves no version
 
     # -- observing ---------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -253,6 +254,31 @@ def test_has_open_agrees_with_list_open(repo: Repository) -> None:
     assert repo.has_open() is True and len(repo.list_open()) == 1
     repo.transition(created.id, State.DETECTED, State.FAILED, action="fail", actor="c")
     assert repo.has_open() is False and repo.list_open() == ()
+
+
+def test_list_open_reads_again_only_what_moved_and_misses_no_change(
+    repo: Repository, clock: FakeClock
+) -> None:
+    """list_open keeps its last rows by version: each list is still exactly the table's open
+    rows, oldest first, with every field as written, whichever replica (Repository) wrote it."""
+    other = Repository(repo.session_factory, repo.cluster, clock)
+    first = repo.create(_new("gpu-1"), actor="c")
+    clock.advance(1)
+    second = repo.create(_new("gpu-2"), actor="c")
+    assert [r.id for r in repo.list_open()] == [first.id, second.id]
+    kept = repo.list_open()[0]
+    assert repo.list_open()[0] is kept  # unmoved: not built again
+
+    other.update_fields(first.id, first.version, attempts=3)  # a write this one did not make
+    moved = repo.list_open()[0]
+    assert moved.attempts == 3 and moved.version == first.version + 1
+    other.transition(second.id, State.DETECTED, State.FAILED, action="fail", actor="c")
+    clock.advance(1)
+    third = other.create(_new("gpu-3"), actor="c")
+    assert [r.id for r in repo.list_open()] == [first.id, third.id]
+    assert repo.list_open() == other.list_open()
+    loaded = repo.get(first.id)
+    assert loaded is not None and repo.list_open()[0] == replace(loaded, events=())
 
 
 def test_illegal_transitions_are_refused_and_leave_no_trace(repo: Repository) -> None:
