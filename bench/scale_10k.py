@@ -38,6 +38,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -485,26 +486,28 @@ def wait(what: str, check: Any, timeout: float, every: float = 1.0) -> float:
 
 
 @contextmanager
-def idle_profile(pid: int, window: float, workdir: Path) -> Iterator[None]:
-    """With BENCH_PY_SPY naming a py-spy binary, where the idle controller's CPU goes: py-spy
-    samples it (without stopping it) over the window into workdir/idle-profile.txt, collapsed
-    stacks. py-spy's own CPU is its process's, not the controller's."""
+def profiled(pid: int, workdir: Path, label: str) -> Iterator[None]:
+    """With BENCH_PY_SPY naming a py-spy binary, where the controller's CPU goes while the block
+    runs: py-spy samples it (without stopping it) into scale_10k-DB-LABEL.profile.txt in the
+    working directory (the run's own directory is removed at its end), collapsed stacks, written
+    when interrupted at the block's end. py-spy's own CPU is its process's, not the
+    controller's."""
     spy = os.environ.get("BENCH_PY_SPY")
     if not spy:
         yield
         return
-    out = workdir / "idle-profile.txt"
-    command = [spy, "record", "-p", str(pid), "-d", str(int(window)), "--nonblocking"]
+    out = Path.cwd() / f"scale_10k-{workdir.name}-{label}.profile.txt"
     proc = subprocess.Popen(
-        [*command, "-r", "50", "-f", "raw", "-o", str(out)],
+        [spy, "record", "-p", str(pid), "--nonblocking", "-r", "50", "-f", "raw", "-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         yield
     finally:
+        proc.send_signal(signal.SIGINT)
         proc.wait(30)
-        print(f"  idle profile: {out}", flush=True)
+        print(f"  {label} profile: {out}", flush=True)
 
 
 def cordoned(kube: httpx.Client, node: str) -> bool:
@@ -555,7 +558,7 @@ def run_database(
         print(f"  [{name}] idle window: {window:.0f} s from now", flush=True)
         connections0 = agents.fleet.connections
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
-        with idle_profile(pid, window, workdir):
+        with profiled(pid, workdir, "idle"):
             time.sleep(window)
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
         rss, _peak = memory_mb(pid)
@@ -601,17 +604,18 @@ def run_database(
 
         # -- pushed XID → cordoned, heartbeats flowing ---------------------------------------
         samples: list[float] = []
-        for node in nodes[:CORDON_SAMPLES]:
-            began = time.perf_counter()
-            status, body, _took = agents.call(agents.push_xid(node))
-            if status != 202:
-                raise SystemExit(f"push for {node}: {status} {body}")
-            while not cordoned(kube, node):
-                if time.perf_counter() - began > 60:  # counted as 60 s; the run goes on
-                    print(f"  [{name}] {node} not cordoned within 60 s", flush=True)
-                    break
-                time.sleep(0.005)
-            samples.append(time.perf_counter() - began)
+        with profiled(pid, workdir, "cordon"):
+            for node in nodes[:CORDON_SAMPLES]:
+                began = time.perf_counter()
+                status, body, _took = agents.call(agents.push_xid(node))
+                if status != 202:
+                    raise SystemExit(f"push for {node}: {status} {body}")
+                while not cordoned(kube, node):
+                    if time.perf_counter() - began > 60:  # counted as 60 s; the run goes on
+                        print(f"  [{name}] {node} not cordoned within 60 s", flush=True)
+                        break
+                    time.sleep(0.005)
+                samples.append(time.perf_counter() - began)
         median_ms, p99_ms = 1000 * statistics.median(samples), 1000 * percentile(samples, 0.99)
         figures.cordon_p99_ms = p99_ms
         figures.add(
@@ -669,13 +673,14 @@ def run_database(
 
         # -- console ----------------------------------------------------------------------------
         timings: dict[str, list[float]] = {"overview": [], "node page": []}
-        for index in range(10):
-            for label, path in (("overview", "/"), ("node page", f"/nodes/{nodes[index]}")):
-                began_c = time.perf_counter()
-                answer = reader.get(path)
-                timings[label].append(time.perf_counter() - began_c)
-                if answer.status_code != 200:
-                    raise SystemExit(f"{path}: {answer.status_code}")
+        with profiled(pid, workdir, "console"):
+            for index in range(10):
+                for label, path in (("overview", "/"), ("node page", f"/nodes/{nodes[index]}")):
+                    began_c = time.perf_counter()
+                    answer = reader.get(path)
+                    timings[label].append(time.perf_counter() - began_c)
+                    if answer.status_code != 200:
+                        raise SystemExit(f"{path}: {answer.status_code}")
         overview_ms = 1000 * statistics.median(timings["overview"])
         node_ms = 1000 * statistics.median(timings["node page"])
         figures.add(
