@@ -60,7 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     # behind it (bench scale_10k: push p99 4.4-4.6 s under load). Handing the GIL on after
     # 1 ms keeps the push API answering while the decisions run.
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-    limit_malloc_arenas()
+    if not limit_malloc_arenas():
+        log.info("the C library is not glibc: its malloc arenas are as it sets them")
     # Imported here: building the parser must not pay for the whole controller.
     from remediator.controller.app import Controller
 
