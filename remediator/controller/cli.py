@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import signal
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from remediator.controller.heap import ScheduledCollections
+from remediator.controller.heap import ScheduledCollections, limit_malloc_arenas
 from remediator.controller.logging import configure_logging
 from remediator.errors import RemediatorError
 from remediator.settings import load_settings
@@ -21,20 +20,6 @@ from remediator.store.db import check
 log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_SECONDS = 0.001
-# glibc gives each thread that allocates its own arena (up to 8 a core), and each keeps the
-# memory its thread freed; the controller's ~15 threads (web, informer, jobs, executors) each
-# touch large buffers (watch events, query results). Two arenas, as MALLOC_ARENA_MAX=2 would.
-MALLOC_ARENAS = 2
-_M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
-
-
-def limit_malloc_arenas() -> bool:
-    """Before the controller's threads start; False where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS))
-    except (OSError, AttributeError):
-        return False
 
 
 def register(subparsers: Any) -> None:

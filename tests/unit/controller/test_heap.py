@@ -4,13 +4,14 @@ by the next full pass."""
 from __future__ import annotations
 
 import gc
+import platform
 import threading
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from remediator.controller.heap import ScheduledCollections, full_pass
+from remediator.controller.heap import ScheduledCollections, full_pass, limit_malloc_arenas
 
 
 class Peer:
@@ -57,3 +58,7 @@ def test_no_pass_when_stopped_before_the_first() -> None:
     passes.start()
     passes.join(30)
     assert not passes.passed.is_set()
+
+
+def test_the_arenas_are_limited_where_the_c_library_is_glibc() -> None:
+    assert limit_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
