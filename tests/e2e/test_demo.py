@@ -243,7 +243,9 @@ def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
 
     def requeued(client: httpx.Client) -> dict[str, Any] | None:
         for item in remediations(client, console, token):
-            if item["state"] != "succeeded":
+            # The first fault's remediation: a later fault's node may be where the requeued job
+            # was just being started again, and killed there before it could checkpoint.
+            if item["state"] != "succeeded" or item["node"] != first.group(1):
                 continue
             response = client.get(
                 f"{console}api/v1/remediations/{item['id']}",
@@ -265,6 +267,7 @@ def test_demo_with_slurm_requeues_a_job_that_resumes_from_its_checkpoint(
     assert commands[0].startswith(f"scontrol update nodename={node} state=drain reason=")
     assert f"remediator #{detail['id']}: {detail['policy']}" in commands[0]
     job = detail["slurm_jobs"][0]["job"]
+    assert str(job) == first.group(2)
     assert f"scontrol requeue {job}" in commands
     assert commands[-1] == f"scontrol update nodename={node} state=resume"
     log = (jobs_dir / f"log.{job}").read_text()
