@@ -22,7 +22,7 @@ from remediator.settings import (
     ClusterApiProviderSettings,
     GceProviderSettings,
 )
-from remediator.store.db import head_revision, normalise_url
+from remediator.store.db import SCHEMA_HEAD, normalise_url, schema_revision
 
 # What each provider's replace and reboot calls need, beyond the read this doctor makes.
 WRITES = {
@@ -264,8 +264,6 @@ def read_only_engine(url: str, timeout: float) -> Engine:
 
 
 def database(ctx: DoctorContext) -> list[Finding]:
-    from alembic.runtime.migration import MigrationContext
-
     url = ctx.settings.database_url
     try:
         engine = read_only_engine(url, ctx.timeout)
@@ -279,7 +277,7 @@ def database(ctx: DoctorContext) -> list[Finding]:
             else:
                 server = None
             after = utcnow()
-            current = MigrationContext.configure(conn).get_current_revision()
+            current = schema_revision(conn)
     except SQLAlchemyError as exc:
         return [
             Finding(
@@ -294,7 +292,7 @@ def database(ctx: DoctorContext) -> list[Finding]:
     finally:
         engine.dispose()
     findings = [Finding("database", "reachable", Status.PASS, f"{engine.dialect.name} answers")]
-    head = head_revision()
+    head = SCHEMA_HEAD
     findings.append(
         Finding(
             "database",

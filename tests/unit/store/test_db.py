@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -123,3 +125,45 @@ def test_check_reports_an_unmigrated_database(tmp_path: Path) -> None:
         db.check(url)
     db.upgrade(url)
     db.check(url)
+
+
+def test_the_code_s_schema_head_is_the_migrations_head() -> None:
+    assert db.head_revision() == db.SCHEMA_HEAD, "a new migration: set db.SCHEMA_HEAD to it"
+
+
+def test_check_names_the_revision_found_one_behind_and_upgrade_clears_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(db.StoreUnavailable, match=r"at revision None, expected"):
+        db.check(url)
+    db.upgrade(url)
+    previous = db.head_revision()
+    db.downgrade(url, "-1")
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            below = db.schema_revision(conn)
+    finally:
+        engine.dispose()
+    assert below is not None and below != previous
+    with pytest.raises(db.StoreUnavailable, match=f"at revision {below}, expected {previous}"):
+        db.check(url)
+    db.upgrade(url)
+    db.check(url)
+
+
+def test_the_start_up_check_runs_without_loading_alembic(tmp_path: Path) -> None:
+    """alembic stays out of the controller's resident memory: it is needed only to migrate."""
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    db.upgrade(url)
+    probe = (
+        "import sys\n"
+        "from remediator.controller import cli\n"
+        "from remediator.doctor.systems import database\n"
+        "from remediator.store import db\n"
+        f"db.check({url!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert found.stdout.strip() == "[]", found.stdout
