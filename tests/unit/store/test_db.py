@@ -157,8 +157,8 @@ def test_the_start_up_check_runs_without_loading_alembic(tmp_path: Path) -> None
     db.upgrade(url)
     probe = (
         "import sys\n"
-        "from remediator.controller import cli\n"
-        "from remediator.doctor.systems import database\n"
+        "from remediator.controller import app, cli\n"
+        "from remediator.doctor import run, systems\n"
         "from remediator.store import db\n"
         f"db.check({url!r})\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
