@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.model.states import State
-from remediator.store.records import RemediationRecord
+from remediator.store.records import QuarantineSpan, RemediationRecord
 from remediator.web import views
 from remediator.web.agent_views import agent_out
 from remediator.web.deps import WebDeps
@@ -191,7 +191,13 @@ def silent_after(deps: WebDeps) -> timedelta:
     return timedelta(seconds=deps.settings.agent_silent_after_seconds)
 
 
-def overview_out(deps: WebDeps) -> OverviewOut:
+def recent_spans(deps: WebDeps, now: datetime) -> tuple[QuarantineSpan, ...]:
+    """The quarantines the overview's GPU-hours count: those that began in GPU_HOURS_WINDOW."""
+    return deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW)
+
+
+def overview_out(deps: WebDeps, spans: tuple[QuarantineSpan, ...] | None = None) -> OverviewOut:
+    """`spans`: `recent_spans` at this `now`, when the caller has read them already."""
     now = deps.clock.now()
     overview = deps.repository.overview()
     assert deps.heartbeats is not None  # create_app fills it in
@@ -201,7 +207,7 @@ def overview_out(deps: WebDeps) -> OverviewOut:
     after = silent_after(deps)
     silent = [agent_out(a, now, after) for a in statuses if a.silent(now, after)]
     counts = overview.by_state
-    lost = views.gpu_hours_lost(deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW), now)
+    lost = views.gpu_hours_lost(recent_spans(deps, now) if spans is None else spans, now)
     return OverviewOut(
         in_flight=sum(n for state, n in counts.items() if state in views.WORKING),
         awaiting_approval=counts.get(State.AWAITING_APPROVAL, 0),

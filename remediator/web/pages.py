@@ -146,9 +146,10 @@ def make_pages_router() -> APIRouter:
         waiting = repo.list(RemediationFilter(states=views.NEEDS_HUMAN), limit=WAITING_SHOWN)
         working = repo.list(RemediationFilter(states=views.WORKING), limit=WAITING_SHOWN)
         days = chart_days(now.date(), CHART_DAYS)
-        lost = views.gpu_hours_lost(
-            repo.quarantine_spans(since=datetime.combine(days[0], time.min, UTC)), now
-        )
+        # One read for the summary's window and the charts' days, which begin inside it.
+        spans = console.recent_spans(deps, now)
+        chart_from = datetime.combine(days[0], time.min, UTC)
+        lost = views.gpu_hours_lost([s for s in spans if s.quarantined_at >= chart_from], now)
         repair = repo.time_to_repair(since=now - timedelta(days=7), window=REPAIR_SAMPLE)
         active = deps.policies.active
         doa = validation_figures(
@@ -158,7 +159,7 @@ def make_pages_router() -> APIRouter:
             request,
             "overview.html",
             principal,
-            summary=console.overview_out(deps),
+            summary=console.overview_out(deps, spans),
             waiting=[views.waiting_item(r) for r in repo.with_events(waiting.rows)],
             waiting_more=_list_url(views.NEEDS_HUMAN) if waiting.next_cursor else None,
             working=working.rows,

@@ -5,7 +5,7 @@ out; per policy in the API and per day and policy on the overview."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -75,6 +75,35 @@ def test_gpu_hours_per_policy_from_quarantine_to_back_in_service(
     assert "8.0 GPU-h" in section and "5.9 GPU-h" in section
     assert "more whose node reported no GPU count (left out)" in section
     assert "n=" in page  # time to repair shows its sample size
+
+
+def test_the_page_counts_the_days_it_charts_and_the_api_its_fourteen_days_from_one_read(
+    client: TestClient, console: Console
+) -> None:
+    """A quarantine 13.5 days old began before the chart's first day (midnight 13 days back) but
+    inside the API's 14 days: the summary counts it, the page's chart and table do not."""
+    noon = console.clock.now().replace(hour=12, minute=0, second=0, microsecond=0)
+    console.clock.advance((noon + timedelta(days=1) - console.clock.now()).total_seconds())
+    old = _quarantined(console, "gpu-node-40", "gpu-overheat", 8)
+    began = console.clock.now()
+    console.repository.transition(
+        old, State.DRAINING, State.SUCCEEDED, action="uncordoned", actor="c"
+    )
+    after_midnight = datetime.combine(began.date() + timedelta(days=14), time(0, 30), UTC)
+    console.clock.advance((after_midnight - began).total_seconds())
+    _quarantined(console, "gpu-node-41", "xid-79-fallen-off-bus", 4)
+    console.clock.advance(3600 - 60)
+
+    body = client.get("/api/v1/overview", headers=READONLY).json()
+    assert set(body["gpu_hours_out_of_service_by_policy"]) == {
+        "gpu-overheat",
+        "xid-79-fallen-off-bus",
+    }
+    page = client.get("/", headers=READONLY).text
+    section = page[page.index('id="gpu-hours"') :]
+    section = section[: section.index("</table>")]
+    assert "xid-79-fallen-off-bus" in section and "4.0 GPU-h" in section
+    assert "gpu-overheat" not in section
 
 
 def test_gpu_hours_lost_is_summed_per_day_and_policy() -> None:
