@@ -486,19 +486,33 @@ def wait(what: str, check: Any, timeout: float, every: float = 1.0) -> float:
 
 
 @contextmanager
-def profiled(pid: int, workdir: Path, label: str) -> Iterator[None]:
+def profiled(pid: int, workdir: Path, label: str, wall: bool = False) -> Iterator[None]:
     """With BENCH_PY_SPY naming a py-spy binary, where the controller's CPU goes while the block
     runs: py-spy samples it (without stopping it) into scale_10k-DB-LABEL.profile.txt in the
     working directory (the run's own directory is removed at its end), collapsed stacks, written
     when interrupted at the block's end. py-spy's own CPU is its process's, not the
-    controller's."""
+    controller's. `wall`: idle threads sampled too, for a phase timed by the clock, where a
+    request waiting on the database is the time to find."""
     spy = os.environ.get("BENCH_PY_SPY")
     if not spy:
         yield
         return
     out = Path.cwd() / f"scale_10k-{workdir.name}-{label}.profile.txt"
     proc = subprocess.Popen(
-        [spy, "record", "-p", str(pid), "--nonblocking", "-r", "50", "-f", "raw", "-o", str(out)],
+        [
+            spy,
+            "record",
+            "-p",
+            str(pid),
+            "--nonblocking",
+            *(["--idle"] if wall else []),
+            "-r",
+            "50",
+            "-f",
+            "raw",
+            "-o",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -604,7 +618,7 @@ def run_database(
 
         # -- pushed XID → cordoned, heartbeats flowing ---------------------------------------
         samples: list[float] = []
-        with profiled(pid, workdir, "cordon"):
+        with profiled(pid, workdir, "cordon", wall=True):
             for node in nodes[:CORDON_SAMPLES]:
                 began = time.perf_counter()
                 status, body, _took = agents.call(agents.push_xid(node))
@@ -673,7 +687,7 @@ def run_database(
 
         # -- console ----------------------------------------------------------------------------
         timings: dict[str, list[float]] = {"overview": [], "node page": []}
-        with profiled(pid, workdir, "console"):
+        with profiled(pid, workdir, "console", wall=True):
             for index in range(10):
                 for label, path in (("overview", "/"), ("node page", f"/nodes/{nodes[index]}")):
                     began_c = time.perf_counter()
