@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from remediator.demo.supervisor import find_prometheus
+from tests.fixtures.processes import read_proc
 from tests.fixtures.slurm import slurm_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -127,13 +128,8 @@ def running(pid: int) -> bool:
 def command_lines(pids: set[int]) -> set[bytes]:
     """The command lines of those still there: a short-lived child (an `scontrol` the demo ran)
     can exit between the listing and the read."""
-    found = set()
-    for pid in pids:
-        try:
-            found.add(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
-        except OSError:
-            continue
-    return found
+    read = (read_proc(Path(f"/proc/{pid}/cmdline")) for pid in pids)
+    return {raw.replace(b"\0", b" ") for raw in read if raw}
 
 
 def remediations(client: httpx.Client, console: str, token: str) -> list[dict[str, Any]]:
