@@ -107,8 +107,6 @@ def test_the_page_counts_the_days_it_charts_and_the_api_its_fourteen_days_from_o
 
 
 def test_gpu_hours_lost_is_summed_per_day_and_policy() -> None:
-    from datetime import UTC, datetime, timedelta
-
     from remediator.store.records import QuarantineSpan
 
     t0 = datetime(2026, 3, 1, 23, 0, tzinfo=UTC)
