@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 WRITE_OPTION = "remediator_write"
 MIGRATIONS_ENV = "REMEDIATOR_MIGRATIONS_DIR"
-SCHEMA_HEAD = "0015_quar33"
+SCHEMA_HEAD = "0016_fences38"
 """The revision this code's tables are at (a test holds it to the migrations' head). A constant
 so that `remediator run` checks its schema without loading alembic, ~10 MB resident for the
 process's life; alembic is imported only to migrate."""

@@ -420,6 +420,36 @@ class WebSession(Base):
     __table_args__ = (Index("ix_web_sessions_expires", "expires_at"),)
 
 
+class StoreIdentity(Base):
+    """This database's own id, written once with the schema (migration 0016): every fence mark
+    names it, so a mark another database wrote is never taken for ours."""
+
+    __tablename__ = "store_identity"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    store_id: Mapped[str] = mapped_column(String(36))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FenceDecision(Base):
+    """An operator's decision on a node's fence (fence, release, adopt), with who and why; never
+    updated. The fence owner (remediator/fences/) reads the newest per node."""
+
+    __tablename__ = "fence_decisions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(253))
+    action: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(256))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # A foreign fence's marks as they were when adopted or released (JSON text).
+    mark: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_fence_decisions_cluster_node", "cluster", "node", "id"),)
+
+
 class ClusterIdentity(Base):
     """Who owns a cluster name in a shared database: the UID of that cluster's `kube-system`
     namespace, recorded by the first controller that started under the name. Two clusters both
