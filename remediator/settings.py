@@ -247,6 +247,16 @@ class RepairSettings(BaseModel):
     poll_seconds: float = Field(default=2.0, gt=0)
 
 
+class FenceSettings(BaseModel):
+    """What the fence owner does with a fence found missing where the store requires one
+    (docs/safety.md I3): put it back (`reassert`), or only say so on the timeline and in
+    `remediator_fence_drift_total` (`report`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    on_drift: Literal["reassert", "report"] = "reassert"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="REMEDIATOR_", env_nested_delimiter="__", extra="forbid"
@@ -275,6 +285,7 @@ class Settings(BaseSettings):
     kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)
     repair: RepairSettings = Field(default_factory=RepairSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    fences: FenceSettings = Field(default_factory=FenceSettings)
     # The labels that place a tray in its rack (remediator/model/topology.py, docs/topology.md).
     topology: TopologySettings = Field(default_factory=TopologySettings)
     pool_label: str = "simcloud.io/nodepool"

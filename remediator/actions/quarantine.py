@@ -9,36 +9,56 @@ must not be lost to a crash between the steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from remediator.actions.outcome import Done, Held, Outcome
+from remediator.fences.marks import (
+    ANN_CLUSTER,
+    ANN_MACHINE_HOLD,
+    ANN_OPERATOR_FENCE,
+    ANN_REMEDIATION_ID,
+    ANN_STORE,
+    QUARANTINE_TAINT,
+)
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import Node, ObjectRef, Taint
+from remediator.kube.objects import Node, ObjectRef
 
-QUARANTINE_TAINT = Taint("remediator.io/quarantine", "true", "NoSchedule")
-ANN_REMEDIATION_ID = "remediator.io/remediation-id"
 ANN_POLICY = "remediator.io/policy"
 ANN_SIGNAL = "remediator.io/signal"
 ANN_PRIOR_CORDON = "remediator.io/cordoned-before-quarantine"
-# A node fenced on arrival because its machine is quarantined (remediation/machine_hold.py): the
-# machine's id. Its cordon is ours, not a human's, when a remediation quarantines it later.
-ANN_MACHINE_HOLD = "remediator.io/machine-hold"
+# A remediation's marks, dropped by its release. A machine hold's cordon is ours, not a human's,
+# when a remediation quarantines the node later; an operator's fence (ANN_OPERATOR_FENCE) is
+# not the remediation's to lift and stays.
 QUARANTINE_ANNOTATIONS = (
     ANN_REMEDIATION_ID,
     ANN_POLICY,
     ANN_SIGNAL,
     ANN_PRIOR_CORDON,
     ANN_MACHINE_HOLD,
+    ANN_STORE,
+    ANN_CLUSTER,
 )
+__all__ = [
+    "ANN_MACHINE_HOLD",
+    "ANN_OPERATOR_FENCE",
+    "ANN_REMEDIATION_ID",
+    "QUARANTINE_ANNOTATIONS",
+    "QUARANTINE_TAINT",
+    "Why",
+    "quarantine",
+]
 
 
 @dataclass(frozen=True)
 class Why:
-    """Which remediation fences the node, under which policy, because of which signal."""
+    """Which remediation fences the node, under which policy, because of which signal; `marks`
+    name the store and cluster that wrote it (fences/marks.py FenceIdentity)."""
 
     remediation_id: str
     policy: str
     signal: str
+    marks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +92,7 @@ def plan_quarantine(node: Node, why: Why) -> QuarantinePlan:
         ANN_REMEDIATION_ID: why.remediation_id,
         ANN_POLICY: why.policy,
         ANN_SIGNAL: why.signal,
+        **why.marks,
     }
     if owner is None and node.unschedulable and ANN_MACHINE_HOLD not in node.annotations:
         wanted[ANN_PRIOR_CORDON] = "true"

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from remediator.actions.outcome import Done, Held, Outcome
 from remediator.actions.quarantine import (
+    ANN_OPERATOR_FENCE,
     ANN_PRIOR_CORDON,
     ANN_REMEDIATION_ID,
     QUARANTINE_ANNOTATIONS,
     QUARANTINE_TAINT,
 )
 from remediator.errors import NotFoundError
+from remediator.fences.marks import ANN_CLUSTER, ANN_STORE
 from remediator.kube.client import KubeClient
 from remediator.kube.objects import Node, ObjectRef
 
@@ -50,6 +52,14 @@ def plan_release(node: Node, remediation_id: str) -> ReleasePlan:
         # Never ours (or already released): touching the cordon could undo a human's.
         return ReleasePlan(False, False, ())
     human_cordon = node.annotations.get(ANN_PRIOR_CORDON) == "true"
+    if ANN_OPERATOR_FENCE in node.annotations:
+        # An operator's fence stands under the remediation's: only the remediation's marks go.
+        mine = tuple(
+            k
+            for k in QUARANTINE_ANNOTATIONS
+            if k in node.annotations and k not in (ANN_STORE, ANN_CLUSTER)
+        )
+        return ReleasePlan(False, False, mine)
     return ReleasePlan(
         uncordon=node.unschedulable and not human_cordon,
         untaint=node.has_taint(QUARANTINE_TAINT),

@@ -38,6 +38,9 @@ from remediator.controller.jobs import (
 )
 from remediator.controller.metrics import ControllerMetrics
 from remediator.errors import NotFoundError, RemediatorError
+from remediator.fences.derive import failed_machine
+from remediator.fences.marks import FenceIdentity
+from remediator.fences.owner import FenceOwner
 from remediator.kube.client import KubeClient
 from remediator.kube.informer import NodeInformer
 from remediator.kube.leader import LeaderElector, default_identity
@@ -83,9 +86,10 @@ from remediator.slurm.source import SlurmNodeSource
 from remediator.store.archive import SignalArchive
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import make_engine, make_session_factory
+from remediator.store.fences import FenceAction, FenceBook
 from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.heartbeats import HeartbeatBook
-from remediator.store.optouts import OptOutBook
+from remediator.store.optouts import Asker, OptOutBook
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.store.repository import Repository
 from remediator.web.app import create_app
@@ -147,6 +151,10 @@ def firing_alerts(settings: SignalSettings) -> FiringAlerts:
     if settings.alertmanager_url:
         api = AlertmanagerAPI(settings.alertmanager_url, settings.alertmanager_receiver)
     return FiringAlerts(timedelta(seconds=settings.alert_hold_seconds), api=api)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _always() -> bool:
@@ -337,6 +345,28 @@ class Controller:
             machine_hold=self.machine_holds.hold_on,
         )
         self.service.on_wake = self._wake_advance
+        self.fence_book = FenceBook(
+            self.repository.session_factory, settings.cluster_name, self.clock
+        )
+        # Known once the cluster's identity is claimed (start): no mark is told ours before.
+        self.fence_identity: FenceIdentity | None = None
+        slurm_cli = SlurmCli(settings.slurm) if settings.slurm.enabled else None
+        self.fences = FenceOwner(
+            self.repository,
+            self.kube,
+            self.fence_book,
+            actor=self.actor,
+            identity=lambda: self.fence_identity,
+            registry=self.registry,
+            may_act=self.is_leader,
+            on_drift=lambda: self.settings.fences.on_drift,
+            machine_hold=self.machine_holds.hold_on,
+            machine_known=lambda machine: machine in self.ledger.quarantine_state()[0],
+            slurm=self.service.slurm,
+            slurm_client=slurm_cli,
+            slurm_settings=settings.slurm if slurm_cli is not None else None,
+        )
+        self.service.fence_marks = self._fence_marks
         # Pods from their own watch; nodes from the informer's, so every node event is read
         # once, not twice.
         self.activity = NodeActivity(
@@ -346,6 +376,7 @@ class Controller:
             watch_nodes=False,
         )
         self.nodes.subscribe(self.service.wake_node, self.service.wake_all)
+        self.nodes.subscribe(self._node_changed, _nothing)
         self._drops = RecentDrops()
         self._inventories = InventoryCache(settings.pool_label)
         archive = settings.signal_archive
@@ -407,6 +438,35 @@ class Controller:
     def _on_transition(self, seen: TransitionSeen) -> None:
         self.metrics.transition(seen)
         self.machine_holds.on_transition(seen)
+        self._fence_failed_validation(seen)
+
+    def _fence_failed_validation(self, seen: TransitionSeen) -> None:
+        """A machine that failed its burn-in stays fenced until an operator releases it, even
+        after its remediation ends (docs/safety.md I1): recorded as a decision of this store."""
+        if seen.action != "validate_failed":
+            return
+        node = failed_machine(seen.before, seen.detail)
+        reason = f"failed validation in remediation {seen.after.id}: {seen.detail.get('reason')}"
+        try:
+            self.fence_book.record(
+                node,
+                FenceAction.FENCE,
+                reason=reason,
+                asker=Asker(self.actor, "controller"),
+                mark={"failed_validation": "true", "remediation_id": str(seen.after.id)},
+            )
+        except SQLAlchemyError as exc:
+            log.warning("failed validation of %s not recorded as a fence: %s", node, exc)
+
+    def _fence_marks(self) -> dict[str, str]:
+        identity = self.fence_identity
+        return identity.annotations() if identity is not None else {}
+
+    def _node_changed(self, node: str) -> None:
+        """A node whose fence is due changed (an uncordon, a taint removed): look now, not at
+        the next interval (docs/safety.md I3)."""
+        if self.fences.watches(node):
+            wake(self._scheduler, "reconcile")
 
     def _max_opt_out_hold(self) -> timedelta:
         active = self.policies.active
@@ -692,7 +752,7 @@ class Controller:
             self.opt_outs.note_expired(self.opt_outs.expired_unnoted(), self.actor)
             # A quarantined machine back under a new name is fenced before it takes work.
             self.machine_holds.fence_arrivals(nodes)
-        self.service.reconcile(nodes)
+        self.fences.reconcile(nodes)
 
     def heartbeat(self) -> None:
         self.repository.record_leader(self.identity)
@@ -826,6 +886,8 @@ class Controller:
             list_nodes=self.nodes.list_nodes,
             list_gang_pods=lambda: self.kube.list_pods_everywhere(GANG_LABEL),
             machine_hold=self.machine_holds.hold_on,
+            fences=self.fences,
+            fences_changed=lambda: wake(self._scheduler, "reconcile"),
         )
 
     def start_web(self) -> str:
@@ -855,6 +917,7 @@ class Controller:
         ClusterRegistry(self.repository.session_factory, self.clock).claim(
             self.settings.cluster_name, uid, by=self.actor
         )
+        self.fence_identity = FenceIdentity(self.fence_book.store_id(), uid)
 
     def start(self, *, serve_web: bool = True) -> None:
         self.claim_identity()

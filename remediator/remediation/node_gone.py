@@ -10,8 +10,9 @@ is left to retry, cordon or uncordon, so the remediation ends and stops fencing 
 
 Queued ones are closed by the intake (`node … has left the cluster`); one replacing or verifying
 is left to its provider operation, whose own old node is expected to go (validating too: a
-new machine is on trial in its place). An empty node list is
-never taken to mean every node left."""
+new machine is on trial in its place), and so is one held or failed after its own replacement
+took the node (#38: ending it released the machine that had failed validation). An empty node
+list is never taken to mean every node left."""
 
 from __future__ import annotations
 
@@ -66,8 +67,17 @@ def gone_ones(
     return [
         r
         for r in records
-        if r.node not in present and r.state not in REPLACEMENT_STATES | LEFT_TO_INTAKE
+        if r.node not in present
+        and r.state not in REPLACEMENT_STATES | LEFT_TO_INTAKE
+        and not replaced_by_itself(r)
     ]
+
+
+def replaced_by_itself(record: RemediationRecord) -> bool:
+    """Its own replacement took the node away (a new machine is named, or an operation was
+    granted): held or failed after it, the remediation waits for a human, fenced (its failed
+    machine included); its node being gone is what it did, not news."""
+    return bool(record.new_node or record.replacement_operation_id)
 
 
 def end_gone(

@@ -12,14 +12,15 @@ A remediation that waits (for pods to answer or go, for a node to turn Ready) is
 its retry time, or at once when a watch reports a change on its node (`wake_node`): waits end
 when the thing happens, and the retry time is only the fallback.
 
-`reconcile` is the safety net: no node stays fenced by us unless its remediation still needs it.
+Fences outlive steps: the fence owner (remediator/fences/) keeps every fence the store requires
+and lifts one only on a decision this store recorded.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -30,7 +31,7 @@ from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out, recorded_jobs
 from remediator.actions.outcome import Done, Held, Outcome
 from remediator.actions.pods import OPT_OUT_LABEL
-from remediator.actions.quarantine import ANN_REMEDIATION_ID, QUARANTINE_TAINT, Why, quarantine
+from remediator.actions.quarantine import Why, quarantine
 from remediator.actions.release import release
 from remediator.clock import Clock
 from remediator.errors import (
@@ -43,7 +44,6 @@ from remediator.errors import (
     TransientError,
 )
 from remediator.kube.client import KubeClient
-from remediator.kube.objects import Node
 from remediator.model.disruption import evictions, rescheduled
 from remediator.model.optout import DEFAULT_MAX_HOLD, escalation_due, span
 from remediator.model.states import State
@@ -68,13 +68,6 @@ log = logging.getLogger(__name__)
 MAX_MOVES_PER_TICK = 12
 # The states that need no action until a human (or the console) moves them on.
 HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
-# The timeline's line when the reconcile leaves a node on a quarantined machine fenced.
-KEPT_FENCED = "node_kept_fenced"
-
-
-def kept_fenced_noted(record: RemediationRecord, node: str) -> bool:
-    """Whether the timeline already says `node` is kept fenced: said once, not every pass."""
-    return any(e.action == KEPT_FENCED and e.detail.get("node") == node for e in record.events)
 
 
 class Notifier(Protocol):
@@ -209,6 +202,19 @@ class RemediationService:
             hardware=hardware,
             machine_hold=machine_hold,
         )
+
+    @property
+    def slurm(self) -> SlurmSteps | None:
+        return self._slurm
+
+    @property
+    def fence_marks(self) -> Callable[[], Mapping[str, str]]:
+        return self._steps.fence_marks
+
+    @fence_marks.setter
+    def fence_marks(self, marks: Callable[[], Mapping[str, str]]) -> None:
+        """The store's and cluster's names every fence mark carries (fences/marks.py)."""
+        self._steps.fence_marks = marks
 
     # -- driving -----------------------------------------------------------------------------
 
@@ -350,7 +356,7 @@ class RemediationService:
             return  # as wanted already, as far as its own timeline knows
         try:
             if wanted:
-                why = Why(str(record.id), record.policy, signal_text(record))
+                why = Why(str(record.id), record.policy, signal_text(record), self.fence_marks())
                 outcome = quarantine(self._kube, record.node, why)
                 action = "queued_cordon"
             else:
@@ -605,68 +611,3 @@ class RemediationService:
                 fields=fields,
             )
         )
-
-    # -- the safety net ----------------------------------------------------------------------
-
-    def reconcile(self, nodes: Sequence[Node]) -> list[str]:
-        """Lift our quarantine from every node whose remediation no longer holds it (cancelled,
-        finished, or unknown); a failed one keeps its node fenced until a human retries or
-        cancels, and a node on a quarantined machine stays fenced until the quarantine is
-        lifted (said once on the timeline). Returns the nodes released."""
-        released: list[str] = []
-        for node in nodes:
-            owner = node.annotations.get(ANN_REMEDIATION_ID)
-            if owner is None and not node.has_taint(QUARANTINE_TAINT):
-                continue
-            record = self._repo.get(int(owner)) if owner and owner.isdigit() else None
-            if record is not None and (record.is_open or record.state is State.FAILED):
-                continue
-            if not self._may_act():
-                break
-            held = self._steps.machine_hold(node.name)
-            if held is not None:
-                # The ledger says the hardware is quarantined: a cancel (or the end of a
-                # remediation) does not return it; the lift does (docs/ledger.md).
-                if record is not None and not kept_fenced_noted(record, node.name):
-                    self._repo.append_event(
-                        record.id,
-                        action=KEPT_FENCED,
-                        actor=self.actor,
-                        detail={"node": node.name, "reason": held},
-                    )
-                continue
-            try:
-                outcome = release(self._kube, node.name, owner or "")
-            except RemediatorError as exc:
-                log.warning("release of %s failed: %s", node.name, exc, extra={"node": node.name})
-                continue
-            if not isinstance(outcome, Done):
-                continue
-            released.append(node.name)
-            log.info(
-                "released %s: %s",
-                node.name,
-                outcome.detail,
-                extra={"node": node.name, "remediation_id": record.id if record else None},
-            )
-            if record is not None:
-                self._repo.append_event(
-                    record.id,
-                    action="node_released",
-                    actor=self.actor,
-                    detail={"result": outcome.detail, **outcome.facts},
-                )
-                self._release_slurm(record)
-        return released
-
-    def _release_slurm(self, record: RemediationRecord) -> None:
-        """Resume the Slurm node of a cancelled remediation if (and only if) we drained it."""
-        slurm = self._slurm_for(record)
-        if slurm is None:
-            return
-        try:
-            slurm.release(record)
-        except RemediatorError as exc:
-            log.warning(
-                "Slurm release of %s failed: %s", record.node, exc, extra={"node": record.node}
-            )

@@ -114,13 +114,19 @@ def test_approval_then_cancel_then_release(engine: Engine) -> None:
     assert cancelled.events[-1].actor == engine.controller.actor
 
 
-def test_a_node_fenced_by_no_known_remediation_is_released(engine: Engine) -> None:
+def test_a_node_fenced_by_no_known_remediation_is_kept_and_listed_as_foreign(
+    engine: Engine,
+) -> None:
+    """docs/safety.md I2: an id this store does not have is another history's fence (a
+    restored backup, another database): never released by itself, listed for an operator."""
     node = "h100-train-0001"
     engine.sim.kubectl("cordon", node)
     engine.sim.kubectl("annotate", "node", node, f"{ANN_REMEDIATION_ID}=999999")
     engine.sim.kubectl("taint", "node", node, "remediator.io/quarantine=true:NoSchedule")
     engine.controller.reconcile()
-    assert marks(engine, node) == (False, False, False)
+    assert marks(engine, node) == (True, True, True)
+    (foreign,) = engine.controller.fences.foreign()
+    assert foreign.node == node and "999999 is not in this store's history" in foreign.why
 
     # A human's own cordon (no mark of ours) is left alone.
     other = "h100-train-0002"

@@ -26,6 +26,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     # The hardware ledger sits beside store/, over its own tables.
     "ledger": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
     "rma": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
+    # The fence owner: steps and the controller ask it; it asks the store, kube and Slurm.
+    "fences": frozenset({"remediation", "web", "controller", "backtest", "demo", "policy"}),
 }
 # doctor/ sits beside web/ and controller/, which run it: nothing below imports it.
 for _lower in (
@@ -37,6 +39,7 @@ for _lower in (
     "kube",
     "providers",
     "rma",
+    "fences",
     "remediation",
 ):
     FORBIDDEN[_lower] = FORBIDDEN[_lower] | {"doctor"}

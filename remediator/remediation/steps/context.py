@@ -8,13 +8,14 @@ primitives (quarantine, drain, a Job, a provider request) that the executors cal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from remediator.actions.drain import Drainer
 from remediator.actions.jobs import DEFAULT_TEMPLATE, JobSettings
 from remediator.actions.outcome import Outcome
+from remediator.actions.quarantine import Why
 from remediator.clock import Clock
 from remediator.kube.client import KubeClient
 from remediator.model.states import State
@@ -57,12 +58,18 @@ class StepContext:
     # The hold reason when the machine behind a node is quarantined (remediation/
     # machine_hold.py): uncordon and verify leave such a node fenced.
     machine_hold: Callable[[str], str | None] = lambda _node: None
+    # The store's and cluster's names every fence mark carries (fences/marks.py FenceIdentity).
+    fence_marks: Callable[[], Mapping[str, str]] = dict
     # (remediation, entry into the step) whose spare capacity was checked already.
     capacity_checked: set[tuple[int, datetime]] = field(default_factory=set)
 
     def slurm_for(self, record: RemediationRecord) -> SlurmSteps | None:
         """Slurm only when `slurm.enabled`, and never in a dry run."""
         return None if record.dry_run else self.slurm
+
+    def why(self, record: RemediationRecord, signal: str) -> Why:
+        """Whose fence this is, as its marks say (the remediation, its policy, this store)."""
+        return Why(str(record.id), record.policy, signal, self.fence_marks())
 
     def entered(self, record: RemediationRecord) -> datetime:
         return entered_at(record, record.state)

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.actions.quarantine import Why, quarantine
+from remediator.actions.quarantine import quarantine
 from remediator.actions.release import release
 from remediator.errors import NotFoundError, PermanentError
 from remediator.kube.objects import Node
@@ -229,9 +229,7 @@ def fence_arrivals(record: RemediationRecord, ctx: StepContext, trays: list[str]
     to run. A tray already fenced by this remediation costs one read."""
     for tray in trays:
         try:
-            fenced = quarantine(
-                ctx.kube, tray, Why(str(record.id), record.policy, f"validating {tray}")
-            )
+            fenced = quarantine(ctx.kube, tray, ctx.why(record, f"validating {tray}"))
         except NotFoundError:
             continue  # between the old machine leaving and the new one joining
         if not isinstance(fenced, Done):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from remediator.actions.outcome import Done, Outcome
-from remediator.actions.quarantine import Why, quarantine
+from remediator.actions.quarantine import quarantine
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext, signal_text
@@ -15,7 +15,7 @@ from remediator.store.records import RemediationRecord
 
 
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
-    why = Why(str(record.id), record.policy, signal_text(record))
+    why = ctx.why(record, signal_text(record))
     outcome = quarantine(ctx.kube, record.node, why, dry_run=record.dry_run)
     trays = domain.members(record, ctx)
     if len(trays) > 1 and isinstance(outcome, Done):
