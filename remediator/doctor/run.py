@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from remediator.doctor import cluster, systems, telemetry
+from remediator.doctor import cluster, fences, systems, telemetry
 from remediator.doctor.context import DoctorContext
 from remediator.doctor.report import Report
 from remediator.doctor.runner import DEFAULT_TIMEOUT, Check, run_checks
@@ -52,6 +52,11 @@ def doctor(settings: Settings, timeout: float = DEFAULT_TIMEOUT) -> Report:
             lambda: systems.database(ctx),
         ),
         Check("agents", "read the agents' heartbeats", lambda: systems.agents(ctx)),
+        Check(
+            "fences",
+            "list nodes and read the store: fences of another history",
+            lambda: fences.fences(ctx),
+        ),
     ]
     try:
         return run_checks(checks, timeout)

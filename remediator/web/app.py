@@ -45,6 +45,7 @@ from remediator.web.console import PolicyTexts
 from remediator.web.deps import WebDeps
 from remediator.web.doctor_page import make_doctor_router
 from remediator.web.edge import NO_STORE_EXEMPT, BodyLimit
+from remediator.web.fences import make_fences_router
 from remediator.web.fleet_breaker import make_fleet_breaker_router
 from remediator.web.hardware import make_hardware_router
 from remediator.web.heartbeat_lane import HeartbeatLane
@@ -223,6 +224,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     app.include_router(make_doctor_router())
     app.include_router(make_shadow_router())
     app.include_router(make_optouts_router())
+    app.include_router(make_fences_router())
     app.include_router(make_hardware_router())
     app.include_router(make_planned_router())
     app.include_router(make_validations_router())

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import PolicyError
+from remediator.fences.owner import FenceOwner
 from remediator.kube.objects import Node, Pod
 from remediator.ledger.sightings import HardwareSightings
 from remediator.policy.loader import PolicySet
@@ -94,3 +95,7 @@ class WebDeps:
     # A node → the hold reason of its quarantined machine (remediation/machine_hold.py), so a
     # cancel says which node stays fenced; None: this console cannot tell.
     machine_hold: Callable[[str], str | None] | None = None
+    # The fence owner (fences/owner.py): its last pass's view and the operators' commands;
+    # None: this console cannot tell. `fences_changed` wakes the leader's pass after a command.
+    fences: FenceOwner | None = None
+    fences_changed: Callable[[], None] = _nothing_to_refresh

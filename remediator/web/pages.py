@@ -162,6 +162,7 @@ def make_pages_router() -> APIRouter:
             summary=console.overview_out(deps, spans),
             waiting=[views.waiting_item(r) for r in repo.with_events(waiting.rows)],
             waiting_more=_list_url(views.NEEDS_HUMAN) if waiting.next_cursor else None,
+            foreign_fences=deps.fences.foreign() if deps.fences is not None else [],
             working=working.rows,
             working_more=_list_url(views.WORKING) if working.next_cursor else None,
             working_url=_list_url(views.WORKING),
