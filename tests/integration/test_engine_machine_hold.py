@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from remediator.actions.quarantine import ANN_MACHINE_HOLD
+from remediator.fences.owner import KEPT_FENCED
 from remediator.ledger.identity import machine_id
 from remediator.ledger.store import FENCED, HOLD
 from remediator.model.states import State
 from remediator.remediation import commands
 from remediator.remediation.machine_hold import FENCED_REASON
-from remediator.fences.owner import KEPT_FENCED
 from tests.fixtures.sim import SimHandle
 from tests.integration.engine_support import SETTINGS, Engine, start_engine, wait_for, xid
 from tests.integration.test_engine_commands import POLICIES, marks, node_events
