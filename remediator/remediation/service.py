@@ -56,6 +56,7 @@ from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.remediation.steps import STEPS, StepContext
 from remediator.remediation.steps.context import DEFAULT_JOBS, replacements, signal_text
+from remediator.remediation.steps.grace import opt_out_released
 from remediator.rma.evidence import HardwareSource
 from remediator.rma.webhook import RmaWebhook
 from remediator.slurm.engine import SlurmSteps, both
@@ -115,13 +116,6 @@ def last_progress(record: RemediationRecord) -> str | None:
             signature = event.detail.get("signature")
             return str(signature) if signature is not None else None
     return None
-
-
-def opt_out_overridden(record: RemediationRecord) -> bool:
-    """A human released the opt-out hold: the opt-out is not checked again for this one."""
-    return any(
-        e.from_state is State.HELD_BY_OPT_OUT and e.action == "released" for e in record.events
-    )
 
 
 def last_queued_action(record: RemediationRecord) -> str | None:
@@ -422,7 +416,7 @@ class RemediationService:
         opt_out = None
         if record.state is State.QUARANTINED:
             more = planner.next_work_state(ladder, record.state) is not None
-            if isinstance(outcome, Done) and more and not opt_out_overridden(record):
+            if isinstance(outcome, Done) and more and not opt_out_released(record):
                 opt_out = self._check_opt_out(record)
         return outcome, opt_out
 

@@ -121,9 +121,12 @@ class SlurmSteps:
         grace_seconds: float,
         now: datetime,
         trays: Sequence[str] = (),
+        *,
+        overridden: bool,
     ) -> Outcome:
         """A job whose node list spans several trays of the domain is requeued once (Debian's
-        Slurm 22.05 has no block topology: the node list is what tells)."""
+        Slurm 22.05 has no block topology: the node list is what tells). `overridden`: on-call
+        released the opt-out hold, so opted-out jobs go the way of the others."""
         so_far = jobs_so_far(record)
         return self._run(
             record,
@@ -137,21 +140,35 @@ class SlurmSteps:
                 grace_seconds=grace_seconds,
                 now=now,
                 journal=journal,
+                overridden=overridden,
             ),
             trays,
         )
 
     def before_replace(self, record: RemediationRecord, trays: Sequence[str] = ()) -> Outcome:
+        """DOWN, unless a job the timeline says was left running still runs there."""
+        left = jobs_so_far(record).left_running
         return self._run(
             record,
             "down",
             each(
                 lambda node, journal: steps.down(
-                    self._client, node, str(record.id), record.policy, journal
+                    self._client, node, str(record.id), record.policy, journal, left_running=left
                 )
             ),
             trays,
         )
+
+    def before_reboot(self, record: RemediationRecord, trays: Sequence[str] = ()) -> Outcome:
+        """A reboot (or a rack's repair) kills the node's jobs as surely as DOWN: not while a
+        job the timeline says was left running still runs there."""
+        left = jobs_so_far(record).left_running
+
+        def spare(where: Where, _: steps.Journal) -> Outcome:
+            refused = steps.spare_left_running(self._client, where, left, "rebooting")
+            return refused or Done("no Slurm job left running is in the way of the reboot")
+
+        return self._run(record, "reboot", spare, trays)
 
     def after_verify(self, record: RemediationRecord, trays: Sequence[str] = ()) -> Outcome:
         return self._run(

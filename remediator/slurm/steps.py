@@ -8,7 +8,7 @@ command sent and Slurm's answer go into `journal`, which the engine writes on th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -131,6 +131,8 @@ def _listed(matches: Mapping[str, str]) -> str:
 
 # A job's fate, decided before anything is sent to it.
 REQUEUE, CANCEL, HOLD = "requeue", "cancel", "hold"
+# How every fate that leaves a job on its node begins: a promise nothing may break later.
+LEFT_RUNNING = "left running"
 # Slurm states of a job that is over.
 FINISHED = frozenset(
     {
@@ -162,7 +164,7 @@ def _decision_text(job: SlurmJob, fate: str) -> str:
         "(slurm.not_requeueable: requeue)",
         CANCEL: f"job {job.id} is not requeueable: it will be cancelled "
         "(slurm.not_requeueable: cancel)",
-        HOLD: f"job {job.id} is not requeueable: left running, the remediation held for a "
+        HOLD: f"job {job.id} is not requeueable: {LEFT_RUNNING}, the remediation held for a "
         "human (slurm.not_requeueable: hold)",
     }[fate]
 
@@ -175,12 +177,13 @@ class JobsSoFar:
     signalled: frozenset[str] = frozenset()
     settled: frozenset[str] = frozenset()  # requeued or cancelled
     reported: frozenset[str] = frozenset()  # fate written
+    left_running: frozenset[str] = frozenset()  # fate written: "left running …"
 
     @classmethod
     def read(cls, entries: Iterable[Mapping[str, Any]]) -> JobsSoFar:
         """From the journal entries written so far (the remediation's `slurm` lines)."""
         decided: dict[str, str] = {}
-        signalled, settled, reported = set(), set(), set()
+        signalled, settled, reported, left = set(), set(), set(), set()
         for entry in entries:
             if entry.get("job") is None:
                 continue
@@ -193,7 +196,11 @@ class JobsSoFar:
                 settled.add(job)
             if entry.get("fate"):
                 reported.add(job)
-        return cls(decided, frozenset(signalled), frozenset(settled), frozenset(reported))
+                if str(entry["fate"]).startswith(LEFT_RUNNING):
+                    left.add(job)
+        return cls(
+            decided, frozenset(signalled), frozenset(settled), frozenset(reported), frozenset(left)
+        )
 
 
 def vacate(
@@ -206,8 +213,13 @@ def vacate(
     grace_seconds: float,
     now: datetime,
     journal: Journal,
+    overridden: bool = False,
 ) -> Outcome:
     """Decide each job's fate, signal, wait up to the grace, requeue or cancel what is left.
+
+    An opted-out job is left running, unless on-call released the opt-out hold (`overridden`):
+    then it is decided like any other job, here, before anything takes the node down — it
+    would otherwise die with the node while its fate said "left running".
 
     With SIGTERM a job is requeued (or cancelled) at once: Slurm sends the batch script SIGTERM,
     then SIGKILL after KillWait, and a requeued job comes back PENDING to run elsewhere. Any
@@ -223,13 +235,17 @@ def vacate(
     on a tray of the faulty domain before its own tray is reached."""
     listed = client.jobs()
     here = jobs_on(listed, node)
-    opt_outs = {j.id: m for j in here if (m := opt_out_match(j, settings))}
+    matches = {j.id: m for j in here if (m := opt_out_match(j, settings))}
+    opt_outs = {} if overridden else matches
     work = [j for j in here if j.id not in opt_outs]
     fates = dict(so_far.decided)
     for job in work:
         if job.id not in fates:
             fates[job.id] = decide(job, settings)
-            journal.note(_decision_text(job, fates[job.id]), job=job.id, decision=fates[job.id])
+            text = _decision_text(job, fates[job.id])
+            if job.id in matches:
+                text = f"{text}; its opt-out ({matches[job.id]}) was released by on-call"
+            journal.note(text, job=job.id, decision=fates[job.id])
     sig = settings.signal.upper().removeprefix("SIG")
     term = sig == "TERM"
     remaining = grace_seconds - (now - started_at).total_seconds()
@@ -267,7 +283,7 @@ def vacate(
     held = [j.id for j in work if fates[j.id] == HOLD]
     if held:
         return Held(
-            f"non-requeueable Slurm job(s) {', '.join(held)} on {where} left running for a human "
+            f"non-requeueable Slurm job(s) {', '.join(held)} on {where} {LEFT_RUNNING} for a human "
             "(slurm.not_requeueable: hold)",
             {**facts, "held_jobs": held},
         )
@@ -298,7 +314,7 @@ def _settle(client: SlurmClient, job: SlurmJob, fate: str, journal: Journal) -> 
 def fate_of(job: SlurmJob | None, decision: str | None) -> str:
     """What became of a job that left the node (or was left on it), in words."""
     if decision == HOLD:
-        return "left running (not requeueable; slurm.not_requeueable: hold)"
+        return f"{LEFT_RUNNING} (not requeueable; slurm.not_requeueable: hold)"
     if job is None:
         return "gone from Slurm's list"
     if job.state == "CANCELLED" and decision == CANCEL:
@@ -321,17 +337,61 @@ def _report(
     """Each job's fate, written on the timeline once."""
     by_id = {j.id: j for j in listed}
     outcomes = {job: fate_of(by_id.get(job), decision) for job, decision in fates.items()}
-    outcomes.update({job: f"left running (opt-out: {match})" for job, match in opt_outs.items()})
+    outcomes.update({job: f"{LEFT_RUNNING} (opt-out: {match})" for job, match in opt_outs.items()})
     for job, text in outcomes.items():
         if job not in so_far.reported:
             journal.note(f"job {job}: {text}", job=job, fate=text)
     return outcomes
 
 
+def still_left_running(
+    listed: Iterable[SlurmJob], node: str | Sequence[str], left_running: Collection[str]
+) -> list[str]:
+    """The jobs recorded as left running that still run on `node`: taking the node down (DOWN,
+    a reboot, the machine replaced) would kill them and make their recorded fate false."""
+    return [j.id for j in jobs_on(listed, node) if j.id in left_running]
+
+
+def spare_left_running(
+    client: SlurmClient, node: str | Sequence[str], left_running: Collection[str], doing: str
+) -> Waiting | None:
+    """Refuse `doing` (something that takes the node down) while a job the timeline says was
+    left running still runs there: wait, holding with the reason, until it ends or a human
+    decides its fate; None when nothing is to be spared (Slurm is asked only if some job was
+    left running)."""
+    if not left_running:
+        return None
+    still = still_left_running(client.jobs(), node, left_running)
+    if not still:
+        return None
+    where = _named(node)
+    return Waiting(
+        f"not {doing}: Slurm job(s) {', '.join(still)} on {where} were {LEFT_RUNNING} and would "
+        "be killed; waiting for them to end (scancel or requeue them, or cancel the remediation)",
+        POLL_SECONDS,
+        {
+            "slurm_node": node if isinstance(node, str) else list(node),
+            "left_running": still,
+            "holding": True,
+        },
+    )
+
+
 def down(
-    client: SlurmClient, node: str, remediation_id: str, policy: str, journal: Journal
+    client: SlurmClient,
+    node: str,
+    remediation_id: str,
+    policy: str,
+    journal: Journal,
+    *,
+    left_running: Collection[str],
 ) -> Outcome:
-    """DOWN while the machine is replaced; a foreign drain is left (already fenced)."""
+    """DOWN while the machine is replaced; a foreign drain is left (already fenced). Never while
+    a job recorded as left running still runs on the node: the replacement waits for it first,
+    whoever's the drain, since the machine going away kills it either way."""
+    refused = spare_left_running(client, node, left_running, f"setting Slurm node {node} DOWN")
+    if refused is not None:
+        return refused
     current = client.node(node)
     facts = {"slurm_node": node, "slurm_state": current.describe()}
     if current.fenced and not ours(current, remediation_id):

@@ -2,8 +2,9 @@
 --slurm`) and the real controller: the Slurm node is drained with remediator's reason, the job
 gets SIGTERM (through its requeue), writes its checkpoint, runs again on another node and
 completes; the machine is replaced and its Slurm node is back IDLE. Also: an opted-out job holds
-the node, a human's drain is never resumed, and slurmctld stopped mid-way holds the step with the
-reason until it answers again."""
+the node (released by on-call, it is requeued before the node goes DOWN), a human's drain is
+never resumed, and slurmctld stopped mid-way holds the step with the reason until it answers
+again."""
 
 from __future__ import annotations
 
@@ -196,6 +197,39 @@ def test_an_opted_out_job_holds_the_node(engine: Engine, shell: SlurmShell, tmp_
     shell.run("scancel", str(job))  # the job ends: the remediation goes on
     done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=120)
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+
+
+def test_a_released_opt_out_is_requeued_before_the_node_goes_down(
+    engine: Engine, shell: SlurmShell, tmp_path: Path
+) -> None:
+    """Invariant I7: on-call's release overrides the opt-out, so the job's fate is decided like
+    any other's (not requeueable: `slurm.not_requeueable`, here the default `requeue`) before
+    the node goes DOWN; the timeline and the API say what Slurm did, and Slurm agrees."""
+    script = write_job(tmp_path / "jobs")
+    job = submit(shell, script, "--no-requeue", "--comment=remediator:opt-out")
+    wait_job(shell, job, ("RUNNING",))
+    node = job_node(shell, job)
+    engine.push(xid(node))
+    held = engine.wait_state(node, State.HELD_BY_OPT_OUT)
+    commands.run(engine.repository, "release", held.id, actor="carol", reason="replace it")
+
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=120)
+    [row] = views.slurm_jobs(done.events)
+    assert row.job == str(job) and row.fate is not None and row.fate.startswith("requeued"), row
+    assert any(
+        "opt-out (comment 'remediator:opt-out') was released by on-call" in c for c in row.commands
+    ), row
+    assert done.state is State.SUCCEEDED, done.error or done.hold_reason
+    assert f"scontrol requeue {job}" in slurm_lines(done)
+    fates = [str(e.detail["fate"]) for e in done.events if e.detail.get("fate")]
+    assert not [f for f in fates if f.startswith("left running")], fates
+    # Slurm's side of the same fate: requeued once (not NODE_FAIL with the node), it resumes
+    # from its checkpoint and completes.
+    wait_job(shell, job, ("COMPLETED",), timeout=90)
+    assert restarts(shell, job) == 1
+    log = (tmp_path / "jobs" / f"log.{job}").read_text().splitlines()
+    assert log[:2] == [f"started on {node}", f"checkpointed on {node}"], log
+    assert log[2].startswith(f"resumed step-42 from {node} on "), log
 
 
 def test_a_human_drain_is_never_resumed(engine: Engine, shell: SlurmShell) -> None:

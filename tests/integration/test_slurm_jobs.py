@@ -2,23 +2,29 @@
 (Debian 22.05): an array task and a heterogeneous job's component are addressed as themselves
 (issue 22 item 1), a non-requeueable job's fate is decided before it is signalled and does not
 depend on whether it honours SIGTERM (item 2), an opt-out names what matched (item 5), and a
-stopped slurmctld is reported at once, on one line (item 4)."""
+stopped slurmctld is reported at once, on one line (item 4); a job recorded as left running is
+never taken down with its node, and a released opt-out is decided like any job (invariant I7)."""
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from remediator.actions.outcome import Done, Held, Outcome, Waiting
 from remediator.errors import TransientError
+from remediator.kube.client import KubeClient
+from remediator.model.states import State
 from remediator.sim.slurm.cluster import SlurmCluster
 from remediator.slurm import steps
 from remediator.slurm.client import SlurmCli
+from remediator.slurm.engine import SlurmSteps
 from remediator.slurm.settings import NotRequeueable, SlurmSettings
 from tests.fixtures.slurm import job_field, job_node, restarts, submit, wait_job, write_job
+from tests.unit.web.builders import event, path, record
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +41,12 @@ def cli(slurm: SlurmCluster) -> SlurmCli:
 
 
 def vacate_until_done(
-    slurm: SlurmCluster, node: str, settings: SlurmSettings, journal: steps.Journal
+    slurm: SlurmCluster,
+    node: str,
+    settings: SlurmSettings,
+    journal: steps.Journal,
+    *,
+    overridden: bool = False,
 ) -> Outcome:
     """The checkpoint step as the engine runs it: again and again, with what it did so far."""
     client, start = cli(slurm), datetime.now(UTC)
@@ -51,6 +62,7 @@ def vacate_until_done(
             grace_seconds=0,
             now=start + timedelta(seconds=1),
             journal=journal,
+            overridden=overridden,
         )
         if not isinstance(outcome, Waiting):
             return outcome
@@ -183,6 +195,104 @@ def test_hold_leaves_a_non_requeueable_job_unsignalled(slurm: SlurmCluster, tmp_
     assert "hold" in held.facts["slurm_fates"][str(job)]
     assert not (tmp_path / f"ckpt.{job}").exists()
     assert wait_job(slurm, job, ("RUNNING",)) == "RUNNING"
+
+
+def test_a_job_left_running_is_never_downed(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Invariant I7, the opt-out not released: the fate says "left running", so setting the node
+    DOWN (which kills the job: NODE_FAIL) is refused, holding with the reason, for as long as
+    the job runs there; once it has ended the node goes DOWN."""
+    client = cli(slurm)
+    job = submit(slurm, write_job(tmp_path), "--requeue", "--comment=remediator:opt-out")
+    wait_job(slurm, job, ("RUNNING",))
+    node = job_node(slurm, job)
+    journal = steps.Journal()
+    done = vacate_until_done(slurm, node, SlurmSettings(), journal)
+    assert isinstance(done, Done), done
+    assert done.facts["slurm_fates"] == {
+        str(job): "left running (opt-out: comment 'remediator:opt-out')"
+    }
+    left = steps.JobsSoFar.read(journal.entries).left_running
+    assert left == {str(job)}
+
+    down = steps.Journal()
+    refused = steps.down(client, node, "22", "xid-79", down, left_running=left)
+    assert isinstance(refused, Waiting) and refused.facts["holding"] is True, refused
+    assert refused.facts["left_running"] == [str(job)] and str(job) in refused.reason
+    assert down.entries == [] and not client.node(node).down
+    assert wait_job(slurm, job, ("RUNNING",)) == "RUNNING"
+    assert restarts(slurm, job) == 0
+
+    slurm.run("scancel", str(job))
+    wait_job(slurm, job, ("CANCELLED",))
+    deadline = time.monotonic() + 60
+    while steps.still_left_running(client.jobs(), node, left):
+        assert time.monotonic() < deadline, f"job {job} never left {node}"
+        time.sleep(steps.POLL_SECONDS / 4)
+    after = steps.down(client, node, "22", "xid-79", down, left_running=left)
+    assert isinstance(after, Done) and client.node(node).down, after
+
+
+def test_neither_replace_nor_reboot_takes_down_a_job_the_timeline_left_running(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """The engine's side of the refusal: the fate is read from the remediation's timeline, and
+    the replacement's DOWN and the reboot both wait, holding, while the job runs."""
+    job = submit(slurm, write_job(tmp_path), "--requeue", "--comment=remediator:opt-out")
+    wait_job(slurm, job, ("RUNNING",))
+    node = job_node(slurm, job)
+    fate = "left running (opt-out: comment 'remediator:opt-out')"
+    line = {"slurm_node": node, "step": "checkpoint", "job": str(job), "fate": fate}
+    timeline = (
+        *path(State.QUARANTINED, State.CHECKPOINTING),
+        event(9, 200, None, None, "slurm", line),
+    )
+    written: list[object] = []
+    engine = SlurmSteps(
+        cli(slurm),
+        SlurmSettings(),
+        cast(KubeClient, None),  # the Slurm node is named on the timeline
+        lambda *entry: written.append(entry),
+    )
+    for state in (State.REPLACING, State.REBOOTING):
+        rec = record(state, timeline)
+        outcome = (
+            engine.before_replace(rec) if state is State.REPLACING else engine.before_reboot(rec)
+        )
+        assert isinstance(outcome, Waiting) and outcome.facts["holding"] is True, outcome
+        assert outcome.facts["left_running"] == [str(job)], outcome
+    assert written == [] and not cli(slurm).node(node).down
+    assert wait_job(slurm, job, ("RUNNING",)) == "RUNNING" and restarts(slurm, job) == 0
+
+
+@pytest.mark.parametrize("policy", ["requeue", "cancel", "hold"])
+def test_a_released_opt_out_is_decided_like_any_job(
+    slurm: SlurmCluster, tmp_path: Path, policy: str
+) -> None:
+    """Invariant I7, the opt-out released by on-call: a non-requeueable opted-out job gets
+    `slurm.not_requeueable` before anything takes the node down, and its fate says so."""
+    client = cli(slurm)
+    job = submit(slurm, write_job(tmp_path), "--no-requeue", "--comment=remediator:opt-out")
+    wait_job(slurm, job, ("RUNNING",))
+    node = job_node(slurm, job)
+    journal = steps.Journal()
+    settings = SlurmSettings(not_requeueable=NotRequeueable(policy))
+    outcome = vacate_until_done(slurm, node, settings, journal, overridden=True)
+    [decision] = [e for e in journal.entries if e.get("decision")]
+    assert decision["decision"] == policy and "released by on-call" in decision["note"]
+    fate = outcome.facts["slurm_fates"][str(job)]
+    left = steps.JobsSoFar.read(journal.entries).left_running
+    refused = steps.down(client, node, "22", "xid-79", steps.Journal(), left_running=left)
+    if policy == "hold":
+        assert isinstance(outcome, Held) and fate.startswith("left running"), (outcome, fate)
+        assert isinstance(refused, Waiting) and refused.facts["holding"] is True, refused
+        assert wait_job(slurm, job, ("RUNNING",)) == "RUNNING" and not client.node(node).down
+        return
+    assert isinstance(outcome, Done) and left == frozenset(), (outcome, journal.entries)
+    assert isinstance(refused, Done) and client.node(node).down, refused
+    if policy == "requeue":
+        assert fate.startswith("requeued") and restarts(slurm, job) == 1, fate
+    else:
+        assert fate == "cancelled" and wait_job(slurm, job, ("CANCELLED",)) == "CANCELLED"
 
 
 def test_an_opt_out_by_feature_names_the_feature(slurm: SlurmCluster, tmp_path: Path) -> None:

@@ -40,6 +40,14 @@ def released_into_current(record: RemediationRecord) -> bool:
     return bool(moves) and moves[-1].action == "released" and moves[-1].to_state is record.state
 
 
+def opt_out_released(record: RemediationRecord) -> bool:
+    """On-call released the remediation's opt-out hold: the opted-out workloads go the way of
+    the others from then on (the Slurm jobs' fates are decided before the node goes down)."""
+    return any(
+        e.from_state is State.HELD_BY_OPT_OUT and e.action == "released" for e in record.events
+    )
+
+
 def capacity_refused(record: RemediationRecord, ctx: StepContext) -> Outcome | None:
     """Before the first eviction (the grace step's, else the drain's): draining a node that
     nobody can replace only loses work. Checked once per entry into that step."""
@@ -91,7 +99,14 @@ def with_slurm_jobs(
     state = State.CHECKPOINTING if step.action == "checkpoint" else State.DRAINING
     # A clique or domain remediation vacates the Slurm jobs across all its trays as one.
     trays = domain.members(record, ctx)
-    jobs = slurm.vacate(record, entered_at(record, state), grace, ctx.clock.now(), trays)
+    jobs = slurm.vacate(
+        record,
+        entered_at(record, state),
+        grace,
+        ctx.clock.now(),
+        trays,
+        overridden=opt_out_released(record),
+    )
     if step.action == "checkpoint":
         return together(kube_side(), jobs)
     return both(jobs, kube_side)

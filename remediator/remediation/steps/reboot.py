@@ -33,7 +33,23 @@ def reboot_accepted(record: RemediationRecord, requested: EventRecord) -> bool:
     return any(e.action == "reboot_accepted" and e.at >= requested.at for e in record.events)
 
 
+def spare_left_running(record: RemediationRecord, ctx: StepContext) -> Outcome | None:
+    """Before the reboot (or the rack's repair) is asked for: a Slurm job the timeline says was
+    left running would die with it, so the step waits instead (None: nothing in the way)."""
+    slurm = ctx.slurm_for(record)
+    if slurm is None:
+        return None
+    rack = domain.is_rack(record)
+    if (domain.rack_request(record, ctx) if rack else reboot_request(record)) is not None:
+        return None
+    guard = slurm.before_reboot(record, domain.members(record, ctx) if rack else ())
+    return None if isinstance(guard, Done) else guard
+
+
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
+    spared = spare_left_running(record, ctx)
+    if spared is not None:
+        return spared
     if domain.is_rack(record):
         # A domain's reboot is its rack's repair: switches mended, every tray power-cycled.
         return domain.rack_operation(record, ctx, "repair", step.timeout_seconds)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 import pytest
 
 from remediator.actions.outcome import Done, Held, Waiting
 from remediator.errors import NotFoundError, PermanentError, TransientError
-from remediator.slurm.client import SlurmJob, classify, parse_job
+from remediator.slurm.client import SlurmClient, SlurmJob, classify, parse_job
 from remediator.slurm.engine import both, together
 from remediator.slurm.hostlist import expand
 from remediator.slurm.settings import NotRequeueable, SlurmSettings
@@ -19,6 +20,8 @@ from remediator.slurm.steps import (
     fate_of,
     opt_out_match,
     opted_out,
+    spare_left_running,
+    still_left_running,
 )
 from remediator.store.records import EventRecord
 from remediator.web import views
@@ -175,3 +178,67 @@ def test_an_opt_out_names_what_matched() -> None:
     assert opt_out_match(job(comment="x remediator:opt-out"), settings) == (
         "comment 'remediator:opt-out'"
     )
+
+
+def test_the_jobs_left_running_are_read_back_from_their_fates() -> None:
+    so_far = JobsSoFar.read(
+        [
+            {
+                "note": "job 7: left running (opt-out: comment 'x')",
+                "job": 7,
+                "fate": "left running (opt-out: comment 'x')",
+            },
+            {
+                "note": "job 8: left running (not requeueable; slurm.not_requeueable: hold)",
+                "job": "8",
+                "fate": "left running (not requeueable; slurm.not_requeueable: hold)",
+            },
+            {"note": "job 9: requeued (PENDING)", "job": "9", "fate": "requeued (PENDING)"},
+            {"note": "job 10 is requeueable: it will be requeued", "job": "10"},
+        ]
+    )
+    assert so_far.left_running == frozenset({"7", "8"})
+    assert so_far.reported == frozenset({"7", "8", "9"})
+
+
+def listed(job_id: int, state: str, nodes: str) -> SlurmJob:
+    return parse_job({"job_id": job_id, "job_state": state, "nodes": nodes})
+
+
+def test_a_job_left_running_that_still_runs_on_the_node_is_in_the_way() -> None:
+    jobs = [
+        listed(7, "RUNNING", "n1"),  # left running, still there
+        listed(8, "COMPLETING", "n[1-2]"),  # left running, still on the node
+        listed(9, "RUNNING", "n1"),  # not left running (requeued and back, say)
+        listed(10, "RUNNING", "n3"),  # left running elsewhere
+        listed(11, "COMPLETED", "n1"),  # left running, ended
+    ]
+    left = {"7", "8", "10", "11"}
+    assert still_left_running(jobs, "n1", left) == ["7", "8"]
+    assert still_left_running(jobs, ["n2", "n3"], left) == ["8", "10"]
+    assert still_left_running(jobs, "n1", set()) == []
+
+
+class Listing:
+    """Slurm's job list and nothing else (a step that sends anything fails the test)."""
+
+    def __init__(self, jobs: list[SlurmJob] | None) -> None:
+        self._jobs = jobs
+
+    def jobs(self) -> list[SlurmJob]:
+        if self._jobs is None:
+            pytest.fail("Slurm asked although no job was left running")
+        return self._jobs
+
+
+def test_nothing_takes_the_node_down_under_a_job_left_running() -> None:
+    def spare(jobs: list[SlurmJob] | None, left: set[str]) -> Waiting | None:
+        client = cast(SlurmClient, Listing(jobs))
+        return spare_left_running(client, "n1", left, "setting Slurm node n1 DOWN")
+
+    assert spare(None, set()) is None  # the common case costs no squeue
+    assert spare([listed(7, "COMPLETED", "n1")], {"7"}) is None
+    refused = spare([listed(7, "RUNNING", "n1")], {"7"})
+    assert isinstance(refused, Waiting) and refused.facts["holding"] is True
+    assert refused.facts["left_running"] == ["7"] and refused.facts["slurm_node"] == "n1"
+    assert refused.reason.startswith("not setting Slurm node n1 DOWN: Slurm job(s) 7 on n1")
