@@ -4,10 +4,12 @@
   the failed machine fenced until an operator releases it, with a reason;
 - I2: a second controller on an empty database releases nothing and lists the foreign fence;
 - I3: a human's uncordon (and taint removal) of a held node is re-asserted within one poll and
-  written on its timeline; with `on_drift: report` it is only reported."""
+  written on its timeline; with `on_drift: report` it is only reported; a Slurm drain wiped by
+  slurmctld restarted with `-c` is put back."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from remediator.store.fences import FenceAction
 from remediator.store.optouts import Asker
 from remediator.web.app import create_app
 from tests.fixtures.sim import FAST_PROGRAMS, SimHandle
+from tests.fixtures.slurm import SlurmShell
 from tests.integration.engine_support import (
     OPERATOR_HEADERS,
     Engine,
@@ -33,6 +36,7 @@ from tests.integration.engine_support import (
     wait_for,
     xid,
 )
+from tests.integration.test_engine_slurm import stop_slurmctld
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -124,6 +128,48 @@ def started(
     yield start
     for engine in engines:
         engine.close()
+
+
+def test_a_slurm_drain_wiped_by_slurmctld_restarted_with_c_is_put_back(
+    sim_factory: Callable[..., SimHandle], tmp_path: Path
+) -> None:
+    sim = sim_factory(nodes=4, provision_delay=1.0, slurm=True)
+    assert sim.slurm is not None
+    conf = Path(sim.slurm["slurm_conf"])
+    shell = SlurmShell(conf)
+    engine = start_engine(
+        sim, fresh_sqlite(tmp_path, "slurm.db"), policies(tmp_path, CORDON_ONLY), slurm=sim.slurm
+    )
+    restarted: subprocess.Popen[bytes] | None = None
+    try:
+        node, remediation_id = held(engine)
+        assert "DRAIN" in shell.node(node)["State"]
+        engine.controller.reconcile()
+        stop_slurmctld(shell, conf)
+        restarted = subprocess.Popen(
+            ["slurmctld", "-D", "-c", "-f", str(conf), "-i"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for(lambda: shell.run("sinfo", check=False).returncode == 0, 60, "slurmctld back (-c)")
+
+        def drift_noted() -> bool:
+            record = engine.repository.get(remediation_id)
+            return any(
+                e.action == DRIFT_EVENT and "slurm_resumed" in e.detail["drift"]
+                for e in record.events
+            )
+
+        # slurmctld -c forgets the drain; the next reconcile pass (10 s) puts it back.
+        wait_for(drift_noted, 45, "the wiped drain noticed")
+        assert "DRAIN" in shell.node(node)["State"], shell.node(node)
+        assert shell.node(node)["Reason"].startswith(f"remediator #{remediation_id}:")
+    finally:
+        engine.close()
+        if restarted is not None:
+            restarted.terminate()
+            restarted.wait(timeout=60)
 
 
 def held(engine: Engine, text: str = CORDON_ONLY) -> tuple[str, int]:
