@@ -186,6 +186,8 @@ class FenceOwner:
         self._views: dict[str, FenceView] = {}
         # (node, drift kind) reported and not yet gone: said once on the timeline, not per pass.
         self._reported: set[tuple[str, str]] = set()
+        # Operators' releases of foreign fences already carried out (each lifts one fence).
+        self._carried: set[int] = set()
         # Terminal remediations' nodes, by id: a finished row's nodes never change.
         self._finished_nodes: dict[int, frozenset[str]] = {}
 
@@ -295,7 +297,10 @@ class FenceOwner:
             and newest is not None
             and newest.action is FenceAction.RELEASE
             and newest.mark == plan.mark.as_text()
+            and newest.id not in self._carried
         ):
+            # Once: the same marks written again later are a new fence, not the one released.
+            self._carried.add(newest.id)
             # An operator released this very foreign fence (the marks it saw): lifted now.
             outcome = self._lift(plan.node, "")
             result.released.append(plan.node)
@@ -311,6 +316,16 @@ class FenceOwner:
             # validation whose remediation ended): applying it is no drift.
             self._apply_operator(plan.node, need, me)
             return
+        named = plan.mark.remediation_id
+        wanting = {str(n.remediation_id) for n in plan.needs if n.remediation_id is not None}
+        if plan.owner is Owner.OURS and need.remediation_id and named and named not in wanting:
+            # The mark names a remediation of ours that no longer fences the node (finished,
+            # not yet released) while another needs it: the mark is handed over, or the
+            # quarantine of the one that needs it would hold on the stale owner for ever.
+            self._kube.set_node_annotations(
+                plan.node,
+                {ANN_REMEDIATION_ID: str(need.remediation_id), ANN_POLICY: need.policy},
+            )
         if plan.drift:
             result.drifted[plan.node] = plan.drift
             self._drifted(plan, need, me, result)
@@ -326,11 +341,11 @@ class FenceOwner:
             if plan.owner is Owner.FOREIGN:
                 self._cordon_and_taint(plan.node)
             elif need.remediation_id is not None:
-                quarantine(
-                    self._kube,
-                    plan.node,
-                    Why(str(need.remediation_id), need.policy, need.reason, me.annotations()),
-                )
+                why = Why(str(need.remediation_id), need.policy, need.reason, me.annotations())
+                if not isinstance(quarantine(self._kube, plan.node, why), Done):
+                    # Marked by another remediation of ours that is still open: the fence
+                    # matters more than whose name it carries.
+                    self._cordon_and_taint(plan.node)
             else:
                 self._apply_operator(plan.node, need, me)
             result.reasserted.append(plan.node)
@@ -421,6 +436,8 @@ class FenceOwner:
                 )
             return
         outcome = self._lift(plan.node, str(record.id) if record else "")
+        if released and newest is not None:
+            self._carried.add(newest.id)
         result.released.append(plan.node)
         self.metrics.released.inc()
         log.info("released %s: %s", plan.node, outcome, extra={"node": plan.node})
