@@ -38,7 +38,7 @@ from remediator.controller.jobs import (
 )
 from remediator.controller.metrics import ControllerMetrics
 from remediator.errors import NotFoundError, RemediatorError
-from remediator.fences.derive import failed_machine
+from remediator.fences.derive import failed_machine, validated_nodes
 from remediator.fences.marks import FenceIdentity
 from remediator.fences.owner import FenceOwner
 from remediator.kube.client import KubeClient
@@ -366,7 +366,7 @@ class Controller:
             slurm_client=slurm_cli,
             slurm_settings=settings.slurm if slurm_cli is not None else None,
         )
-        self.service.fence_marks = self._fence_marks
+        self.service.fences = self.fences
         # Pods from their own watch; nodes from the informer's, so every node event is read
         # once, not twice.
         self.activity = NodeActivity(
@@ -442,25 +442,36 @@ class Controller:
 
     def _fence_failed_validation(self, seen: TransitionSeen) -> None:
         """A machine that failed its burn-in stays fenced until an operator releases it, even
-        after its remediation ends (docs/safety.md I1): recorded as a decision of this store."""
-        if seen.action != "validate_failed":
+        after its remediation ends (docs/safety.md I1), or until it passes a later validation
+        (a repaired node after its fallback): both recorded as decisions of this store."""
+        if seen.action not in ("validate_failed", "validate_done"):
             return
-        node = failed_machine(seen.before, seen.detail)
-        reason = f"failed validation in remediation {seen.after.id}: {seen.detail.get('reason')}"
+        asker = Asker(self.actor, "controller")
+        rid = seen.after.id
         try:
-            self.fence_book.record(
-                node,
-                FenceAction.FENCE,
-                reason=reason,
-                asker=Asker(self.actor, "controller"),
-                mark={"failed_validation": "true", "remediation_id": str(seen.after.id)},
-            )
+            if seen.action == "validate_failed":
+                node = failed_machine(seen.before, seen.detail)
+                found = next((n for n in self.nodes.list_nodes() if n.name == node), None)
+                machine = {"node_uid": found.uid, "provider_id": found.provider_id} if found else {}
+                self.fence_book.record(
+                    node,
+                    FenceAction.FENCE,
+                    reason=f"failed validation in remediation {rid}: {seen.detail.get('reason')}",
+                    asker=asker,
+                    mark={"failed_validation": "true", "remediation_id": str(rid), **machine},
+                )
+                return
+            newest = {d.node: d for d in self.fence_book.decisions()}
+            for passed in validated_nodes(seen.before, seen.detail):
+                if passed in newest and newest[passed].mark.get("failed_validation"):
+                    self.fence_book.record(
+                        passed,
+                        FenceAction.RELEASE,
+                        reason=f"passed validation in remediation {rid}",
+                        asker=asker,
+                    )
         except SQLAlchemyError as exc:
-            log.warning("failed validation of %s not recorded as a fence: %s", node, exc)
-
-    def _fence_marks(self) -> dict[str, str]:
-        identity = self.fence_identity
-        return identity.annotations() if identity is not None else {}
+            log.warning("a validation of remediation %s not recorded as a fence: %s", rid, exc)
 
     def _node_changed(self, node: str) -> None:
         """A node whose fence is due changed (an uncordon, a taint removed): look now, not at

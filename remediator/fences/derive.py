@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from remediator.kube.objects import Node
 from remediator.model.states import State
 from remediator.store.fences import Decision, FenceAction
 from remediator.store.records import RemediationRecord
@@ -41,9 +42,10 @@ FENCING_STATES = frozenset(
 )
 # States whose new machine (record.new_node) stays fenced: on trial, or failed and waiting.
 NEW_MACHINE_STATES = frozenset({State.VALIDATING, State.HELD, State.FAILED})
-# Timeline lines that name trays fenced with the node (the quarantine step's; a rack operation's
-# request, remediation/steps/domain.py RACK_REQUESTED).
-TRAY_LINES = frozenset({"quarantine_done", "rack_operation_requested"})
+# A rack operation's request (remediation/steps/domain.py RACK_REQUESTED).
+RACK_REQUESTED = "rack_operation_requested"
+# Timeline lines that name trays fenced with the node (the quarantine step's; a rack request).
+TRAY_LINES = frozenset({"quarantine_done", RACK_REQUESTED})
 
 
 class Kind(StrEnum):
@@ -65,6 +67,14 @@ class Required:
     policy: str = ""
     # The operator's decision (store/fences.py) that requires it; None for a remediation's.
     decision_id: int | None = None
+    # The machine a failed validation is about (the Node's metadata.uid and providerID then): a
+    # new machine under the name (a rack's new tray in its slot) is not what the fence is for.
+    node_uid: str = ""
+    provider_id: str = ""
+
+    def applies_to(self, node: Node) -> bool:
+        same_object = not self.node_uid or self.node_uid == node.uid
+        return same_object and (not self.provider_id or self.provider_id == node.provider_id)
 
 
 def trays_of(record: RemediationRecord) -> tuple[str, ...]:
@@ -91,6 +101,15 @@ def remediation_nodes(record: RemediationRecord) -> frozenset[str]:
     return frozenset(named)
 
 
+def validated_nodes(record: RemediationRecord, detail: Mapping[str, object]) -> list[str]:
+    """The nodes a validation line judged: a rack's trays, each with its verdict, else its one
+    node."""
+    trays = detail.get("trays")
+    if isinstance(trays, list) and trays and all(isinstance(t, Mapping) for t in trays):
+        return [str(t.get("node")) for t in trays if t.get("passed") and t.get("node")]
+    return [failed_machine(record, detail)]
+
+
 def failed_machine(record: RemediationRecord, detail: Mapping[str, object]) -> str:
     """The machine a failed validation is about: the one replaced again, else the node the
     check ran on, else the new machine (or the repaired node) of the remediation."""
@@ -101,14 +120,25 @@ def failed_machine(record: RemediationRecord, detail: Mapping[str, object]) -> s
     return record.new_node or record.node
 
 
+def replacement_requested(record: RemediationRecord) -> bool:
+    """Replacing, and the provider was asked: the old machines are going, and what joins under
+    their names (a rack's trays keep their slots' names) is new, fenced by its own validation
+    step if the ladder validates, else meant to serve as it comes."""
+    if record.state is not State.REPLACING:
+        return False
+    if record.replacement_operation_id:
+        return True
+    return any(
+        e.action == RACK_REQUESTED and e.detail.get("action") == "replace" for e in record.events
+    )
+
+
 def of_remediation(record: RemediationRecord) -> list[Required]:
     if record.dry_run or record.state not in FENCING_STATES:
         return []
     why = f"remediation {record.id} is {record.state.value}"
-    found = [
-        Required(node, Kind.REMEDIATION, why, record.id, record.policy)
-        for node in (record.node, *trays_of(record))
-    ]
+    own = () if replacement_requested(record) else (record.node, *trays_of(record))
+    found = [Required(node, Kind.REMEDIATION, why, record.id, record.policy) for node in own]
     if record.new_node and record.state in NEW_MACHINE_STATES:
         trial = "on trial" if record.state is State.VALIDATING else f"of a {record.state.value} one"
         found.append(
@@ -134,6 +164,8 @@ def of_decisions(decisions: Iterable[Decision]) -> list[Required]:
             Kind.FAILED_VALIDATION if d.mark.get("failed_validation") else Kind.OPERATOR,
             f"{d.action.value} by {d.actor}: {d.reason}",
             decision_id=d.id,
+            node_uid=d.mark.get("node_uid", ""),
+            provider_id=d.mark.get("provider_id", ""),
         )
         for d in newest.values()
         if d.action in (FenceAction.FENCE, FenceAction.ADOPT)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from remediator.actions.outcome import Done
+from remediator.actions.outcome import Done, Held, Outcome
 from remediator.actions.quarantine import (
     ANN_MACHINE_HOLD,
     ANN_POLICY,
@@ -32,7 +32,7 @@ from remediator.actions.quarantine import (
     quarantine,
 )
 from remediator.actions.release import release
-from remediator.errors import RemediatorError, TransientError
+from remediator.errors import NotFoundError, RemediatorError, TransientError
 from remediator.fences.derive import FENCING_STATES, Kind, Required, remediation_nodes, required
 from remediator.fences.marks import (
     ANN_OPERATOR_FENCE,
@@ -530,6 +530,35 @@ class FenceOwner:
         drifting = {(n, k) for n, kinds in result.drifted.items() for k in kinds}
         planned = {p.node for p in plans}
         self._reported = {(n, k) for n, k in self._reported if (n, k) in drifting and n in planned}
+
+    # -- what the steps ask (fencer.py) ----------------------------------------------------------
+
+    def fence(self, node: str, why: Why, *, dry_run: bool = False) -> Outcome:
+        """A step's fence, with this store's identity on its marks."""
+        me = self._identity()
+        marked = replace(why, marks=me.annotations()) if me is not None else why
+        return quarantine(self._kube, node, marked, dry_run=dry_run)
+
+    def unfence(self, node: str, remediation_id: str) -> Outcome:
+        """A step's release (a repaired node back, a new machine in service): refused while
+        anything else the store records still requires the node fenced (an operator's fence, a
+        failed validation, another remediation of ours)."""
+        decisions = self._book.decisions()
+        try:
+            current = self._kube.get_node(node)
+        except NotFoundError:
+            return Done(f"node {node} is gone; nothing to release", {"node": node})
+        others = [
+            n
+            for n in required(self.fencing(), decisions).get(node, ())
+            if str(n.remediation_id) != remediation_id and n.applies_to(current)
+        ]
+        if others:
+            return Held(
+                f"{node} stays fenced: {others[0].reason}",
+                {"node": node, "fenced_by": others[0].kind.value},
+            )
+        return release(self._kube, node, remediation_id)
 
     # -- an operator's commands ----------------------------------------------------------------
 

@@ -81,5 +81,7 @@ def plan_all(
     me: FenceIdentity,
     known: Known,
 ) -> list[NodePlan]:
-    plans = (plan_node(n, due.get(n.name, ()), me, known) for n in nodes)
+    plans = (
+        plan_node(n, [r for r in due.get(n.name, ()) if r.applies_to(n)], me, known) for n in nodes
+    )
     return [p for p in plans if p is not None]

@@ -31,8 +31,7 @@ from remediator.actions.notify import Notification, NotificationKind
 from remediator.actions.optout import check_opt_out, recorded_jobs
 from remediator.actions.outcome import Done, Held, Outcome
 from remediator.actions.pods import OPT_OUT_LABEL
-from remediator.actions.quarantine import Why, quarantine
-from remediator.actions.release import release
+from remediator.actions.quarantine import Why
 from remediator.clock import Clock
 from remediator.errors import (
     ApiUnavailable,
@@ -43,6 +42,7 @@ from remediator.errors import (
     RemediatorError,
     TransientError,
 )
+from remediator.fences.fencer import Fencer
 from remediator.kube.client import KubeClient
 from remediator.model.disruption import evictions, rescheduled
 from remediator.model.optout import DEFAULT_MAX_HOLD, escalation_due, span
@@ -202,13 +202,13 @@ class RemediationService:
         return self._slurm
 
     @property
-    def fence_marks(self) -> Callable[[], Mapping[str, str]]:
-        return self._steps.fence_marks
+    def fences(self) -> Fencer:
+        return self._steps.fences
 
-    @fence_marks.setter
-    def fence_marks(self, marks: Callable[[], Mapping[str, str]]) -> None:
-        """The store's and cluster's names every fence mark carries (fences/marks.py)."""
-        self._steps.fence_marks = marks
+    @fences.setter
+    def fences(self, fencer: Fencer) -> None:
+        """Every fence a step puts on or lifts goes through the fence owner (fences/)."""
+        self._steps.fencer = fencer
 
     # -- driving -----------------------------------------------------------------------------
 
@@ -350,11 +350,11 @@ class RemediationService:
             return  # as wanted already, as far as its own timeline knows
         try:
             if wanted:
-                why = Why(str(record.id), record.policy, signal_text(record), self.fence_marks())
-                outcome = quarantine(self._kube, record.node, why)
+                why = Why(str(record.id), record.policy, signal_text(record))
+                outcome = self.fences.fence(record.node, why)
                 action = "queued_cordon"
             else:
-                outcome = release(self._kube, record.node, str(record.id))
+                outcome = self.fences.unfence(record.node, str(record.id))
                 action = "queued_release"
         except RemediatorError as exc:
             log.warning(

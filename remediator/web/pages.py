@@ -321,6 +321,9 @@ def make_pages_router() -> APIRouter:
             "node.html",
             principal,
             node=node,
+            fence=next(
+                (v for v in (deps.fences.views() if deps.fences else []) if v.node == name), None
+            ),
             live=any(r.state not in TERMINAL for r in node.remediations),
             window_from=node.window_from.strftime("%Y-%m-%dT%H:%M"),
             window_to=node.window_to.strftime("%Y-%m-%dT%H:%M"),

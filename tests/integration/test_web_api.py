@@ -342,6 +342,7 @@ def _mutating_paths(console: Console) -> list[tuple[str, str]]:
             path = route.path.replace("{remediation_id}", str(console.ids["approval"]))
             path = path.replace("{command}", "approve").replace("{opt_out_id}", "1")
             path = path.replace("{ref}", "1").replace("{machine_id}", "machine-1")
+            path = path.replace("{node}", "gpu-node-01")
             assert "{" not in path, path
             paths.append((min(methods), path))
     return paths

@@ -8,7 +8,7 @@ primitives (quarantine, drain, a Job, a provider request) that the executors cal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,6 +17,7 @@ from remediator.actions.jobs import DEFAULT_TEMPLATE, JobSettings
 from remediator.actions.outcome import Outcome
 from remediator.actions.quarantine import Why
 from remediator.clock import Clock
+from remediator.fences.fencer import DirectFencer, Fencer
 from remediator.kube.client import KubeClient
 from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
@@ -58,8 +59,8 @@ class StepContext:
     # The hold reason when the machine behind a node is quarantined (remediation/
     # machine_hold.py): uncordon and verify leave such a node fenced.
     machine_hold: Callable[[str], str | None] = lambda _node: None
-    # The store's and cluster's names every fence mark carries (fences/marks.py FenceIdentity).
-    fence_marks: Callable[[], Mapping[str, str]] = dict
+    # How a step fences or lifts a fence (fences/fencer.py): the fence owner, in the controller.
+    fencer: Fencer | None = None
     # (remediation, entry into the step) whose spare capacity was checked already.
     capacity_checked: set[tuple[int, datetime]] = field(default_factory=set)
 
@@ -68,8 +69,13 @@ class StepContext:
         return None if record.dry_run else self.slurm
 
     def why(self, record: RemediationRecord, signal: str) -> Why:
-        """Whose fence this is, as its marks say (the remediation, its policy, this store)."""
-        return Why(str(record.id), record.policy, signal, self.fence_marks())
+        """Whose fence this is, as its marks say (the remediation and its policy; the owner adds
+        this store's identity)."""
+        return Why(str(record.id), record.policy, signal)
+
+    @property
+    def fences(self) -> Fencer:
+        return self.fencer if self.fencer is not None else DirectFencer(self.kube)
 
     def entered(self, record: RemediationRecord) -> datetime:
         return entered_at(record, record.state)

@@ -9,8 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.actions.quarantine import quarantine
-from remediator.actions.release import release
 from remediator.errors import NotFoundError, PermanentError
 from remediator.kube.objects import Node
 from remediator.model.topology import CLIQUE_LABEL, build_topology
@@ -229,7 +227,7 @@ def fence_arrivals(record: RemediationRecord, ctx: StepContext, trays: list[str]
     to run. A tray already fenced by this remediation costs one read."""
     for tray in trays:
         try:
-            fenced = quarantine(ctx.kube, tray, ctx.why(record, f"validating {tray}"))
+            fenced = ctx.fences.fence(tray, ctx.why(record, f"validating {tray}"))
         except NotFoundError:
             continue  # between the old machine leaving and the new one joining
         if not isinstance(fenced, Done):
@@ -239,7 +237,7 @@ def fence_arrivals(record: RemediationRecord, ctx: StepContext, trays: list[str]
 
 def return_trays(record: RemediationRecord, ctx: StepContext, trays: tuple[str, ...]) -> Outcome:
     """Every tray of the rack back into service, in one step."""
-    return all_trays(trays, [release(ctx.kube, tray, str(record.id)) for tray in trays])
+    return all_trays(trays, [ctx.fences.unfence(tray, str(record.id)) for tray in trays])
 
 
 def last_rack_request(record: RemediationRecord) -> EventRecord | None:

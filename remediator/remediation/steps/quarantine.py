@@ -6,7 +6,6 @@ from __future__ import annotations
 from functools import partial
 
 from remediator.actions.outcome import Done, Outcome
-from remediator.actions.quarantine import quarantine
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext, signal_text
@@ -16,12 +15,12 @@ from remediator.store.records import RemediationRecord
 
 def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcome:
     why = ctx.why(record, signal_text(record))
-    outcome = quarantine(ctx.kube, record.node, why, dry_run=record.dry_run)
+    outcome = ctx.fences.fence(record.node, why, dry_run=record.dry_run)
     trays = domain.members(record, ctx)
     if len(trays) > 1 and isinstance(outcome, Done):
         # A clique or domain is fenced together, in this one remediation (docs/topology.md).
         for tray in trays[1:]:
-            fenced = quarantine(ctx.kube, tray, why, dry_run=record.dry_run)
+            fenced = ctx.fences.fence(tray, why, dry_run=record.dry_run)
             if not isinstance(fenced, Done):
                 return fenced
         outcome = Done(

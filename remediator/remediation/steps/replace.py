@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from remediator.actions.outcome import Done, Failed, Outcome, Waiting
-from remediator.actions.quarantine import ANN_REMEDIATION_ID, quarantine
+from remediator.actions.quarantine import ANN_REMEDIATION_ID
 from remediator.actions.replace import replace_node
 from remediator.errors import NotFoundError
 from remediator.policy.ladder import LadderStep, parse_ladder
@@ -65,4 +65,4 @@ def _fence_on_arrival(record: RemediationRecord, ctx: StepContext, new_node: str
         return
     if found.unschedulable and found.annotations.get(ANN_REMEDIATION_ID):
         return
-    quarantine(ctx.kube, new_node, ctx.why(record, f"validating {new_node}"))
+    ctx.fences.fence(new_node, ctx.why(record, f"validating {new_node}"))

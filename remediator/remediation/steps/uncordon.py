@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from remediator.actions.outcome import Done, Held, Outcome
-from remediator.actions.uncordon import uncordon
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
@@ -23,7 +22,7 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
     back = (
         domain.return_trays(record, ctx, trays)
         if trays
-        else uncordon(ctx.kube, record.node, str(record.id))
+        else ctx.fences.unfence(record.node, str(record.id))
     )
     returning = ctx.slurm_for(record)
     if returning is None:

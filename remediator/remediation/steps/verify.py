@@ -4,7 +4,6 @@ the new node back)."""
 from __future__ import annotations
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.actions.release import release
 from remediator.actions.verify import POLL_SECONDS, node_problems, verify_replacement
 from remediator.errors import NotFoundError
 from remediator.policy.ladder import LadderStep, parse_ladder
@@ -37,7 +36,7 @@ def _verify(record: RemediationRecord, ctx: StepContext) -> Outcome:
         return Held(held, {"node": record.new_node, "machine_hold": True})
     if planner.validates(parse_ladder(record.ladder)):
         # It passed its validation fenced: only now does it take work.
-        lifted = release(ctx.kube, record.new_node, str(record.id))
+        lifted = ctx.fences.unfence(record.new_node, str(record.id))
         if not isinstance(lifted, Done):
             return lifted
     return verify_replacement(
