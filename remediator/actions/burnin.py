@@ -5,8 +5,8 @@ by the validate step (remediation/steps/validate.py) through actions/jobs.py."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from remediator.actions.inventory import (
 from remediator.actions.jobs import tail
 from remediator.actions.nccl import RANK, NcclUnreadable, parse_all_reduce
 from remediator.kube.objects import Node
+from remediator.model.gpus import floor_for, labelled_versions
 
 INVENTORY = "inventory"
 DCGM = "dcgm"
@@ -33,6 +34,8 @@ CHECK_ORDER = (INVENTORY, DCGM, NCCL, NCCL_PAIR)
 # A node that is fenced by us or still carries a not-ready/unreachable/startup taint is no
 # healthy peer.
 FENCE_PREFIXES = ("remediator.io/", "node.kubernetes.io/")
+# A pool's value binds a node only when at least this many in-service nodes show it.
+MIN_MAJORITY = 2
 
 
 @dataclass(frozen=True)
@@ -174,33 +177,108 @@ def read_inventory(outputs: Mapping[str, str]) -> Inventory | Verdict:
     return Inventory(gpus, cuda, ports)
 
 
-def baseline_of(summaries: Sequence[Mapping[str, Any]], pins: Mapping[str, Any]) -> Baseline | None:
+def in_service(node: Node, busy: AbstractSet[str], startup_taint_key: str | None) -> bool:
+    """Serving work now: Ready, schedulable, without a fence, a lifecycle taint or the startup
+    taint, and under no remediation. Only such nodes speak for what the pool runs."""
+    return (
+        node.ready
+        and not node.unschedulable
+        and node.name not in busy
+        and not any(
+            t.key.startswith(FENCE_PREFIXES) or t.key == startup_taint_key for t in node.taints
+        )
+    )
+
+
+def pool_readings(
+    under_test: str,
+    pool_nodes: Iterable[Node],
+    validated: Mapping[str, Mapping[str, Any]],
+    busy: Iterable[str],
+    startup_taint_key: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """What each in-service node of the pool (the node under test left out) runs now: GPU
+    feature discovery's labels, which follow a driver change, over the inventory of its last
+    passed validation. A node that shows neither says nothing."""
+    taken = set(busy) | {under_test}
+    readings: dict[str, dict[str, Any]] = {}
+    for node in pool_nodes:
+        if not in_service(node, taken, startup_taint_key):
+            continue
+        seen = {k: v for k, v in (validated.get(node.name) or {}).items() if k in BASELINE_KEYS}
+        seen.update(labelled_versions(node.labels))
+        if seen:
+            readings[node.name] = seen
+    return readings
+
+
+def _comparable(value: Any) -> Any:
+    return value if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def baseline_of(
+    readings: Mapping[str, Mapping[str, Any]], pins: Mapping[str, Any]
+) -> Baseline | None:
     """What a node of the pool should show: each pinned value, else what a strict majority of
-    the pool's validated nodes showed. None when there is neither (the pool's first node)."""
+    at least two of the pool's in-service nodes show (`readings`, node → values). A value only
+    one machine shows (a pool of one, or the pool's first validated node) or that has no
+    majority is reported, not enforced: one machine on a wrong driver must not fail every
+    healthy node after it. None when there is nothing to enforce or report."""
     values: dict[str, Any] = {}
     disagreeing: list[str] = []
+    unenforced: dict[str, dict[str, Any]] = {}
+    off: dict[str, dict[str, Any]] = {}
     for key in BASELINE_KEYS:
         if key in pins:
             values[key] = pins[key]
             continue
-        seen = Counter(
-            str(s[key]) if not isinstance(s[key], int) else s[key]
-            for s in summaries
-            if s.get(key) is not None
-        )
-        if not seen:
+        holders: dict[Any, list[str]] = {}
+        for node, seen in sorted(readings.items()):
+            if seen.get(key) is not None:
+                holders.setdefault(_comparable(seen[key]), []).append(node)
+        if not holders:
             continue
-        value, count = seen.most_common(1)[0]
-        if count * 2 > sum(seen.values()):
+        value, nodes = max(holders.items(), key=lambda item: len(item[1]))
+        total = sum(len(n) for n in holders.values())
+        if len(nodes) * 2 > total and len(nodes) >= MIN_MAJORITY:
             values[key] = value
-        else:
+            for other, names in holders.items():
+                if other != value:
+                    for name in names:
+                        off.setdefault(name, {})[key] = other
+            continue
+        if len(nodes) * 2 <= total:
             disagreeing.append(key)
-    if not values:
+        unenforced[key] = {str(v): n for v, n in holders.items()}
+    if not values and not unenforced:
         return None
-    source = "pinned in the policy" if not summaries else f"majority of {len(summaries)} node(s)"
-    if pins and summaries:
-        source = f"pins, else the majority of {len(summaries)} node(s)"
-    return Baseline(values, source, len(summaries), tuple(disagreeing))
+    counted = f"{len(readings)} in-service node(s)"
+    source = f"majority of {counted}" if readings else "pinned in the policy"
+    if pins and readings:
+        source = f"pins, else the majority of {counted}"
+    return Baseline(values, source, len(readings), tuple(disagreeing), unenforced, off)
+
+
+def baseline_notes(baseline: Baseline | None, summary: Mapping[str, Any]) -> list[str]:
+    """The timeline's account, for a human and never a reason to fail the node under test: the
+    values the baseline left unenforced where the node differs from some in-service node, and
+    the in-service nodes that differ from the baseline."""
+    if baseline is None:
+        return []
+    notes = []
+    for key, holders in baseline.unenforced.items():
+        if set(holders) == {str(summary.get(key))}:
+            continue  # the node agrees with every node that shows the value
+        shown = ", ".join(f"{v} on {', '.join(n)}" for v, n in holders.items())
+        why = "no majority" if key in baseline.disagreeing else "a single machine's"
+        notes.append(f"{key} not enforced ({why}: {shown})")
+    if baseline.off_baseline:
+        named = ", ".join(
+            f"{node} ({', '.join(f'{k} {v}' for k, v in values.items())})"
+            for node, values in sorted(baseline.off_baseline.items())
+        )
+        notes.append(f"off the pool's baseline: {named}")
+    return notes
 
 
 def _off_rate(inventory: Inventory, baseline: Baseline | None) -> tuple[list[str], list[Any]]:
@@ -235,21 +313,13 @@ def inventory_verdict(inventory: Inventory, baseline: Baseline | None) -> Verdic
     if off_rate:
         problems += off_rate
         evidence["ib_off_rate"] = off_evidence
-    if baseline is None:
-        evidence["baseline"] = None
-        if problems:
-            return Verdict(INVENTORY, False, "inventory: " + "; ".join(problems), evidence)
-        return Verdict(
-            INVENTORY,
-            True,
-            "inventory: the pool has no baseline yet and the policy pins nothing: "
-            f"recorded as found ({summary['gpu_count']} x {summary['gpu_model']}, driver "
-            f"{summary['driver']}, CUDA {summary['cuda']})",
-            evidence,
-        )
-    evidence["baseline"] = dict(baseline.values)
-    evidence["baseline_source"] = baseline.source
-    for key, want in baseline.values.items():
+    expected = dict(baseline.values) if baseline is not None else {}
+    evidence["baseline"] = expected or None
+    if baseline is not None:
+        evidence["baseline_source"] = baseline.source
+        evidence["baseline_unenforced"] = {k: dict(v) for k, v in baseline.unenforced.items()}
+        evidence["off_baseline"] = {k: dict(v) for k, v in baseline.off_baseline.items()}
+    for key, want in expected.items():
         have = summary.get(key)
         if key == "ib_rate" and off_rate:
             continue  # named port by port above
@@ -257,8 +327,22 @@ def inventory_verdict(inventory: Inventory, baseline: Baseline | None) -> Verdic
             problems.append(f"{key} is {have}, the pool's baseline {want}")
     if problems:
         return Verdict(INVENTORY, False, "inventory: " + "; ".join(problems), evidence)
+    notes = "".join(f"; {note}" for note in baseline_notes(baseline, summary))
+    if not expected:
+        return Verdict(
+            INVENTORY,
+            True,
+            "inventory: the pool has no baseline yet and the policy pins nothing: "
+            f"recorded as found ({summary['gpu_count']} x {summary['gpu_model']}, driver "
+            f"{summary['driver']}, CUDA {summary['cuda']})" + notes,
+            evidence,
+        )
+    assert baseline is not None
     return Verdict(
-        INVENTORY, True, f"inventory matches the pool's baseline ({baseline.source})", evidence
+        INVENTORY,
+        True,
+        f"inventory matches the pool's baseline ({baseline.source})" + notes,
+        evidence,
     )
 
 
@@ -317,16 +401,20 @@ def nccl_verdict(
         return Verdict(
             check, False, f"all_reduce_perf: {report.wrong} wrong value(s) in the results", evidence
         )
-    floor = floors.get(model or "")
+    floor = floor_for(floors, model)
     evidence["floor_gbps"] = floor
     busbw = report.peak.busbw
     if floor is None:
+        # A gap in the policy says nothing about the machine: failing it would replace healthy
+        # hardware, and its replacement would fail the same way.
+        field_name = "pair_busbw_floor" if check == NCCL_PAIR else "busbw_floor"
         return Verdict(
             check,
             False,
-            f"all_reduce_perf: the policy has no busbw_floor for GPU model {model!r} "
-            f"(measured {busbw:g} GB/s)",
-            evidence,
+            f"{check} skipped: no {field_name} is configured for GPU model {model!r} in this "
+            f"validate step, so the measured {busbw:g} GB/s was not judged; add the model's "
+            "floor to the policy",
+            {**evidence, "skipped": True, "warning": True},
         )
     if busbw < floor:
         return Verdict(

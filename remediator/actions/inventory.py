@@ -179,12 +179,18 @@ def parse_ibstat(output: str) -> tuple[IbPort, ...]:
 
 @dataclass(frozen=True)
 class Baseline:
-    """What a node of the pool should show; `source` says where it came from."""
+    """What a node of the pool should show (`values`, enforced); `source` says where it came
+    from. What the pool's in-service nodes show but does not bind: `unenforced` (key → the value
+    and the nodes showing it) when a single machine would set it or no majority exists
+    (`disagreeing` names those keys), and `off_baseline` (node → its values that differ from an
+    enforced one), reported on the timeline, never failing the node under test."""
 
     values: Mapping[str, Any]
     source: str
     nodes: int = 0
     disagreeing: tuple[str, ...] = field(default_factory=tuple)
+    unenforced: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    off_baseline: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 BASELINE_KEYS = ("gpu_count", "gpu_model", "driver", "cuda", "vbios", "ib_active", "ib_rate")

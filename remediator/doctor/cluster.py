@@ -1,14 +1,21 @@
 """Kubernetes, nodes and policies: can the controller reach the API server and do every verb it
 needs (asked with SelfSubjectAccessReview, from remediator/kube/rbac.py), do the configured pool
-labels find pools, and does every policy select nodes and leave each pool a budget of one."""
+labels find pools, and does every policy select nodes, leave each pool a budget of one and give
+each pool's GPU model an NCCL floor."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from remediator.doctor.context import DoctorContext, is_gpu_node
 from remediator.doctor.report import Finding, Status
 from remediator.errors import PolicyError, RemediatorError
 from remediator.kube import rbac
+from remediator.kube.objects import Node
+from remediator.model.gpus import GPU_PRODUCT_LABEL
 from remediator.policy.budget import limit_for
+from remediator.policy.floors import pool_floor_gaps
+from remediator.policy.schema import Policy
 from remediator.policy.startup import startup_taint_warning
 
 K8S = "kubernetes"
@@ -209,6 +216,7 @@ def policies(ctx: DoctorContext) -> list[Finding]:
         findings.append(
             Finding("policies", "selectors", Status.PASS, "every policy selects GPU nodes")
         )
+    findings.extend(floor_findings(policy_set.policies, pools))
     budget = policy_set.settings
     if not pools:
         findings.append(
@@ -243,3 +251,43 @@ def policies(ctx: DoctorContext) -> list[Finding]:
             Finding("policies", "budgets", Status.PASS, "every pool may have at least 1 node out")
         )
     return findings
+
+
+def floor_findings(policies: Sequence[Policy], pools: Mapping[str, list[Node]]) -> list[Finding]:
+    """Pools whose GPU model (the nodes' nvidia.com/gpu.product) a validating policy that selects
+    them has no NCCL floor for: a warning, since such a validation skips the check (the policy
+    set stays valid), named so the gap is closed before a machine needs it."""
+    labelled = {pool: [n.labels for n in members] for pool, members in pools.items()}
+    if not any(GPU_PRODUCT_LABEL in labels for nodes in labelled.values() for labels in nodes):
+        return [
+            Finding(
+                "policies",
+                "NCCL floors",
+                Status.SKIP,
+                f"no GPU node carries {GPU_PRODUCT_LABEL}: the pools' GPU models are unknown",
+                "run GPU feature discovery (the GPU operator), or check the floors with "
+                "`remediator policy validate --gpu-model MODEL`",
+            )
+        ]
+    gaps = pool_floor_gaps(policies, labelled)
+    if not gaps:
+        return [
+            Finding(
+                "policies",
+                "NCCL floors",
+                Status.PASS,
+                "every pool's GPU model has a busbw_floor in each policy that validates it",
+            )
+        ]
+    return [
+        Finding(
+            "policies",
+            "NCCL floors",
+            Status.WARN,
+            f"{len(gaps)} pool GPU model(s) without a floor: "
+            + "; ".join(g.describe() for g in gaps)
+            + ": their validations skip the NCCL check (a warning on the timeline)",
+            "give each named policy's validate step a busbw_floor for the model, in GB/s "
+            "(about 80 % of a healthy node's all_reduce_perf bus bandwidth; docs/policies.md)",
+        )
+    ]

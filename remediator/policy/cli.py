@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from remediator.errors import PolicyError
+from remediator.model.gpus import KNOWN_MODELS
+from remediator.policy.floors import floor_gaps
 from remediator.policy.loader import PolicySet, load_policy_dir
 from remediator.policy.scenario import load_scenarios, run_scenario
 
@@ -19,6 +22,16 @@ def register(subparsers: Any) -> Any:
     sub = parser.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     validate = sub.add_parser("validate", help="check a policy directory; list every problem")
     validate.add_argument("directory", type=Path)
+    validate.add_argument(
+        "--gpu-model",
+        action="append",
+        dest="gpu_models",
+        metavar="MODEL",
+        help="a GPU model your pools run (as nvidia-smi or the nvidia.com/gpu.product label "
+        "names it; repeat it): warn about validations without an NCCL floor for it, instead of "
+        f"the known models ({', '.join(KNOWN_MODELS)}). `remediator doctor` checks the models "
+        "your pools' nodes really carry",
+    )
     validate.set_defaults(func=_validate)
     test = sub.add_parser("test", help="run scenario files against a policy directory")
     test.add_argument("directory", type=Path)
@@ -50,10 +63,29 @@ def _load(directory: Path) -> PolicySet | None:
     return policy_set
 
 
+def floor_warnings(policy_set: PolicySet, models: Sequence[str] | None) -> list[str]:
+    """A line per validate step without an NCCL floor for one of `models` (the known models
+    when none are given): a warning, not a problem, since such a check is skipped, and this
+    command cannot see which models the cluster's pools run."""
+    against = list(models) if models else list(KNOWN_MODELS)
+    whose = "the given models" if models else "the known models; this command cannot see your pools"
+    lines = []
+    for gap in floor_gaps(policy_set.policies, against):
+        origin = policy_set.origins.get(gap.policy)
+        where = f"{origin.file}:{origin.first_line}: " if origin else ""
+        lines.append(
+            f"{where}{gap.describe()} (of {whose}): validations of those models skip the NCCL "
+            "check; `remediator doctor` lists the pools affected"
+        )
+    return lines
+
+
 def _validate(args: argparse.Namespace) -> int:
     policy_set = _load(args.directory)
     if policy_set is None:
         return 1
+    for line in floor_warnings(policy_set, args.gpu_models):
+        print(f"warning: {line}", file=sys.stderr)
     print(summary(policy_set))
     return 0
 

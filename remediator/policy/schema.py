@@ -4,6 +4,7 @@ not a silently ignored rule."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from remediator.model.gpus import GPU_PRODUCT_LABEL, floor_for
 from remediator.model.optout import DEFAULT_MAX_HOLD, DEFAULT_MAX_OPT_OUT
 from remediator.policy.durations import Duration
 from remediator.policy.windows import POOL_WINDOW, MaintenanceWindow
@@ -122,6 +124,11 @@ class NodeSelector(_Strict):
 
     pools: list[str] | None = Field(default=None, min_length=1)
     labels: dict[str, str] = Field(default_factory=dict)
+
+    def selects(self, pool: str | None, labels: Mapping[str, str]) -> bool:
+        if self.pools is not None and pool not in self.pools:
+            return False
+        return all(labels.get(k) == v for k, v in self.labels.items())
 
 
 class Notify(_Strict):
@@ -230,7 +237,7 @@ class Diagnose(_Strict):
 
 class InventoryPins(_Strict):
     """Values every node of the pool must show, whatever the rest of the pool runs; what is not
-    pinned is compared with the majority of the pool's validated nodes."""
+    pinned is compared with the majority of the pool's in-service nodes."""
 
     gpu_count: int | None = Field(default=None, ge=1, le=1024)
     gpu_model: str | None = Field(default=None, min_length=1)
@@ -244,10 +251,11 @@ class InventoryPins(_Strict):
 class Validate(_Strict):
     """Burn-in before a node takes work, after `replace` (the new machine) or a repair (before
     `uncordon`): the node stays fenced while its checks run in one Job on it — inventory
-    against the pool's baseline, DCGM diagnostics (`dcgm_level` after a repair,
-    `dcgm_level_new` on a new machine), an NCCL all-reduce whose bus bandwidth must reach the
-    GPU model's floor, and optionally (`nccl_pair`) one across two nodes with a healthy peer.
-    A new machine that fails is replaced again, at most `max_replacements` times per
+    against the pool's baseline (the majority of its in-service nodes), DCGM diagnostics
+    (`dcgm_level` after a repair, `dcgm_level_new` on a new machine), an NCCL all-reduce whose
+    bus bandwidth must reach the GPU model's floor (a model without one is skipped, with a
+    warning), and optionally (`nccl_pair`) one across two nodes with a healthy peer. A new
+    machine that fails is replaced again, at most `max_replacements` times per
     remediation, then held for a human; a repaired node that fails goes to `on_failure`."""
 
     action: Literal["validate"]
@@ -256,7 +264,9 @@ class Validate(_Strict):
     inventory: bool = True
     pins: InventoryPins = InventoryPins()
     nccl: bool = True
-    # GPU model (as nvidia-smi names it) → the lowest acceptable all-reduce bus bandwidth, GB/s.
+    # GPU model (as nvidia-smi names it, or as its nvidia.com/gpu.product label does) → the
+    # lowest acceptable all-reduce bus bandwidth, GB/s. A model without one skips the check
+    # with a warning on the timeline: a gap in the policy says nothing about the machine.
     busbw_floor: dict[Annotated[str, Field(min_length=1)], Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict
     )
@@ -447,6 +457,28 @@ class Policy(_Strict):
                 raise ValueError("on_failure and a replace step: use one of them")
             if self.on_failure == self.name:
                 raise ValueError("on_failure names this policy itself: a fallback loop")
+        return self
+
+    @model_validator(mode="after")
+    def _floors_for_named_model(self) -> Policy:
+        """A policy that names its nodes' GPU model and validates with NCCL gives that model a
+        floor: without one every validation it runs would skip the check."""
+        model = self.nodes.labels.get(GPU_PRODUCT_LABEL)
+        if not model:
+            return self
+        for i, step in enumerate(self.actions):
+            if not isinstance(step, Validate):
+                continue
+            for on, name, floors in (
+                (step.nccl, "busbw_floor", step.busbw_floor),
+                (step.nccl_pair, "pair_busbw_floor", step.pair_busbw_floor),
+            ):
+                if on and floor_for(floors, model) is None:
+                    raise ValueError(
+                        f"nodes.labels selects {GPU_PRODUCT_LABEL}={model}, but actions[{i}]."
+                        f"{name} has no floor for that model: its NCCL check would be skipped "
+                        "(add the model's floor in GB/s)"
+                    )
         return self
 
     @model_validator(mode="after")

@@ -32,6 +32,7 @@ from remediator.sim.kube.api.server import create_kube_app
 from remediator.sim.kube.api.store import ObjectStore
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.launch import DEFAULT_RBAC, DEPLOY
+from remediator.sim.node.gfd import version_labels
 from remediator.sim.services import build_cloud_apps
 from remediator.sim.slurm.machines import SimSlurm
 
@@ -205,6 +206,7 @@ def serve(options: ServeOptions) -> int:
         if options.topology == "nvl72"
         else []
     )
+    cluster.set_feature_labels(version_labels())
     if racks:
         cluster.seed(nvl72.plan(options.racks, options.cliques_per_rack, options.spare_trays))
     else:

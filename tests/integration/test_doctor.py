@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from remediator.sim.launch import DEPLOY
+from remediator.store.db import upgrade
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.prometheus import (
     PrometheusFactory,
@@ -279,3 +280,37 @@ def test_slurm_answers_and_every_node_maps_both_ways(
     found = failures(report)
     assert list(found) == ["slurm: Kubernetes → Slurm"], found
     assert "node_template" in found["slurm: Kubernetes → Slurm"]["fix"]
+
+
+def test_a_pool_whose_gpu_model_has_no_nccl_floor_is_a_warning_naming_it(
+    sim: SimHandle, tmp_path: Path
+) -> None:
+    """The simulator's nodes carry GPU feature discovery's product label: the doctor sees the
+    inference pool's A100s, which this policy set gives no floor; the set stays valid."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(
+        """\
+policies:
+  - name: xid-79
+    description: The GPU has fallen off the bus.
+    why: A GPU off the bus is dead to every job on the node.
+    match: {kind: xid, codes: [79]}
+    actions:
+      - action: replace
+      - action: validate
+        busbw_floor: {"NVIDIA H100 80GB HBM3": 400}
+"""
+    )
+    (policies / "settings.yaml").write_text(
+        "startup_taint: remediator.io/unvalidated=true:NoSchedule\n"
+    )
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(url)
+    code, report = doctor(write_config(tmp_path / "c.yaml", sim, url, policies_dir=str(policies)))
+    found = {f"{f['area']}: {f['check']}": f for f in report["findings"]}
+    assert found["policies: valid"]["status"] == "pass", found["policies: valid"]
+    floors = found["policies: NCCL floors"]
+    assert floors["status"] == "warn" and code >= 1, floors
+    assert "pool a100-infer (1 x NVIDIA-A100-SXM4-80GB): no NCCL floor in xid-79" in floors["found"]
+    assert "h100-train" not in floors["found"] and "busbw_floor" in floors["fix"]

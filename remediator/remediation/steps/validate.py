@@ -30,9 +30,9 @@ from remediator.actions.burnin import Checks, Verdict
 from remediator.actions.checkjob import Program, Section
 from remediator.actions.jobs import JobRun, JobState, job_name, render_job, run_job, tail
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.actions.quarantine import Why, quarantine
 from remediator.errors import NotFoundError
 from remediator.kube.objects import GPU_RESOURCE, Node, Pod, Taint, pod_gpus
+from remediator.model.gpus import GPU_PRODUCT_LABEL
 from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
 from remediator.remediation.steps import domain
@@ -44,7 +44,6 @@ STEP = "validate"
 STARTED = "validation_started"
 CHECK_DONE = "validation_check"
 DEFAULT_TIMEOUT = 1800.0
-GPU_PRODUCT = "nvidia.com/gpu.product"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what a cordon reads as to the scheduler
 
 
@@ -171,7 +170,7 @@ def _validate_node(
         if (ctx.clock.now() - started).total_seconds() > timeout:
             return Failed(f"{node} did not turn Ready within {timeout:.0f}s", facts)
         return Waiting(f"waiting for {node} to be Ready for its validation", ctx.repair_poll, facts)
-    fenced = quarantine(ctx.kube, node, Why(str(record.id), record.policy, f"validating {node}"))
+    fenced = ctx.fences.fence(node, ctx.why(record, f"validating {node}"))
     if not isinstance(fenced, Done):
         return fenced
     judged: dict[str, Mapping[str, Any]] = {
@@ -213,7 +212,7 @@ def _gpu_model(node: Node, verdicts: Mapping[str, Mapping[str, Any]]) -> str | N
         inventory = verdict.get("inventory")
         if isinstance(inventory, Mapping) and inventory.get("gpu_model"):
             return str(inventory["gpu_model"])
-    return node.labels.get(GPU_PRODUCT)
+    return node.labels.get(GPU_PRODUCT_LABEL)
 
 
 def programs(
@@ -437,12 +436,18 @@ def _verdict(
 def _baseline(
     record: RemediationRecord, ctx: StepContext, checks: Checks
 ) -> burnin.Baseline | None:
-    if record.pool is None:
-        return burnin.baseline_of([], checks.pins)
+    """The pool's baseline from what its in-service nodes run now (burnin.baseline_of), not
+    from the machines validated so far: the first of those may be the wrong one."""
+    if record.pool is None or not ctx.pool_label:
+        return burnin.baseline_of({}, checks.pins)
+    pool_nodes = ctx.kube.list_nodes(f"{ctx.pool_label}={record.pool}")
     runs = validation_runs(ctx.repo.session_factory, ctx.repo.cluster, pool=record.pool)
-    node = validated_node(record)
-    peers = [inv for name, inv in pool_inventories(runs).items() if name != node]
-    return burnin.baseline_of(peers, checks.pins)
+    busy = {n for r in ctx.repo.list_open() for n in (r.node, r.new_node) if n}
+    startup = Taint.parse(checks.startup_taint).key if checks.startup_taint else None
+    readings = burnin.pool_readings(
+        validated_node(record), pool_nodes, pool_inventories(runs), busy, startup
+    )
+    return burnin.baseline_of(readings, checks.pins)
 
 
 def _record(

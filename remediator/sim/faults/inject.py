@@ -6,7 +6,8 @@ the node; `clear` repairs it. The telemetry shows it at the next scrape, and the
 changes where a real cluster's would (conditions; allocatable GPUs when one is lost).
 A degraded NVLink fabric (`nvlink_slow`, a bandwidth fraction) and a driver or VBIOS that differs
 from the pool's (`versions`) change the machine's hardware profile (sim/node/hardware.py), which
-the host programs report; they survive a reboot, as the real faults do, until `clear`.
+the host programs report (a driver change also relabels the Node, as GPU feature discovery
+would: sim/node/gfd.py); they survive a reboot, as the real faults do, until `clear`.
 `GET /v1/hardware` shows each machine's profile (GPU UUIDs, serials, versions, HCAs).
 `POST /v1/nodepool-faults` makes the cloud's node-pool API misbehave (and, with `doa_next`, makes
 a pool's next new machine arrive broken, whichever cloud adds it), `POST /v1/kube-faults` the
@@ -46,6 +47,7 @@ from remediator.sim.faults.racks import RACK_FAULT, RackFault, RackFaults, is_ra
 from remediator.sim.kube.api.faults import KUBE_FAULT, KubeFaults
 from remediator.sim.kube.api.kobj import GPU_RESOURCE
 from remediator.sim.kube.api.store import ApiError, Obj, ObjectStore
+from remediator.sim.node.gfd import PREFIX, version_labels
 from remediator.sim.rack.fabric import UnknownRack
 from remediator.sim.telemetry.exporters import XID_OFF_BUS, Telemetry, UnknownNode, xid_message
 
@@ -400,6 +402,7 @@ class FaultInjector:
                 node, fault.driver_version, fault.vbios_version, fault.cuda_version
             )
             tel.relabel(node)
+            self._sync_versions(node)
             return (
                 f"node {node} runs driver {profile.driver_version} (CUDA "
                 f"{profile.cuda_version}), VBIOS {profile.vbios_version}"
@@ -411,6 +414,7 @@ class FaultInjector:
         if fault.gpu is None:
             tel.hardware.repair(node)
             tel.relabel(node)
+            self._sync_versions(node)
         allocatable = self._sync_allocatable(node)
         if fault.gpu is not None:
             return f"cleared node {node} GPU {fault.gpu}; allocatable {GPU_RESOURCE} {allocatable}"
@@ -447,6 +451,24 @@ class FaultInjector:
         except ApiError as exc:
             raise BadFault(exc.code, "node_update_failed", exc.message) from exc
         return result
+
+    def _sync_versions(self, node: str) -> None:
+        """What GPU feature discovery does when a machine's driver changed: its version labels
+        follow (sim/node/gfd.py)."""
+        profile = self._telemetry.hardware.current(node)
+        if profile is None:
+            return
+        labels = version_labels(profile.driver_version, profile.cuda_version)
+
+        def change(obj: Obj) -> None:
+            meta = obj.setdefault("metadata", {})
+            kept = {k: v for k, v in (meta.get("labels") or {}).items() if not k.startswith(PREFIX)}
+            meta["labels"] = {**kept, **labels}
+
+        try:
+            self._cluster.store.mutate("nodes", "", node, change)
+        except ApiError as exc:
+            raise BadFault(exc.code, "node_update_failed", exc.message) from exc
 
     def active(self) -> list[dict[str, Any]]:
         faults = self._telemetry.active_faults()

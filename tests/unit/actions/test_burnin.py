@@ -79,9 +79,27 @@ def test_unreadable_output_fails_with_its_raw_tail_never_passes() -> None:
     assert not dcgm.passed and "raw_tail" in dcgm.evidence
 
 
-def test_a_model_without_a_floor_is_not_a_pass() -> None:
-    verdict = burnin.nccl_verdict(NCCL, "NVIDIA A100-SXM4-80GB", {H100: 400.0})
-    assert not verdict.passed and "no busbw_floor" in verdict.reason
+def test_a_model_without_a_floor_is_skipped_with_a_warning_neither_pass_nor_failure() -> None:
+    verdict = burnin.nccl_verdict(NCCL, "NVIDIA GB200", {H100: 400.0})
+    assert not verdict.passed and verdict.evidence["skipped"] is True
+    assert verdict.evidence["warning"] is True and verdict.evidence["busbw_gbps"] == 470.5
+    assert verdict.reason.startswith(
+        "nccl skipped: no busbw_floor is configured for GPU model 'NVIDIA GB200'"
+    )
+    pair = burnin.nccl_verdict(NCCL, "NVIDIA GB200", {H100: 330.0}, burnin.NCCL_PAIR)
+    assert pair.evidence["skipped"] is True and "no pair_busbw_floor" in pair.reason
+
+
+def test_a_gap_skips_only_the_floor_a_broken_run_still_fails() -> None:
+    wrong = NCCL.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED")
+    for output in (wrong, "Segmentation fault (core dumped)\n"):
+        verdict = burnin.nccl_verdict(output, "NVIDIA GB200", {H100: 400.0})
+        assert not verdict.passed and not verdict.evidence.get("skipped"), verdict
+
+
+def test_the_floor_is_found_under_the_nodes_label_spelling_too() -> None:
+    verdict = burnin.nccl_verdict(NCCL, "NVIDIA-H100-80GB-HBM3", {H100: 400.0})
+    assert verdict.passed and verdict.evidence["floor_gbps"] == 400.0
 
 
 def test_query_gpu_csv_with_and_without_header() -> None:
@@ -155,7 +173,7 @@ def test_a_port_slower_than_the_others_keeps_the_nodes_rate_and_is_named() -> No
 
 
 def test_a_slow_active_port_fails_even_without_a_baseline() -> None:
-    for baseline in (None, burnin.baseline_of([], {})):
+    for baseline in (None, burnin.baseline_of({}, {})):
         verdict = burnin.inventory_verdict(inventory(ib=_slow("mlx5_2", 200)), baseline)
         assert not verdict.passed
         assert verdict.reason == (
@@ -175,7 +193,7 @@ def test_a_slow_active_port_fails_even_without_a_baseline() -> None:
 
 def test_a_slow_port_is_named_against_the_pools_rate_not_as_a_missing_one() -> None:
     good = inventory().summary
-    baseline = burnin.baseline_of([good, good], {})
+    baseline = burnin.baseline_of({"n1": good, "n2": good}, {})
     verdict = burnin.inventory_verdict(inventory(ib=_slow("mlx5_0", 200)), baseline)
     assert not verdict.passed and "None" not in verdict.reason
     assert verdict.reason == (
@@ -186,7 +204,7 @@ def test_a_slow_port_is_named_against_the_pools_rate_not_as_a_missing_one() -> N
 def test_ports_all_at_a_lower_rate_than_the_pin_are_each_named() -> None:
     both = _slow("mlx5_2", 200, _slow("mlx5_0", 200, IBSTAT_UP))
     slow = _slow("mlx5_1", 200, both)
-    verdict = burnin.inventory_verdict(inventory(ib=slow), burnin.baseline_of([], {"ib_rate": 400}))
+    verdict = burnin.inventory_verdict(inventory(ib=slow), burnin.baseline_of({}, {"ib_rate": 400}))
     assert not verdict.passed and "ib_rate is" not in verdict.reason
     assert [p["ca"] for p in verdict.evidence["ib_off_rate"]] == ["mlx5_0", "mlx5_1", "mlx5_2"]
     assert "expected 400 Gb/s (the pool's baseline)" in verdict.reason
@@ -201,12 +219,12 @@ def test_an_active_port_without_a_readable_rate_is_not_a_pass() -> None:
 
 
 def test_the_first_node_without_pins_says_it_has_no_baseline() -> None:
-    verdict = burnin.inventory_verdict(inventory(), burnin.baseline_of([], {}))
+    verdict = burnin.inventory_verdict(inventory(), burnin.baseline_of({}, {}))
     assert verdict.passed and "no baseline" in verdict.reason
 
 
 def test_the_first_node_is_held_to_the_pins() -> None:
-    baseline = burnin.baseline_of([], {"driver": "535.129.03"})
+    baseline = burnin.baseline_of({}, {"driver": "535.129.03"})
     assert baseline is not None and baseline.source == "pinned in the policy"
     verdict = burnin.inventory_verdict(inventory(), baseline)
     assert not verdict.passed
@@ -216,19 +234,19 @@ def test_the_first_node_is_held_to_the_pins() -> None:
 def test_the_baseline_is_the_pools_majority_and_a_pin_wins() -> None:
     good = inventory().summary
     other = {**good, "driver": "535.129.03"}
-    baseline = burnin.baseline_of([good, good, other], {})
+    baseline = burnin.baseline_of({"n1": good, "n2": good, "n3": other}, {})
     assert baseline is not None and baseline.values["driver"] == "550.90.07"
     assert burnin.inventory_verdict(inventory(), baseline).passed
     lost_gpu = "\n".join(GPUS.splitlines()[:-1])
     verdict = burnin.inventory_verdict(inventory(gpus=lost_gpu), baseline)
     assert not verdict.passed and "gpu_count is 7, the pool's baseline 8" in verdict.reason
-    pinned = burnin.baseline_of([good, good], {"ib_rate": 200})
+    pinned = burnin.baseline_of({"n1": good, "n2": good}, {"ib_rate": 200})
     assert pinned is not None and pinned.values["ib_rate"] == 200
 
 
 def test_a_split_pool_has_no_majority_for_that_value() -> None:
     good = inventory().summary
-    baseline = burnin.baseline_of([good, {**good, "vbios": "96.00.74.00.01"}], {})
+    baseline = burnin.baseline_of({"n1": good, "n2": {**good, "vbios": "96.00.74.00.01"}}, {})
     assert baseline is not None and "vbios" not in baseline.values
     assert baseline.disagreeing == ("vbios",)
 

@@ -16,7 +16,8 @@ from starlette.testclient import TestClient
 from remediator.cli import build_parser
 from remediator.clock import FakeClock
 from remediator.sim.kube.controllers.cluster import SimCluster
-from remediator.sim.node.hardware import CUDA_VERSION
+from remediator.sim.node.gfd import DRIVER_FULL, version_labels
+from remediator.sim.node.hardware import CUDA_VERSION, DRIVER_VERSION
 from remediator.sim.services import CloudApps, build_cloud_apps
 
 POOL = "h100-train"
@@ -26,6 +27,7 @@ class Sim:
     def __init__(self, doa_rate: float = 0.0) -> None:
         self.clock = FakeClock()
         self.cluster = SimCluster(clock=self.clock)
+        self.cluster.set_feature_labels(version_labels())
         for i in range(3):
             self.cluster.add_node(f"{POOL}-{i}", POOL, 8)
         self.apps: CloudApps = build_cloud_apps(
@@ -108,6 +110,28 @@ def test_another_driver_shows_in_nvidia_smi_dcgm_and_the_exporter_labels() -> No
     sim.inject.post("/v1/faults", json={"type": "clear", "node": node})
     _, table = sim.run(node, "nvidia-smi")
     assert f"CUDA Version: {CUDA_VERSION}" in table
+
+
+def driver_label(sim: Sim, node: str) -> tuple[str | None, str | None]:
+    found = sim.cluster.store.find("nodes", "", node)
+    labels = (found or {}).get("metadata", {}).get("labels", {})
+    return labels.get(DRIVER_FULL), labels.get("nvidia.com/cuda.runtime-version.full")
+
+
+def test_gpu_feature_discovery_labels_follow_the_machines_driver() -> None:
+    sim = Sim()
+    node = f"{POOL}-1"
+    assert driver_label(sim, node) == (DRIVER_VERSION, CUDA_VERSION)
+    body = {"type": "versions", "node": node, "driver_version": "535.183.01"}
+    assert sim.inject.post("/v1/faults", json=body).status_code == 200
+    assert driver_label(sim, node) == ("535.183.01", "12.2")
+    sim.inject.post("/v1/faults", json={"type": "clear", "node": node})
+    assert driver_label(sim, node) == (DRIVER_VERSION, CUDA_VERSION)
+    doa = {"type": "doa_next", "pool": POOL, "fault": {"type": "versions", **body}}
+    doa["fault"].pop("node")
+    assert sim.inject.post("/v1/nodepool-faults", json=doa).status_code == 200
+    new = sim.replace(f"{POOL}-2", "gfd")
+    assert driver_label(sim, new) == ("535.183.01", "12.2")
 
 
 def test_a_missing_gpu_and_a_down_port_shorten_the_inventory() -> None:

@@ -136,6 +136,7 @@ class SimCluster:
         self._added_callbacks: list[Callable[[Obj], None]] = []
         self._pool_taints: dict[str, list[Obj]] = {}
         self._startup_taints: list[Obj] = []
+        self._feature_labels: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._ctx.after(self._clock.now() + EVENT_GC_EVERY, EVENT_GC, None)
@@ -151,7 +152,9 @@ class SimCluster:
         ready: bool,
         taints: list[Obj] | None = None,
     ) -> Obj:
-        obj = builders.node(name, pool, gpus, labels, ready, self._clock.now())
+        obj = builders.node(
+            name, pool, gpus, {**self._feature_labels, **(labels or {})}, ready, self._clock.now()
+        )
         extra = [dict(t) for t in self._pool_taints.get(pool, [])] + [dict(t) for t in taints or []]
         if extra:
             obj["spec"]["taints"] = extra + list(obj["spec"].get("taints") or [])
@@ -192,6 +195,13 @@ class SimCluster:
         nodeRegistration.taints); the seeded fleet is the running, already validated one."""
         with self._lock:
             self._startup_taints = [dict(t) for t in taints]
+
+    def set_feature_labels(self, labels: dict[str, str]) -> None:
+        """The labels GPU feature discovery gives every node from now on (sim/node/gfd.py: the
+        pool's driver and CUDA versions), set before the fleet is seeded; a node's own labels
+        win over them."""
+        with self._lock:
+            self._feature_labels = dict(labels)
 
     def on_node_added(self, callback: Callable[[Obj], None]) -> None:
         """Called with each node a cloud adds after the fleet was seeded: a new machine, which
