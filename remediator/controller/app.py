@@ -365,6 +365,7 @@ class Controller:
             slurm=self.service.slurm,
             slurm_client=slurm_cli,
             slurm_settings=settings.slurm if slurm_cli is not None else None,
+            list_nodes=self.nodes.list_nodes,
         )
         self.service.fences = self.fences
         # Pods from their own watch; nodes from the informer's, so every node event is read

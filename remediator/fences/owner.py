@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -70,6 +71,8 @@ DriftMode = Literal["reassert", "report"]
 DRIFT_EVENT = "fence_drift"
 KEPT_FENCED = "node_kept_fenced"
 RELEASED_EVENT = "node_released"
+# A look older than this is taken anew when the console asks (a pass is every 10 s).
+VIEW_MAX_AGE_SECONDS = 15.0
 # Failed remediations looked at each pass (open ones are all read).
 FAILED_LISTED = 500
 # The names a foreign history gave its fence, dropped when an operator adopts it.
@@ -102,6 +105,14 @@ class FenceView:
     drift: tuple[str, ...]
     mark: Mapping[str, str]
     why: str = ""
+
+
+@dataclass(frozen=True)
+class Look:
+    me: FenceIdentity
+    decisions: Sequence[Decision]
+    due: Mapping[str, list[Required]]
+    plans: Sequence[NodePlan]
 
 
 @dataclass
@@ -168,6 +179,7 @@ class FenceOwner:
         slurm: SlurmSteps | None = None,
         slurm_client: SlurmClient | None = None,
         slurm_settings: SlurmSettings | None = None,
+        list_nodes: Callable[[], Sequence[Node]] | None = None,
     ) -> None:
         self._repo = repository
         self._kube = kube
@@ -184,6 +196,8 @@ class FenceOwner:
         self.metrics = FenceMetrics(registry or CollectorRegistry())
         self._lock = threading.Lock()
         self._views: dict[str, FenceView] = {}
+        self._looked_at = float("-inf")
+        self._list_nodes = list_nodes
         # (node, drift kind) reported and not yet gone: said once on the timeline, not per pass.
         self._reported: set[tuple[str, str]] = set()
         # Operators' releases of foreign fences already carried out (each lifts one fence).
@@ -194,11 +208,17 @@ class FenceOwner:
     # -- what the console reads ----------------------------------------------------------------
 
     def views(self) -> list[FenceView]:
+        """The last look's fences; looked at anew when older than a pass (a follower replica
+        looks for its console: only the leader's passes act)."""
+        with self._lock:
+            fresh = time.monotonic() - self._looked_at < VIEW_MAX_AGE_SECONDS
+        if not fresh and self._list_nodes is not None:
+            self.look(self._list_nodes())
         with self._lock:
             return sorted(self._views.values(), key=lambda v: v.node)
 
     def watches(self, node: str) -> bool:
-        """Whether the last pass found a fence due on `node` (its changes are looked at now)."""
+        """Whether the last look found a fence due on `node` (its changes are looked at now)."""
         with self._lock:
             view = self._views.get(node)
         return view is not None and bool(view.needs)
@@ -216,35 +236,41 @@ class FenceOwner:
         found = [r for r in (*self._repo.list_open(), *failed) if r.state in FENCING_STATES]
         return self._repo.with_events(found)
 
-    def reconcile(self, nodes: Sequence[Node]) -> PassResult:
-        result = PassResult()
+    def look(self, nodes: Sequence[Node]) -> Look | None:
+        """Compare the store's fences with the nodes (no write); None when nothing can be told:
+        no identity yet (no mark can be told ours), or an empty list (it says nothing)."""
         me = self._identity()
         if me is None or not nodes:
-            # Without our identity no mark can be told ours; an empty list says nothing.
-            return result
+            return None
         decisions = self._book.decisions()
         records = self.fencing()
         due = required(records, decisions)
-        newest = {d.node: d for d in decisions}
         plans = plan_all(nodes, due, me, self._known(decisions, records))
-        by_name = {n.name: n for n in nodes}
-        views: dict[str, FenceView] = {}
-        for plan in plans:
-            views[plan.node] = FenceView(
-                plan.node, plan.owner, plan.needs, plan.drift, plan.mark.as_text(), plan.foreign_why
-            )
-            if plan.owner is Owner.FOREIGN and not plan.needs:
-                result.foreign.append(
-                    ForeignFence(
-                        plan.node,
-                        plan.foreign_why,
-                        plan.mark.as_text(),
-                        by_name[plan.node].unschedulable,
-                    )
-                )
+        views = {
+            p.node: FenceView(p.node, p.owner, p.needs, p.drift, p.mark.as_text(), p.foreign_why)
+            for p in plans
+        }
         with self._lock:
             self._views = views
-        self.metrics.foreign.set(len(result.foreign))
+            self._looked_at = time.monotonic()
+        self.metrics.foreign.set(
+            sum(1 for v in views.values() if v.owner is Owner.FOREIGN and not v.needs)
+        )
+        return Look(me, decisions, due, plans)
+
+    def reconcile(self, nodes: Sequence[Node]) -> PassResult:
+        result = PassResult()
+        looked = self.look(nodes)
+        if looked is None:
+            return result
+        me, decisions, due, plans = looked.me, looked.decisions, looked.due, looked.plans
+        newest = {d.node: d for d in decisions}
+        by_name = {n.name: n for n in nodes}
+        result.foreign = [
+            ForeignFence(p.node, p.foreign_why, p.mark.as_text(), by_name[p.node].unschedulable)
+            for p in plans
+            if p.owner is Owner.FOREIGN and not p.needs
+        ]
         if not self._may_act():
             return result
         for plan in plans:

@@ -2,7 +2,8 @@
 looked at in its last pass (the fences due, their drift, the foreign ones), and
 `POST /api/v1/fences/{node}` records an operator's decision — fence a node, release a fence,
 adopt a foreign one — always with a reason, audited. A refused request writes nothing: an
-unknown node is 404, a missing reason 422, a command that does not fit the node's fence 409.
+unknown node is 404, a missing reason 422, a command that does not fit the node's fence (or a
+console without the fence owner) 409.
 The leader's next pass (woken at once) carries the decision out."""
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ class FenceOut(BaseModel):
         )
 
 
+class FencesOut(BaseModel):
+    items: list[FenceOut]
+    error: str | None = Field(
+        default=None, description="why the fences cannot be told (no fence owner in this console)"
+    )
+
+
 class FenceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     action: Literal["fence", "release", "adopt"]
@@ -74,9 +82,13 @@ class DecisionOut(BaseModel):
     by: str
 
 
+NO_OWNER = "this console runs no fence owner (no cluster access)"
+
+
 def owner_of(deps: WebDeps) -> FenceOwner:
+    """A console without cluster access cannot fence: its state does not allow it (409)."""
     if deps.fences is None:
-        raise WebError(503, "this console does not run the fence owner")
+        raise WebError(409, NO_OWNER)
     return deps.fences
 
 
@@ -84,9 +96,11 @@ def make_fences_router() -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["console"], responses=ERRORS)
 
     @api.get("/fences", dependencies=[Depends(require_reader)])
-    def list_fences(deps: Deps) -> list[FenceOut]:
-        """Every fenced or due node of the last pass: ours, foreign, and what drifted."""
-        return [FenceOut.of(v) for v in owner_of(deps).views()]
+    def list_fences(deps: Deps) -> FencesOut:
+        """Every fenced or due node of the last look: ours, foreign, and what drifted."""
+        if deps.fences is None:
+            return FencesOut(items=[], error=NO_OWNER)
+        return FencesOut(items=[FenceOut.of(v) for v in deps.fences.views()])
 
     @api.post("/fences/{node}", status_code=201)
     def post_fence(

@@ -258,7 +258,7 @@ def test_a_second_controller_on_an_empty_database_releases_nothing(
     assert finding.status is Status.WARN and "1 node(s) fenced by another history" in finding.found
 
     with TestClient(create_app(second.controller.web_deps())) as api:
-        listed = api.get("/api/v1/fences", headers=OPERATOR_HEADERS).json()
+        listed = api.get("/api/v1/fences", headers=OPERATOR_HEADERS).json()["items"]
         assert [(f["node"], f["owner"]) for f in listed] == [(node, "foreign")]
         url = f"/api/v1/fences/{node}"
         refused = [

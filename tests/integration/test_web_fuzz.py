@@ -61,6 +61,8 @@ OPERATIONS = (
     "GET /api/v1/optouts",
     "POST /api/v1/optouts",
     "DELETE /api/v1/optouts/{opt_out_id}",
+    "GET /api/v1/fences",
+    "POST /api/v1/fences/{node}",
     "GET /api/v1/rma",
     "GET /api/v1/rma/{ref}",
     "GET /api/v1/rma/{ref}/bundle",
