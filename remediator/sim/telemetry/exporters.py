@@ -32,7 +32,7 @@ from remediator.clock import Clock
 from remediator.sim.kube.api.store import Obj, ObjectStore, WatchEvent
 
 # Re-exported: the GPU identities the simulator's users (agents, benches) have named from here.
-from remediator.sim.node.hardware import DEFAULT_MODEL, Hardware, Profile
+from remediator.sim.node.hardware import DEFAULT_MODEL, GPU_MODELS, Hardware, Profile
 from remediator.sim.node.hardware import DRIVER_VERSION as DRIVER_VERSION
 from remediator.sim.node.hardware import gpu_uuid as gpu_uuid
 from remediator.sim.node.hardware import pci_bus_id as pci_bus_id
@@ -377,9 +377,13 @@ def node_gpu_count(node: Obj) -> int:
 
 
 def node_model(node: Obj) -> str:
-    """GPU feature discovery writes the product with dashes for spaces; DCGM reports spaces."""
+    """GPU feature discovery writes the product with dashes for spaces; DCGM reports the name
+    as nvidia-smi does, whose own dashes stay ("NVIDIA A100-SXM4-80GB")."""
     product = ((node.get("metadata") or {}).get("labels") or {}).get(PRODUCT_LABEL)
-    return product.replace("-", " ") if product else DEFAULT_MODEL
+    if not product:
+        return DEFAULT_MODEL
+    known = {name.replace(" ", "-"): name for name in GPU_MODELS}
+    return known.get(product, product.replace("-", " "))
 
 
 def gpu_labels(profile: Profile, index: int, name: str) -> str:

@@ -128,7 +128,7 @@ def test_series_per_gpu_and_port_with_the_exporters_labels(telemetry: Telemetry)
     assert gpu3["modelName"] == "NVIDIA H100 80GB HBM3"
     assert len({labels["UUID"] for labels in node0.values()}) == 8
     a100 = series(body, "DCGM_FI_DEV_GPU_TEMP", Hostname="gpu-a100-b-0")
-    assert {dict(labels)["modelName"] for labels in a100} == {"NVIDIA A100 SXM4 80GB"}
+    assert {dict(labels)["modelName"] for labels in a100} == {"NVIDIA A100-SXM4-80GB"}
 
     xid = series(body, "DCGM_FI_DEV_XID_ERRORS", Hostname=f"{POOL}-1", gpu="0")
     ((labels, value),) = xid.items()
