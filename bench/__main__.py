@@ -6,6 +6,8 @@ Usage: python -m bench [NAME ...] [-- ARGS]   e.g. python -m bench sim_scale
 Options after a single bench's name are that bench's (they used to be taken for more bench
 names, so `python -m bench scale_10k --db sqlite` ran the bench at its defaults and then failed
 on benches called `--db` and `sqlite`); with several names, `--` starts the options they all get.
+One bench named alone answers with its own exit code. A bench that is a package (bench/soak/,
+the chaos soak) runs only when named.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ def main(argv: list[str]) -> int:
     names = names or sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_"))
     failed = []
     for name in names:
-        print(f"\n=== bench/{name}.py ===", flush=True)
+        shown = f"{name}.py" if (here / f"{name}.py").exists() else f"{name}/"
+        print(f"\n=== bench/{shown} ===", flush=True)
         rc = subprocess.call([sys.executable, "-m", f"bench.{name}", *options], cwd=here.parent)
+        if len(names) == 1:
+            return rc  # one bench: its own exit code (the soak's 1, 2 and 3 mean different things)
         if rc != 0:
             failed.append(name)
     if failed:

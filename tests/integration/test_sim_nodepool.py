@@ -147,6 +147,10 @@ def test_replacement_swaps_the_node_and_the_key_replays(
 
     replay = conforms(replace(api, pool, old, f"it-{old}"))  # long after the node is gone
     assert replay.status_code == 200 and replay.json()["state"] == "succeeded"
+    # The simulator's own listing (not the contract's): each operation with the key that made it.
+    listed = {o["id"]: o for o in api.get("/v1/operations").json()["operations"]}
+    assert listed[op["id"]]["idempotency_key"] == f"it-{old}"
+    assert listed[op["id"]]["state"] == "succeeded" and listed[op["id"]]["started_at"]
 
 
 def test_refusals_carry_the_error_body(api: httpx.Client) -> None:

@@ -443,6 +443,23 @@ class NodePoolService:
                 )
             return op.to_json()
 
+    def list_operations(self) -> dict[str, Any]:
+        """Every operation, oldest first, with the Idempotency-Key that created it: tooling for
+        an outside checker (the chaos soak counts operations per remediation by key), not part
+        of the contract a provider implements."""
+        with self._lock:
+            ops = sorted(self._ops.values(), key=lambda o: (o.created_at, o.id))
+            return {
+                "operations": [
+                    {
+                        **o.to_json(),
+                        "idempotency_key": o.idempotency_key,
+                        "started_at": rfc3339(o.started_at) if o.started_at else None,
+                    }
+                    for o in ops
+                ]
+            }
+
     # -- the API's one write -----------------------------------------------------------------
 
     def request_replacement(
@@ -746,6 +763,9 @@ def build_nodepool_app(service: NodePoolService, reboot: Handler | None = None) 
     async def get_operation(request: Request) -> Response:
         return JSONResponse(service.get_operation(request.path_params["operation_id"]))
 
+    async def list_operations(_request: Request) -> Response:
+        return JSONResponse(service.list_operations())
+
     async def replace_node(request: Request) -> Response:
         key = idempotency_key(request)
         body = await replacement_body(request)
@@ -787,6 +807,7 @@ def build_nodepool_app(service: NodePoolService, reboot: Handler | None = None) 
         Route("/v1/pools/{pool}/nodes", guarded(pool_nodes), methods=["GET"]),
         Route("/v1/pools/{pool}/capacity", guarded(capacity), methods=["GET"]),
         Route("/v1/pools/{pool}/replacements", guarded(replace_node), methods=["POST"]),
+        Route("/v1/operations", guarded(list_operations), methods=["GET"]),
         Route("/v1/operations/{operation_id}", guarded(get_operation), methods=["GET"]),
         Route(
             "/v1/pools/{pool}/racks/{rack}/{action:str}",
