@@ -8,6 +8,7 @@ the login page rather than shown a bare 401.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import timedelta
@@ -32,6 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
+from remediator.errors import TransientError
 from remediator.signals.sources.push import make_signals_router
 from remediator.store.audit import AuditLog
 from remediator.store.db import session_scope
@@ -170,6 +172,14 @@ def create_app(deps: WebDeps) -> FastAPI:
             response.headers[name] = value
         if exc.status_code == 405:
             response.headers["Allow"] = ", ".join(_allowed(request))
+        return response
+
+    @app.exception_handler(TransientError)
+    async def _unreachable(request: Request, exc: TransientError) -> Response:
+        """A dependency a command reads (the cluster, slurmctld) did not answer: nothing was
+        written; the asker retries (503 with Retry-After), as for a database outage."""
+        response = _error(request, 503, f"{exc}; nothing was done: retry")
+        response.headers["Retry-After"] = str(max(1, math.ceil(exc.delay)))
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from remediator.errors import PolicyError
+from remediator.errors import ApiUnavailable, PolicyError
 from remediator.model.states import State
 from remediator.signals.model import SignalKind
 from remediator.signals.sources.push import SignalInbox
@@ -294,6 +294,28 @@ def test_commands_refused_with_409(
     response = _post(client, f"/api/v1/remediations/{console.ids[name]}/{command}")
     assert response.status_code == 409
     assert reason in response.json()["reason"]
+
+
+def test_a_cancel_while_the_cluster_does_not_answer_is_503_and_changes_nothing(
+    client: TestClient, console: Console
+) -> None:
+    """Found by the chaos soak: the cancel reads which of the node's machines stay fenced from
+    the cluster; a failing Kubernetes API answered 500. Now: 503 with Retry-After, nothing
+    written, and the cancel goes through once the cluster answers."""
+    rid = console.ids["draining"]
+
+    def unreachable(_node: str) -> str | None:
+        raise ApiUnavailable("get node: the API server answered 503", delay=2.5)
+
+    console.deps.machine_hold = unreachable
+    response = _post(client, f"/api/v1/remediations/{rid}/cancel")
+    assert response.status_code == 503, response.text
+    assert "nothing was done" in response.json()["reason"]
+    assert response.headers["retry-after"] == "3"
+    record = console.repository.get(rid)
+    assert record is not None and record.state is State.DRAINING
+    console.deps.machine_hold = None
+    assert _post(client, f"/api/v1/remediations/{rid}/cancel").status_code == 200
 
 
 def test_command_on_missing_remediation_is_404(client: TestClient) -> None:
