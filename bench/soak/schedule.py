@@ -61,7 +61,7 @@ UNAVAILABLE = {
 NEEDS_POSTGRESQL = frozenset({"db_outage"})
 
 FIRST_AT = 5.0  # seconds into the soak: the first fault
-GAP = (7.0, 13.0)  # seconds between two faults
+GAP = (5.0, 10.0)  # seconds between two faults: ~230 in 30 minutes, some find no node to hit
 SETTLE = 45.0  # seconds at the end with no new fault: the last ones play out under the checker
 XID_CODES = (79, 48, 95)
 GPUS = 8
