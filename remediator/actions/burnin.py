@@ -22,7 +22,7 @@ from remediator.actions.inventory import (
     query_gpu_command,
 )
 from remediator.actions.jobs import tail
-from remediator.actions.nccl import RANK, NcclUnreadable, parse_all_reduce
+from remediator.actions.nccl import RANK, NcclFailed, NcclUnreadable, parse_all_reduce
 from remediator.kube.objects import Node
 from remediator.model.gpus import floor_for, labelled_versions
 
@@ -394,6 +394,13 @@ def nccl_verdict(
 ) -> Verdict:
     try:
         report = parse_all_reduce(output)
+    except NcclFailed as exc:
+        return Verdict(
+            check,
+            False,
+            f"{check}: all_reduce_perf failed: {exc.line}",
+            {"program": "all_reduce_perf", "failure": exc.line, "raw_tail": tail(output, 1000)},
+        )
     except NcclUnreadable as exc:
         return _unreadable(check, "all_reduce_perf", exc, output)
     evidence: dict[str, Any] = {**report.to_json(), "gpu_model": model}

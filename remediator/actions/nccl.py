@@ -2,7 +2,8 @@
 average bus bandwidth. The verdict uses the bus bandwidth of the largest message (the plateau a
 floor is written for); the average over all sizes is kept as evidence, since the small sizes
 that drag it down measure latency, not the links. Anything that is not that table is
-unreadable, never a pass."""
+unreadable, never a pass; when nccl-tests said why it stopped (too few GPUs, a CUDA or NCCL
+call that failed), that line is the reason."""
 
 from __future__ import annotations
 
@@ -14,10 +15,32 @@ AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.MULTILINE)
 OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\S+)", re.MULTILINE)
 NGPUS = re.compile(r"nGpus\s+(\d+)")
 RANK = re.compile(r"^#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)")
+# nccl-tests' own reasons for stopping (src/util.cu, src/common.h): the GPU count check, and
+# the CUDACHECK/NCCLCHECK lines. Its TESTCHECK trace (" .. host pid N: Test failure file:line")
+# only says where, so it is the reason only when nothing better was printed.
+FAILURE = re.compile(
+    r"^(Invalid number of GPUs: .*|\S+: Test (?:CUDA|NCCL) failure .*|invalid size.*)$",
+    re.MULTILINE,
+)
+TRACE = re.compile(r"^ \.\. \S+ pid \d+: Test failure .*$", re.MULTILINE)
 
 
 class NcclUnreadable(ValueError):
     """The output is not an nccl-tests report."""
+
+
+class NcclFailed(NcclUnreadable):
+    """nccl-tests stopped and said why: `line` is its own words."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def failure_line(output: str) -> str | None:
+    """The line in which nccl-tests said why it stopped, if it did."""
+    found = FAILURE.search(output) or TRACE.search(output)
+    return found.group(0).strip() if found else None
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,17 @@ def _row(line: str) -> SizeRow | None:
 
 
 def parse_all_reduce(output: str) -> NcclReport:
+    """The report; NcclFailed when it is not one and nccl-tests said why, else NcclUnreadable."""
+    try:
+        return _report(output)
+    except NcclUnreadable:
+        line = failure_line(output)
+        if line is None:
+            raise
+        raise NcclFailed(line) from None
+
+
+def _report(output: str) -> NcclReport:
     rows = tuple(r for r in (_row(line) for line in output.splitlines()) if r is not None)
     if not rows:
         raise NcclUnreadable("no size rows in the all_reduce_perf output")

@@ -276,3 +276,40 @@ def test_checks_run_in_order_and_nccl_can_be_left_out() -> None:
     assert burnin.Checks(nccl=False).enabled() == ("inventory", "dcgm")
     argv = burnin.programs("nccl", dcgm_level=3, gpus=8)["allreduce"]
     assert argv == ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
+
+
+# nccl-tests' own words when the node shows fewer GPUs than `-g` asks (src/util.cu): on stderr,
+# then its trace on stdout; the Job's log holds both.
+SEVEN_OF_EIGHT = (
+    "# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 "
+    "iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n"
+    "Invalid number of GPUs: 8 requested but only 7 were found.\n"
+    "Please check the number of processes and GPUs per process.\n"
+    " .. gpu-node-3 pid 4242: Test failure util.cu:681\n"
+    " .. gpu-node-3 pid 4242: Test failure common.cu:1290\n"
+)
+
+
+def test_a_run_nccl_tests_refused_says_its_own_reason_not_unreadable() -> None:
+    verdict = burnin.nccl_verdict(SEVEN_OF_EIGHT, H100, {H100: 400.0})
+    assert not verdict.passed and not verdict.evidence.get("skipped")
+    assert verdict.reason == (
+        "nccl: all_reduce_perf failed: Invalid number of GPUs: 8 requested but only 7 were found."
+    )
+    assert verdict.evidence["failure"] == (
+        "Invalid number of GPUs: 8 requested but only 7 were found."
+    )
+    assert verdict.evidence["raw_tail"] == SEVEN_OF_EIGHT
+
+
+def test_a_cuda_or_nccl_failure_mid_run_is_named_with_its_line() -> None:
+    cut = NCCL.split("# Out of bounds")[0]
+    crashed = cut + "gpu-node-3: Test NCCL failure common.cu:383 'unhandled system error / '\n"
+    verdict = burnin.nccl_verdict(crashed, H100, {H100: 400.0})
+    assert not verdict.passed
+    assert verdict.reason.endswith(
+        "all_reduce_perf failed: gpu-node-3: Test NCCL failure common.cu:383 "
+        "'unhandled system error / '"
+    )
+    # Without nccl-tests' own failure line the output is still unreadable, never a pass.
+    assert "output unreadable" in burnin.nccl_verdict(cut, H100, {H100: 400.0}).reason
