@@ -69,6 +69,20 @@ def _field(position: str | None, index: int) -> int | None:
     return int(parts[index]) if len(parts) > index and parts[index].isdigit() else None
 
 
+def _ends_at(file: BinaryIO, offset: int, seq: int) -> bool:
+    """Whether a saved offset still ends the record it was saved after: a log cleared in place
+    while the agent was down, and written past the offset since, has other bytes there. The
+    line before the offset is that record, or garbage the position does not name."""
+    if offset == 0:
+        return True
+    start = max(0, offset - KMSG_RECORD_MAX)
+    before = os.pread(file.fileno(), offset - start, start)
+    if not before.endswith(b"\n"):
+        return False
+    record = parse_record(before[:-1].rpartition(b"\n")[2].decode("utf-8", errors="replace"))
+    return record is None or record.seq == seq
+
+
 def uptime_usec() -> int:
     """The kernel's clock now, the one kmsg timestamps count on."""
     return int(time.monotonic() * 1_000_000)
@@ -128,16 +142,18 @@ class KmsgFile:
 
     Followed by name, like `tail -F`: once the open file is read to its end, a path that now
     names another file (rotated, or replaced whole) is reopened from its start, and a file
-    shorter than what was read (truncated in place) is read again from its start; records
-    already passed are skipped by sequence number. A path that is gone keeps the old file open
-    until a new one appears. The position carries the file's inode, so a restarted agent can
-    tell its offset belongs to another file."""
+    truncated in place (copytruncate), told before each read by its first bytes, is read again
+    from its start; records already passed are skipped by sequence number. A path that is gone
+    keeps the old file open until a new one appears. The position carries the file's inode and
+    names the record its offset ends, so a restarted agent can tell its offset belongs to
+    another file, or to this one before it was cleared."""
 
     def __init__(self, path: Path, position: str | None, poll_interval: float = 0.05) -> None:
         self.path = path
         self.lost = 0
         self.reopened = 0
-        self.resume = Resume(_seq_of(position), _field(position, 3))
+        seq = _seq_of(position)
+        self.resume = Resume(seq, _field(position, 3))
         self._offset = _field(position, 1) or 0
         inode = _field(position, 2)
         self._poll = poll_interval
@@ -150,7 +166,11 @@ class KmsgFile:
             self._file = path.open("rb")
             own = os.fstat(self._file.fileno())
             self._inode = own.st_ino
-            if own.st_size < self._offset or inode not in (None, own.st_ino):
+            if (
+                inode not in (None, own.st_ino)
+                or own.st_size < self._offset
+                or not _ends_at(self._file, self._offset, seq)
+            ):
                 self._offset = 0  # another file: the position belongs to the old one
             self._file.seek(self._offset)
         self._start = self._offset  # where this stream began: a restart found while skipping
@@ -177,7 +197,7 @@ class KmsgFile:
             time.sleep(min(self._poll, max(0.0, deadline - time.monotonic())))
 
     def _follow_name(self) -> None:
-        """At the end of the open file: reopen when the name moved on, rewind when truncated."""
+        """At the end of the open file: reopen when the name moved on to another file."""
         assert self._file is not None
         try:
             named = os.stat(self.path)
@@ -189,29 +209,38 @@ class KmsgFile:
             self._file.close()
             self._file = self.path.open("rb")
             self._inode = os.fstat(self._file.fileno()).st_ino
-        elif named.st_size < self._offset + len(self._buffer) or not self._same_head():
-            log.info("kernel log %s was truncated: reading it again from its start", self.path)
-            self._file.seek(0)
-        else:
-            return
+            self._restart_stream()
+
+    def _rewind(self) -> None:
+        assert self._file is not None
+        log.info("kernel log %s was truncated: reading it again from its start", self.path)
+        self._file.seek(0)
+        self._restart_stream()
+
+    def _restart_stream(self) -> None:
         self.reopened += 1
         self._offset, self._buffer, self._head, self._start = 0, b"", b"", 0
         self.resume.new_stream()  # what was passed in the old file is skipped in the new one
 
-    def _same_head(self) -> bool:
-        """A file truncated and written again at once may already be as long as before; its
-        first record (a sequence number of its own) tells it apart."""
+    def _cleared(self) -> bool:
+        """Whether the file was truncated in place since it was read, asked before reading on.
+
+        A writer that appended again at once may already be past the old length: read at the
+        old offset, the new file's first record would come out cut (garbage, skipped). Its
+        first bytes tell it: each record carries its own sequence number."""
         assert self._file is not None
         head = os.pread(self._file.fileno(), HEAD_BYTES, 0)
-        same = head[: len(self._head)] == self._head
-        if same:
-            self._head = head
-        return same
+        if head[: len(self._head)] != self._head:
+            return True
+        self._head = head
+        return False
 
     def _drain(self) -> list[Entry]:
         if not self._open():
             return []
         assert self._file is not None
+        if self._cleared():
+            self._rewind()
         chunk = self._file.read(READ_CHUNK)
         if not chunk:
             self._follow_name()
