@@ -37,19 +37,10 @@ from tests.integration.engine_support import (
     xid,
 )
 from tests.integration.test_engine_slurm import stop_slurmctld
+from tests.integration.test_engine_validate import H100, POOL, policies, pool_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-POOL = "h100-train"
-H100 = "NVIDIA H100 80GB HBM3"
-SETTINGS = """
-max_unhealthy:
-  per_pool: {percent: 100}
-  cluster: {percent: 100}
-max_concurrent: 10
-storm_breaker: {enabled: false}
-default_cooldown: 1h
-"""
 REPLACE_ONCE = f"""
 policies:
   - name: xid-79
@@ -80,19 +71,6 @@ policies:
       - action: cordon
 """
 OPERATOR = Asker("alice", "test")
-
-
-def policies(tmp: Path, text: str) -> Path:
-    directory = tmp / "policies"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "p.yaml").write_text(text)
-    (directory / "settings.yaml").write_text(SETTINGS)
-    return directory
-
-
-def pool_node(sim: SimHandle) -> str:
-    names = sim.kubectl("get", "nodes", "-l", f"simcloud.io/nodepool={POOL}", "-o", "name")
-    return names.split()[0].removeprefix("node/")
 
 
 def fenced(engine: Engine, name: str) -> bool:
