@@ -365,7 +365,7 @@ class Stack:
         if self.sim is not None:
             say(f"simulator stopped (exit {self.sim.stop()})")
         for ctld in self.slurmctlds:
-            # The simulator's stop kills every daemon of its Slurm, this one too; reap it.
+            # Ours, not the simulator's: its stop leaves a slurmctld it did not start alone.
             if ctld.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(ctld.pid, signal.SIGTERM)

@@ -3,7 +3,8 @@ machine, under a private munged (own key and socket), all in one directory with 
 
 Nothing here imitates Slurm: these are Debian's daemons. What the launcher owns is the layout —
 `NodeHostname=localhost` and a distinct `Port=` per node so several slurmd share one host — and
-the lifecycle: start quickly, wait until every node answers IDLE, stop every process it started.
+the lifecycle: start quickly, wait until every node answers IDLE, stop every process it started
+(and nothing else: a shell with this SLURM_CONF exported is its user's), reap a daemon that died.
 The `settings()` it returns is valid as the controller's `slurm:` section.
 """
 
@@ -94,6 +95,54 @@ def slurm_conf(
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class DaemonExit:
+    """A daemon of the cluster that exited without being asked to."""
+
+    key: str  # "slurmctld", "munged", "slurmd:NODE"
+    pid: int
+    returncode: int
+    log: Path
+
+    def describe(self) -> str:
+        how = (
+            f"killed by {signal.Signals(-self.returncode).name}"
+            if self.returncode < 0
+            else f"with status {self.returncode}"
+        )
+        return f"{self.key.replace(':', ' ')} exited (pid {self.pid}) {how}; see {self.log}"
+
+
+def process_table() -> dict[int, tuple[str, int]]:
+    """pid → (comm, session id) of every live process (zombies left out)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # comm, not argv: slurmscriptd's argv is its process title (": slurmscriptd").
+            name = (entry / "comm").read_text().strip()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[0] not in ("Z", "X"):
+            table[int(entry.name)] = (name, int(fields[3]))
+    return table
+
+
+def open_files(pid: int) -> list[str]:
+    """What a process holds open; a descriptor closed while we look is left out."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return []
+    files = []
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            files.append(os.readlink(fd))
+    return files
+
+
 @dataclass
 class SlurmCluster:
     """A running Slurm: `conf` is the absolute slurm.conf path for every client."""
@@ -103,6 +152,9 @@ class SlurmCluster:
     conf: Path = field(init=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
     _ports: dict[str, int] = field(default_factory=dict, init=False)
+    # Every session this cluster's processes lead: each daemon's (started in its own) and each
+    # slurmstepd's (it calls setsid; its tasks stay in it after it is gone).
+    _sessions: set[int] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
@@ -193,8 +245,9 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancel every job and wait for its steps to end, then stop the daemons. slurmstepd and
         the job scripts are not children of anything we started (slurmd detaches them): stopping
-        slurmd alone would leave them running. Whatever of this cluster still runs after that
-        (slurmctld was down, a step ignored SIGKILL's way out) is killed."""
+        slurmd alone would leave them running. Whatever this cluster started that still runs
+        after that (slurmctld was down, a step ignored SIGKILL's way out) is killed; a process
+        that merely has this slurm.conf in its environment is not the cluster's."""
         self.end_jobs()
         for key in list(self._procs):
             if key.startswith("slurmd:"):
@@ -224,29 +277,35 @@ class SlurmCluster:
             time.sleep(0.5)
 
     def processes(self, *, daemons: bool = False) -> list[int]:
-        """pids of this cluster's steps and jobs (and, with `daemons`, any slurmctld/slurmd/
-        munged of it, ours or not): this slurm.conf in their environment (a job carries its
-        submitter's), or a file of the cluster open (slurmstepd blanks its environment for its
-        process title, but keeps its node's log open)."""
-        needle = f"SLURM_CONF={self.conf}".encode()
-        ours = {proc.pid for proc in self._procs.values()}
+        """pids of what this cluster started that still runs: its steps and their tasks (and,
+        with `daemons`, the daemons it spawned and their helpers). A slurmstepd is this
+        cluster's when it holds a file of the cluster open (it blanks its environment for its
+        process title, but keeps its node's log open); a task is its step's by session, which
+        it keeps after its slurmstepd is gone."""
+        table = process_table()
+        spawned = {proc.pid for proc in self._procs.values()}
         roots = (f"{self.root}/", f"{self.socket_dir}/")
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                # comm, not argv: slurmscriptd's argv is its process title (": slurmscriptd").
-                name = (entry / "comm").read_text().strip()
-                environ = (entry / "environ").read_bytes().split(b"\0")
-                files = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
-            except OSError:
-                continue
-            if not daemons and (int(entry.name) in ours or name in DAEMONS):
-                continue
-            if needle in environ or any(f.startswith(roots) for f in files):
-                found.append(int(entry.name))
-        return found
+        for pid, (name, sid) in table.items():
+            if name == "slurmstepd" and any(f.startswith(roots) for f in open_files(pid)):
+                self._sessions.add(sid)
+        return [
+            pid
+            for pid, (name, sid) in table.items()
+            if sid in self._sessions
+            and pid != os.getpid()
+            and (daemons or (name not in DAEMONS and pid not in spawned))
+        ]
+
+    def reap(self) -> list[DaemonExit]:
+        """Daemons that exited since the last look, waited for (no zombie is left behind) and
+        forgotten; `_stop` forgets the ones stopped on purpose first."""
+        exits = []
+        for key, proc in list(self._procs.items()):
+            if proc.poll() is not None:
+                del self._procs[key]
+                log = self.root / "log" / f"{key.replace(':', '-')}.log"
+                exits.append(DaemonExit(key, proc.pid, proc.returncode, log))
+        return exits
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -295,10 +354,12 @@ class SlurmCluster:
 
     def _spawn(self, key: str, args: list[str]) -> None:
         log = (self.root / "log" / f"{key.replace(':', '-')}.out").open("ab")
-        self._procs[key] = subprocess.Popen(
+        proc = subprocess.Popen(
             args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
+        self._procs[key] = proc
+        self._sessions.add(proc.pid)
 
     def _check_alive(self, key: str) -> None:
         proc = self._procs[key]

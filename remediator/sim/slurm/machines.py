@@ -1,10 +1,13 @@
 """Slurm nodes follow the simulated machines: each Kubernetes node carries the label naming its
 Slurm node; when a machine is removed its slurmd stops, and the replacement machine that joins
 the pool runs slurmd under the freed static name (the "same static name" way a replaced machine
-rejoins Slurm), labelled so that the controller's mapping finds it."""
+rejoins Slurm), labelled so that the controller's mapping finds it. A daemon that dies (slurmctld
+killed, a slurmd crashed) is reaped and reported on the simulator's stderr, never restarted: a
+test that stops slurmctld wants it down."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,8 @@ from remediator.sim.slurm.cluster import SlurmCluster
 
 SLURM_NODE_LABEL = "slurm.remediator.io/node-name"
 POLL_SECONDS = 0.2
+
+log = logging.getLogger(__name__)
 
 
 class MachineFollower:
@@ -63,7 +68,10 @@ class MachineFollower:
         self._store.mutate("nodes", "", kube_node, change)
 
     def _run(self) -> None:
+        # One thread both follows and reaps: the cluster's daemon table is not shared.
         while not self._stop.wait(POLL_SECONDS):
+            for gone in self._slurm.reap():
+                log.warning("sim slurm: %s", gone.describe())
             try:
                 self.follow()
             except NotFound:
