@@ -3,7 +3,8 @@
 The request carries the remediation's idempotency key, so asking again after a crash or a retry
 returns the same operation instead of a second node. That also makes the provider's answer to the
 request the authority on capacity: a pre-check alone could not tell our own, already granted,
-replacement from an empty pool.
+replacement from an empty pool. A paused platform is not a refusal: the step waits, holding with
+the reason, and asks again until the pause ends.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ from remediator.providers.base import (
     Operation,
     OperationState,
     ReplacementHeld,
+    ReplacementPaused,
 )
 
 # A pending operation is asked about twice a second: nothing else tells us it finished.
 POLL_SECONDS = 0.5
+# A paused platform is asked again this often: a pause (`clusterctl move`) lasts minutes, and
+# each look reads several objects.
+PAUSE_POLL_SECONDS = 5.0
 
 
 def _facts(op: Operation) -> dict[str, str | None]:
@@ -84,6 +89,9 @@ def replace_node(
             op = provider.request_replacement(pool, node, idempotency_key, reason)
         else:
             op = provider.get_operation(operation_id)
+    except ReplacementPaused as exc:
+        # A hold while it lasts (its reason shows), lifted by the next look after the pause.
+        return Waiting(str(exc), PAUSE_POLL_SECONDS, {"pool": pool, "node": node, "holding": True})
     except ReplacementHeld as exc:
         return Held(str(exc), {"pool": pool, "node": node})
     except PermanentError as exc:

@@ -40,6 +40,11 @@ class ReplacementHeld(PermanentError):
     """The platform says not now (an opt-out, a pause, no capacity): hold with the reason."""
 
 
+class ReplacementPaused(ReplacementHeld):
+    """The platform's controllers are paused (a Cluster API pause): nothing would carry the
+    request out now, but the pause is lifted without us, so the step waits and asks again."""
+
+
 class CapacityExhausted(ReplacementHeld):
     """The pool has no spare node to give: replacing would only remove capacity."""
 

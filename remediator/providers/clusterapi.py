@@ -16,9 +16,10 @@ deleted.
 Pauses, as Cluster API reads them (`IsPaused`: the owning Cluster's `spec.paused`, or the object's
 own `cluster.x-k8s.io/paused` annotation unless its value is "false"): a paused Cluster (what
 `clusterctl move` sets) or a paused Machine or MachineSet stops the controllers a replacement
-needs, so the request is held naming the paused object and how it was paused. A paused
-MachineDeployment (`spec.paused`, as `clusterctl alpha rollout pause` sets it, or the annotation)
-would not stop its MachineSet, but a human paused that pool: it is held too, naming it.
+needs, so the request is held (ReplacementPaused) naming the paused object and how it was paused.
+A paused MachineDeployment (`spec.paused`, as `clusterctl alpha rollout pause` sets it, or the
+annotation) would not stop its MachineSet, but a human paused that pool: it is held too, naming
+it. A pause ends without us, so the step asks again each poll and goes ahead once it has.
 
 Operation ids are `<namespace>/<machineset>/<old machine>`.
 
@@ -48,6 +49,7 @@ from remediator.providers.base import (
     RebootReceipt,
     RebootUnsupported,
     ReplacementHeld,
+    ReplacementPaused,
 )
 from remediator.providers.replacement import Candidate, choose_replacement
 from remediator.settings import ClusterApiProviderSettings
@@ -107,7 +109,7 @@ def refusal(
     if CONTROL_PLANE in (_meta(machine).get("labels") or {}):
         return PermanentError(f"{name} is a control-plane Machine: remediator never deletes one")
     if cluster is not None and (cluster.get("spec") or {}).get("paused") is True:
-        return ReplacementHeld(
+        return ReplacementPaused(
             f"{name}: {_named(cluster, 'Cluster')} is paused (spec.paused, as clusterctl move "
             "sets it): Cluster API's controllers are not reconciling it, so a deleted Machine "
             "would not be replaced"
@@ -117,11 +119,11 @@ def refusal(
         if how is None:
             continue
         if obj.get("kind") == "MachineDeployment":
-            return ReplacementHeld(
+            return ReplacementPaused(
                 f"{name}: {_named(obj, 'MachineDeployment')} is paused ({how}): its pool was "
                 "paused by hand, so remediator replaces none of its Machines until it is resumed"
             )
-        return ReplacementHeld(
+        return ReplacementPaused(
             f"{name}: {_named(obj, 'object')} is paused ({how}): Cluster API is not reconciling "
             "it, so a deleted Machine would not be replaced"
         )

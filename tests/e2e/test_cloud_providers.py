@@ -229,7 +229,7 @@ def test_clusterapi_replaces_the_machine_and_survives_its_faults(
     sim = sim_factory(nodes=7, provision_delay=0.5, cloud="clusterapi")  # h100-train-0000…0004
     assert sim.provider == {"type": "clusterapi", "reboot_annotation": "reboot.sim.x-k8s.io"}
     before = {m["metadata"]["name"] for m in machines(sim)}
-    # A paused Machine: Cluster API would not replace it, so the remediation holds.
+    # A paused Machine: Cluster API would not replace it, so the replacement waits, holding.
     sim.kubectl(
         "annotate", "machine", "-n", "default", "h100-train-0001", "cluster.x-k8s.io/paused="
     )
@@ -269,8 +269,11 @@ def test_clusterapi_replaces_the_machine_and_survives_its_faults(
         assert sorted(throttled) == [("delete", 429), ("delete", 429), ("patch", 429)]
 
         break_node(sim, "h100-train-0001")
-        held = remediations.wait("h100-train-0001", lambda r: r.state is State.HELD, controller)
-        assert "paused" in (held.hold_reason or ""), held.hold_reason
+        remediations.wait(
+            "h100-train-0001",
+            lambda r: r.state is State.REPLACING and "paused" in (r.hold_reason or ""),
+            controller,
+        )
         assert machine_names(sim) == after
 
         # The infrastructure has no capacity: the new Machine fails as Cluster API reports it;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from remediator.actions.outcome import Done, Failed, Outcome, Waiting
 from remediator.actions.quarantine import ANN_REMEDIATION_ID
 from remediator.actions.replace import replace_node
@@ -46,7 +48,7 @@ def _replace(record: RemediationRecord, ctx: StepContext) -> Outcome:
         node=node,
         idempotency_key=replacement_key(record),
         reason=record.reason,
-        started_at=ctx.entered(record),
+        started_at=asked_since(record, ctx.entered(record), ctx.clock.now()),
         now=ctx.clock.now(),
         operation_id=record.replacement_operation_id,
     )
@@ -54,6 +56,19 @@ def _replace(record: RemediationRecord, ctx: StepContext) -> Outcome:
     if new_node and new_node != node and planner.validates(parse_ladder(record.ladder)):
         _fence_on_arrival(record, ctx, str(new_node))
     return outcome
+
+
+def asked_since(record: RemediationRecord, entered: datetime, now: datetime) -> datetime:
+    """When the replacement was asked for, which its timeout counts from: the step's start,
+    unless a hold kept it from asking (a paused Cluster, an unreachable slurmctld: `holding`
+    progress lines); then the first line after the last that held, or `now` while that one is
+    the last (the request goes out on this look)."""
+    lines = [e for e in record.events if e.action == "progress" and e.at >= entered]
+    held = [i for i, e in enumerate(lines) if e.detail.get("holding")]
+    if not held:
+        return entered
+    after = lines[held[-1] + 1 :]
+    return after[0].at if after else now
 
 
 def _fence_on_arrival(record: RemediationRecord, ctx: StepContext, new_node: str) -> None:

@@ -5,8 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from remediator.actions.outcome import Done, Failed, Held, Waiting
-from remediator.actions.replace import check_capacity, judge_operation
-from remediator.providers.base import Operation, OperationState
+from remediator.actions.replace import (
+    PAUSE_POLL_SECONDS,
+    check_capacity,
+    judge_operation,
+    replace_node,
+)
+from remediator.model.states import State
+from remediator.providers.base import Operation, OperationState, ReplacementPaused
+from remediator.remediation.steps.replace import asked_since
+from remediator.store.records import EventRecord
+from tests.unit.web.builders import record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -66,3 +75,55 @@ def test_capacity() -> None:
     assert isinstance(check_capacity(FixedCapacity(None), "pool-a"), Done)
     held = check_capacity(FixedCapacity(0), "pool-a")
     assert isinstance(held, Held) and "no spare capacity" in held.reason
+
+
+class PausedPool(FixedCapacity):
+    """A platform whose controllers are paused until `resume()`: then it grants the request."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.paused = True
+
+    def request_replacement(self, pool: str, node: str, key: str, reason: str) -> Operation:
+        if self.paused:
+            raise ReplacementPaused("Cluster default/sim is paused (spec.paused)")
+        return op(OperationState.PROVISIONING)
+
+
+def test_a_paused_platform_waits_holding_and_goes_ahead_once_resumed() -> None:
+    pool = PausedPool()
+
+    def ask() -> object:
+        return replace_node(
+            pool, pool="pool-a", node="gpu-1", idempotency_key="k", reason="r",
+            started_at=T0, now=T0,
+        )  # fmt: skip
+
+    paused = ask()
+    assert isinstance(paused, Waiting) and paused.facts["holding"] is True
+    assert paused.retry_after == PAUSE_POLL_SECONDS and "paused" in paused.reason
+    pool.paused = False
+    going = ask()
+    assert isinstance(going, Waiting) and "holding" not in going.facts
+    assert going.facts["operation_id"] == "op-1"
+
+
+def line(eid: int, minutes: float, action: str, holding: bool = False) -> EventRecord:
+    detail = {"holding": True} if holding else {}
+    return EventRecord(eid, 1, T0 + timedelta(minutes=minutes), None, None, action, detail, "c")
+
+
+def test_a_long_pause_does_not_count_against_the_replacement_timeout() -> None:
+    entered = EventRecord(1, 1, T0, State.DRAINING, State.REPLACING, "drain_done", {}, "c")
+    now = T0 + timedelta(hours=2)
+    held = record(State.REPLACING, (entered, line(2, 0.1, "progress", holding=True)))
+    # The pause just ended: the request goes out now, not two hours ago.
+    assert asked_since(held, T0, now) == now
+    provisioning = op(OperationState.PROVISIONING)
+    waiting = judge_operation(
+        provisioning, started_at=asked_since(held, T0, now), now=now, timeout=900
+    )
+    assert isinstance(waiting, Waiting)
+    asked = record(State.REPLACING, (*held.events, line(3, 119, "progress")))
+    assert asked_since(asked, T0, now) == T0 + timedelta(minutes=119)
+    assert asked_since(record(State.REPLACING, (entered,)), T0, now) == T0

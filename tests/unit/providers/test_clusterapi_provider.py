@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from remediator.errors import PermanentError
-from remediator.providers.base import ReplacementHeld
+from remediator.providers.base import ReplacementHeld, ReplacementPaused
 from remediator.providers.clusterapi import machine_failure, max_surge, record_key, refusal
 
 
@@ -27,14 +27,15 @@ def test_control_plane_is_refused_and_opt_outs_are_held_with_the_reason() -> Non
     skip = obj("Machine", "m", annotations={"cluster.x-k8s.io/skip-remediation": ""})
     held = refusal(skip, [])
     assert isinstance(held, ReplacementHeld) and "skip-remediation" in str(held)
+    assert not isinstance(held, ReplacementPaused)  # an opt-out is for a human to lift
     paused_owner = obj("MachineDeployment", "md", annotations={"cluster.x-k8s.io/paused": ""})
     held = refusal(obj("Machine", "m"), [paused_owner])
-    assert isinstance(held, ReplacementHeld)
+    assert isinstance(held, ReplacementPaused)  # a pause lifts by itself: the step asks again
     assert "MachineDeployment default/md is paused (annotation cluster.x-k8s.io/paused)" in str(
         held
     )
     spec_paused = {**obj("MachineSet", "ms"), "spec": {"paused": True}}
-    assert isinstance(refusal(obj("Machine", "m"), [spec_paused]), ReplacementHeld)
+    assert isinstance(refusal(obj("Machine", "m"), [spec_paused]), ReplacementPaused)
 
 
 def test_a_paused_machinedeployment_is_named_with_how_it_was_paused() -> None:
@@ -51,6 +52,7 @@ def test_a_paused_machinedeployment_is_named_with_how_it_was_paused() -> None:
 
 def test_a_paused_cluster_holds_and_false_is_no_pause() -> None:
     cluster = {**obj("Cluster", "prod"), "spec": {"paused": True}}
+    assert isinstance(refusal(obj("Machine", "m"), [], cluster), ReplacementPaused)
     held = refusal(obj("Machine", "m"), [obj("MachineSet", "ms")], cluster)
     assert isinstance(held, ReplacementHeld)
     assert "Cluster default/prod is paused (spec.paused" in str(held)
