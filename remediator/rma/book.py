@@ -1,6 +1,6 @@
-"""The RMA book: cases of one cluster, their moves (each audited in the same transaction) and
-their webhook delivery bookkeeping. Reads may span clusters (the fleet console): a list names
-the clusters it may show."""
+"""The RMA book: cases of one cluster, their moves and notes (each audited in the same
+transaction) and their webhook delivery bookkeeping, one history line at a time. Reads may span
+clusters (the fleet console): a list names the clusters it may show."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.clock import Clock, SystemClock
 from remediator.errors import NotFoundError
-from remediator.rma.model import RmaCase, RmaStatus, Target, check_move
+from remediator.rma.model import (
+    DELIVERED_AT,
+    NOTE,
+    RmaCase,
+    RmaStatus,
+    Target,
+    check_move,
+    is_repeat,
+)
 from remediator.store.db import session_scope
 from remediator.store.models import AuditEntry, RmaCaseRow
 
@@ -139,29 +147,38 @@ class RmaBook:
             return tuple(_case(r) for r in session.scalars(statement))
 
     def move(
-        self, case_id: int, status: RmaStatus, *, asker: Asker, note: str | None
+        self, case_id: int, status: RmaStatus | None, *, asker: Asker, note: str | None
     ) -> tuple[RmaCase, bool]:
-        """Move a case forward (MoveRefused going back, nothing written but the audit entry of
-        the refusal, by the caller); a duplicate is (the case, False) and changes nothing. The
-        move, its history line and its audit entry are one transaction; a move re-arms the
-        webhook so the ticket system hears of it."""
+        """Move a case forward and/or note something on it (MoveRefused going back, nothing
+        written but the audit entry of the refusal, by the caller). A status it has already
+        with no new note is (the case, False) and changes nothing; a note with no move is a
+        history line of its own. The line and its audit entry are one transaction; each line
+        is a webhook event of its own (`RmaWebhook.deliver_due`)."""
+        if status is None and not note:
+            raise ValueError("a move needs a status or a note")
         now = self._clock.now()
         with session_scope(self._factory, write=True) as session:
             row = session.get(RmaCaseRow, case_id, with_for_update=True)
             if row is None:
                 raise NotFoundError(f"no RMA case {case_id}")
-            changed = check_move(RmaStatus(row.status), status)
-            if not changed:
-                return _case(row), False
             before = row.status
-            row.status = status.value
-            row.updated_at = now
-            line: dict[str, Any] = {"at": now.isoformat(), "status": status.value}
-            line["by"] = asker.actor
+            moved = status is not None and check_move(RmaStatus(before), status)
+            if not moved and (not note or is_repeat(row.history or [], note)):
+                return _case(row), False
+            line: dict[str, Any] = {"at": now.isoformat(), "status": before, "by": asker.actor}
+            if moved:
+                assert status is not None
+                row.status = line["status"] = status.value
+                detail = f"case {row.id}: {before} → {status.value}"
+            else:
+                line["event"] = NOTE
+                detail = f"case {row.id}: note"
             if note:
                 line["note"] = note
-            row.history = [*row.history, line]
-            if row.webhook_state != NO_WEBHOOK:
+            row.updated_at = now
+            row.history = [*(row.history or []), line]
+            if row.webhook_state not in (NO_WEBHOOK, PENDING):
+                # A case still pending keeps its schedule: its earlier events go first.
                 row.webhook_state = PENDING
                 row.webhook_attempts = 0
                 row.webhook_next_at = now
@@ -176,7 +193,7 @@ class RmaBook:
                     remediation_id=row.remediation_id,
                     reason=note,
                     outcome="done",
-                    detail=f"case {row.id}: {before} → {status.value}",
+                    detail=detail,
                 )
             )
             session.flush()
@@ -197,17 +214,24 @@ class RmaBook:
         with session_scope(self._factory) as session:
             return tuple(_case(r) for r in session.scalars(statement))
 
-    def delivered(self, case: RmaCase) -> RmaCase:
-        """Delivered, unless the case moved meanwhile (then its new status is still to tell)."""
+    def delivered(self, case: RmaCase, index: int | None) -> RmaCase:
+        """The ticket system took history line `index`: marked so, and the case delivered
+        once no line is left to tell (None: none was)."""
         now = self._clock.now()
         with session_scope(self._factory, write=True) as session:
             row = _row(session, case.id)
-            if row.updated_at == case.updated_at:
+            history = [dict(line) for line in row.history or []]
+            if index is not None and index < len(history):
+                history[index][DELIVERED_AT] = now.isoformat()
+                row.history = history
+            if all(DELIVERED_AT in line for line in history):
                 row.webhook_state = DELIVERED
                 row.webhook_next_at = None
-                row.webhook_error = None
                 row.delivered_at = now
-            row.webhook_attempts = case.webhook_attempts + 1
+            else:
+                row.webhook_next_at = now
+            row.webhook_error = None
+            row.webhook_attempts = 0
             session.flush()
             return _case(row)
 

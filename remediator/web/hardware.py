@@ -38,7 +38,7 @@ from remediator.web.deps import WebDeps
 from remediator.web.oncall import Asked, asker_for, record_command
 from remediator.web.pages import render
 from remediator.web.problems import ERRORS, WebError
-from remediator.web.schemas import PRINTABLE
+from remediator.web.schemas import PRINTABLE, SAID
 
 GPU_UUID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 Uuid = Annotated[str, Path(max_length=128, pattern=GPU_UUID, description="GPU-… as NVML says")]
@@ -247,12 +247,15 @@ LiftAsker = Annotated[Asked, Depends(asker_for(LIFT))]
 class LiftIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
+    reason: str = Field(
+        min_length=1, max_length=500, pattern=SAID, description="why; not only spaces"
+    )
 
 
 def lift(ask: Asked, machine_id: str, reason: str) -> MachineLife:
     """Lift the machine's quarantine; 404 for a machine this token cannot see, 409 when it is
     not quarantined. Done and refused alike are audited with the reason."""
+    reason = reason.strip()
     ledger = ledger_of(ask.deps)
     life = ledger.machine(machine_id, _scope(ask.principal))
 
@@ -318,7 +321,7 @@ def make_hardware_router() -> APIRouter:
     def lift_form(
         ask: LiftAsker,
         machine_id: MachineId,
-        reason: Annotated[str, Form(min_length=1, max_length=500, pattern=PRINTABLE)],
+        reason: Annotated[str, Form(min_length=1, max_length=500, pattern=SAID)],
     ) -> RedirectResponse:
         lift(ask, machine_id, reason)
         return RedirectResponse(f"/machines/{machine_id}", 303)

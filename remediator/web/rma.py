@@ -1,10 +1,12 @@
 """RMA cases in the console and the API (docs/rma.md): `GET /api/v1/rma[?status=&cluster=]`,
 `GET /api/v1/rma/{id}`, its evidence bundle as one tar.gz (`GET /api/v1/rma/{id}/bundle`), and
-`PATCH /api/v1/rma/{id}` for the ticket system or a person to move a case forward. `{id}` is the
-case's number or the GPU's UUID (what a vendor's ticket carries): the GPU's case not closed yet.
+`PATCH /api/v1/rma/{id}` for the ticket system or a person to move a case forward or note
+something on it. `{id}` is the case's number or the GPU's UUID (what a vendor's ticket carries):
+the GPU's case not closed yet.
 
-Reading needs any token that may see the case's cluster, moving an operator; every move and
-every refused move is audited."""
+Reading needs any token that may see the case's cluster, moving an operator; every move and note
+and every refused one (a reader's token, an unknown case, another cluster's, a move back) is
+audited."""
 
 from __future__ import annotations
 
@@ -13,21 +15,20 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from remediator.errors import NotFoundError
 from remediator.rma import bundle
 from remediator.rma.book import AUDIT_COMMAND, RmaBook
 from remediator.rma.book import Asker as BookAsker
 from remediator.rma.model import MoveRefused, RmaCase, RmaStatus, age_text
-from remediator.store.audit import NewAudit
 from remediator.web.access import Deps, Reader, require_reader
 from remediator.web.auth import Principal
 from remediator.web.deps import WebDeps
-from remediator.web.oncall import Asked, Asker
+from remediator.web.oncall import Asked, asker_for, record_command
 from remediator.web.pages import render
 from remediator.web.problems import ERRORS, WebError
-from remediator.web.schemas import PRINTABLE
+from remediator.web.schemas import SAID
 
 # A case number, or a GPU UUID as nvidia-smi and DCGM print it.
 CASE_REF = r"^([1-9][0-9]{0,17}|GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})$"
@@ -89,16 +90,37 @@ class RmaListOut(BaseModel):
 
 
 class RmaMoveIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A move, a note, or both; a note alone is a history line of its own."""
 
-    status: RmaStatus = Field(description="forward only: opened → acknowledged → shipped → …")
-    note: str | None = Field(default=None, min_length=1, max_length=500, pattern=PRINTABLE)
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["status"], "properties": {"status": {"not": {"type": "null"}}}},
+                {"required": ["note"], "properties": {"note": {"type": "string"}}},
+            ]
+        },
+    )
+
+    status: RmaStatus | None = Field(
+        default=None, description="forward only: opened → acknowledged → shipped → …"
+    )
+    note: str | None = Field(default=None, min_length=1, max_length=500, pattern=SAID)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> RmaMoveIn:
+        if self.status is None and self.note is None:
+            raise ValueError("give a status, a note or both")
+        return self
 
 
 class RmaMoveOut(RmaCaseOut):
-    changed: bool = Field(description="false: the case had this status already (a duplicate)")
+    changed: bool = Field(
+        description="false: the case had this status already and no new note (a duplicate)"
+    )
 
 
+MoveAsker = Annotated[Asked, Depends(asker_for(AUDIT_COMMAND))]
 MOVE_ERRORS = {**ERRORS, 409: {**ERRORS[409], "description": "a move back"}}
 
 
@@ -133,23 +155,24 @@ def listed(
 
 
 def move(ask: Asked, ref: str, body: RmaMoveIn) -> tuple[RmaCase, bool]:
-    case = find(ask.deps, ask.principal, ref)
+    """Move or note a case; a refusal (unknown case, another cluster's, a move back) is
+    audited like the move, then answered."""
+
+    def refused(detail: str, remediation_id: int | None, outcome: str = "refused") -> None:
+        record_command(
+            ask, AUDIT_COMMAND, outcome, body.note, remediation_id, detail, f"rma case {ref}"
+        )
+
+    try:
+        case = find(ask.deps, ask.principal, ref)
+    except WebError as exc:
+        refused(f"case {ref}: {exc.reason}", None, "not_found" if exc.status == 404 else "refused")
+        raise
     asker = BookAsker(ask.principal.actor, ask.source, ask.principal.fingerprint)
     try:
         return book_of(ask.deps).move(case.id, body.status, asker=asker, note=body.note)
     except MoveRefused as exc:
-        ask.audit.append(
-            NewAudit(
-                actor=asker.actor,
-                token_id=asker.token_id,
-                source=asker.source,
-                command=AUDIT_COMMAND,
-                outcome="refused",
-                remediation_id=case.remediation_id,
-                reason=body.note,
-                detail=f"case {case.id}: {exc}",
-            )
-        )
+        refused(f"case {case.id}: {exc}", case.remediation_id)
         raise WebError(409, str(exc)) from exc
 
 
@@ -190,8 +213,9 @@ def make_rma_router() -> APIRouter:
         )
 
     @api.patch("/rma/{ref}", responses=MOVE_ERRORS)
-    def patch_rma(ask: Asker, ref: CaseRef, body: Annotated[RmaMoveIn, Body()]) -> RmaMoveOut:
-        """Move a case forward; the status it has already is a no-op (`changed` false)."""
+    def patch_rma(ask: MoveAsker, ref: CaseRef, body: Annotated[RmaMoveIn, Body()]) -> RmaMoveOut:
+        """Move a case forward and/or note something on it; the status it has already with no
+        new note is a no-op (`changed` false)."""
         case, changed = move(ask, ref, body)
         out = RmaCaseOut.of(case, ask.deps.clock.now())
         return RmaMoveOut(**out.model_dump(), changed=changed)

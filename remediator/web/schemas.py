@@ -17,6 +17,8 @@ from remediator.web.pending import PendingOut
 
 # No control characters: PostgreSQL refuses NUL in text, and nothing legitimate needs them.
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+# PRINTABLE with something to say: a reason of only spaces is none.
+SAID = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 
 
 class ErrorOut(BaseModel):

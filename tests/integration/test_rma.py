@@ -8,13 +8,10 @@ import io
 import json
 import shutil
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -34,47 +31,12 @@ from remediator.store.records import NewRemediation
 from remediator.store.repository import Repository
 from tests.fixtures.sim import SimHandle
 from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, build_console
+from tests.integration.rma_support import TicketSystem
 
 NODE = "a100-infer-0000"
 UUID = "GPU-3f2a9c1e-7b4d-4e8a-9c0f-1a2b3c4d5e6f"
 XID_LINE = "NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus."
 DCGM = {"version": "3.3.5", "DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware"}]}}
-
-
-class TicketSystem:
-    """A webhook receiver that refuses its first `refuse` posts with 503, then takes them."""
-
-    def __init__(self, refuse: int) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.refused = 0
-        self.got = threading.Event()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                if outer.refused < refuse:
-                    outer.refused += 1
-                    self.send_response(503)
-                else:
-                    outer.bodies.append(body)
-                    outer.got.set()
-                    self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/rma"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture
@@ -283,7 +245,9 @@ def test_the_rma_step_opens_a_case_the_api_moves_and_the_console_shows(
         audit = client.get("/api/v1/audit", headers=reader).json()
         entries = audit["items"] if isinstance(audit, dict) else audit
         outcomes = [e["outcome"] for e in entries if e["command"] == "rma_update"]
-        assert outcomes.count("done") == 4 and outcomes.count("refused") == 1
+        # The move back, the reader's token and the two unknown cases: every refusal audited.
+        assert outcomes.count("done") == 4 and outcomes.count("refused") == 2
+        assert outcomes.count("not_found") == 2
 
         page = client.get("/rma", headers=reader)
         assert page.status_code == 200

@@ -158,6 +158,24 @@ def test_an_operator_lifts_a_quarantine_audited_with_csrf(
     assert [h["kind"] for h in machine["holds"]] == ["lifted", "held"]  # newest first
 
 
+def test_a_lift_with_a_blank_reason_is_refused(client: TestClient, console: Console) -> None:
+    """A reason of spaces says nothing: refused by the API (422, as its schema states) and the
+    form alike, and the machine stays quarantined."""
+    ledger = Ledger(console.repository.session_factory, "test", console.clock)
+    assert ledger.quarantine("aws:i-0abc", "taken out 3 times", console.clock.now())
+    operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    for reason in ("   ", " \u00a0"):
+        blank = client.post(
+            "/api/v1/machines/aws:i-0abc/lift-quarantine", json={"reason": reason}, headers=operator
+        )
+        assert blank.status_code == 422, blank.text
+    form = client.post(
+        "/machines/aws:i-0abc/lift-quarantine", data={"reason": "   "}, headers=operator
+    )
+    assert form.status_code == 422, form.text
+    assert ledger.quarantined("aws:i-0abc")
+
+
 def test_a_diagnosis_naming_the_gpu_is_on_its_page(client: TestClient, console: Console) -> None:
     """A failed DCGM test linked to the GPU it names shows on the GPU's page with its step,
     the tests and the reason."""
