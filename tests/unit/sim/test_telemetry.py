@@ -15,6 +15,7 @@ from remediator.clock import FakeClock
 from remediator.sim.cloud.nodepool import NodePoolService
 from remediator.sim.faults.inject import FAULT, BadFault, FaultInjector
 from remediator.sim.kube.controllers.cluster import SimCluster
+from remediator.sim.node import nccl
 from remediator.sim.telemetry.exporters import (
     CLOCKS_HW_THERMAL,
     CLOCKS_SW_THERMAL,
@@ -85,6 +86,19 @@ def one(body: bytes, name: str, **match: str) -> float:
     found = series(body, name, **match)
     assert len(found) == 1, f"{name} {match}: {found}"
     return next(iter(found.values()))
+
+
+def test_an_a100_node_is_the_a100_profile_with_its_nvlink_bandwidth(telemetry: Telemetry) -> None:
+    """Its label (NVIDIA-A100-SXM4-80GB) once became "NVIDIA A100 SXM4 80GB", a model the
+    hardware table does not know: a PCIe card's 20 GB/s, under the shipped 180 GB/s floor."""
+    profile = telemetry.inventory("gpu-a100-b-0").profile
+    assert profile.model == "NVIDIA A100-SXM4-80GB"
+    argv = ["all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "4"]
+    result = nccl.run(argv, profile, [0, 1, 2, 3], "gpu-a100-b-0")
+    assert result.exit_code == 0, result.output
+    assert "NVIDIA A100-SXM4-80GB" in result.output
+    bus = re.search(r"# Avg bus bandwidth +: ([\d.]+)", result.output)
+    assert bus is not None and float(bus[1]) > 180, result.output
 
 
 def test_exposition_parses_with_help_and_type_for_every_family(telemetry: Telemetry) -> None:
