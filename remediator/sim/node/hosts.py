@@ -2,7 +2,9 @@
 `proc/driver/nvidia/gpus/<pci>/information`, `proc/sys/kernel/random/boot_id` and
 `sys/class/dmi/id/product_serial` (the machine's serial, see hardware.py) — the layout
 the agent reads below its `--host-root`. A node joining the cluster boots (its GPUs attach and
-say so in the log); injected faults write what the driver would write.
+say so in the log); so does a node that comes back from a reboot (its Node's bootID changed): a
+new boot_id, a new kmsg file numbered from 0, the GPUs still on the bus attached again. Injected
+faults write what the driver would write.
 
 PCI addresses and UUIDs are the telemetry's, so the DCGM labels, the kernel log and the driver
 files name each GPU the same way.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,10 @@ DMI_SERIAL = Path("sys/class/dmi/id/product_serial")
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69, 94})
 
 
+def boot_id_of(node: dict[str, Any]) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
 class SimHosts:
     def __init__(
         self, root: Path, store: ObjectStore, seed: int = 0, hardware: Hardware | None = None
@@ -52,6 +59,7 @@ class SimHosts:
         self._lock = threading.Lock()
         self._logs: dict[str, KernelLog] = {}
         self._models: dict[str, tuple[Profile, int]] = {}
+        self._boots: dict[str, str] = {}  # node → its Node's status.nodeInfo.bootID
         self._rng = random.Random(seed)
         root.mkdir(parents=True, exist_ok=True)
         nodes, version = store.list("nodes")
@@ -78,6 +86,12 @@ class SimHosts:
     def _on_node(self, event: WatchEvent) -> None:
         if event.type == "ADDED":
             self._boot(event.object)
+        elif event.type == "MODIFIED":
+            name = (event.object.get("metadata") or {}).get("name", "")
+            with self._lock:
+                known = self._boots.get(name)
+            if known is not None and known != boot_id_of(event.object):
+                self._reboot(name, boot_id_of(event.object))
         elif event.type == "DELETED":
             name = (event.object.get("metadata") or {}).get("name", "")
             with self._lock:
@@ -91,22 +105,39 @@ class SimHosts:
         with self._lock:
             if not name or name in self._logs:
                 return
+            self._boots[name] = boot_id_of(node)
+            host = self.host_root(name)
+            (host / DMI_SERIAL).parent.mkdir(parents=True, exist_ok=True)
+            (host / DMI_SERIAL).write_text(f"{profile.machine_serial}\n")
+        self._start(name, profile, range(gpus))
+
+    def _reboot(self, name: str, boot_id: str) -> None:
+        """The same machine boots again: a GPU off the bus for good stays off (a transient one
+        was cleared by the reboot before the host came back)."""
+        with self._lock:
+            self._boots[name] = boot_id
+            profile, gpus = self._models[name]
+        profile = self._hardware.current(name) or profile
+        host = self.host_root(name)
+        on_bus = [i for i in range(gpus) if driver.attached(host, profile.gpu(i).pci_bus_id)]
+        self._start(name, profile, on_bus)
+
+    def _start(self, name: str, profile: Profile, on_bus: Iterable[int]) -> None:
+        with self._lock:
             host = self.host_root(name)
             (host / BOOT_ID).parent.mkdir(parents=True, exist_ok=True)
             (host / BOOT_ID).write_text(f"{uuid.uuid4()}\n")
-            (host / DMI_SERIAL).parent.mkdir(parents=True, exist_ok=True)
-            (host / DMI_SERIAL).write_text(f"{profile.machine_serial}\n")
             # A new boot: a new ring buffer (a new file, so a reader of the old one sees it end)
             # and the driver attaches the GPUs again.
             (host / KMSG).unlink(missing_ok=True)
             driver.detach_all(host)
             log = KernelLog(host / KMSG)
             self._logs[name] = log
-            self._models[name] = (profile, gpus)
+            self._models[name] = (profile, len(profile.gpus))
         log.write(f"Linux version 6.8.0-sim ({name})", KERN_INFO)
         driver_line = f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {profile.driver_version}"
         log.write(driver_line, KERN_INFO)
-        for index in range(gpus):
+        for index in on_bus:
             self._attach(name, index)
 
     def _attach(self, node: str, index: int) -> None:

@@ -3,6 +3,7 @@ would, named as the DCGM labels name the GPUs, and changed by injected faults.""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from remediator.agent.gpus import pci_key, scan_driver
@@ -11,6 +12,7 @@ from remediator.clock import FakeClock
 from remediator.signals.xid import parse_kernel_line, parse_pci_uuid_line
 from remediator.sim.cloud.nodepool import NodePoolService
 from remediator.sim.faults.inject import FAULT, FaultInjector
+from remediator.sim.faults.repair import FaultRepairs
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.node import driver
 from remediator.sim.node.hosts import SimHosts
@@ -66,3 +68,45 @@ def test_hosts_boot_and_faults_write_what_the_driver_would(tmp_path: Path) -> No
     assert boot_id.read_text() != first_boot
     assert not [x for x in map(parse_kernel_line, records(hosts, "train-0")) if x is not None]
     assert len(scan_driver(tmp_path / "train-0" / driver.GPUS_DIR)) == 8
+
+
+def test_a_reboot_is_a_new_boot_of_the_host(tmp_path: Path) -> None:
+    """docs/agent.md: a new boot_id, and a new kmsg file numbered from 0 with the boot's lines;
+    a GPU broken for good stays off the bus, one whose fault was transient attaches again."""
+    clock = FakeClock()
+    cluster = SimCluster(clock=clock)
+    cluster.add_node("train-0", "train", 8)
+    hosts = SimHosts(tmp_path, cluster.store)
+    telemetry = Telemetry(cluster.store, clock)
+    repairs = FaultRepairs(cluster, telemetry, reboot_seconds=5.0)
+
+    def applied(fault: object) -> None:
+        repairs.applied(fault)
+        hosts.applied(fault)
+
+    injector = FaultInjector(cluster, telemetry, NodePoolService(cluster, clock), applied)
+    repairs.attach(injector)
+    fault = {"type": "gpu_missing", "node": "train-0"}
+    injector.apply(FAULT.validate_python({**fault, "gpu": 2, "persistent": True}))
+    injector.apply(FAULT.validate_python({**fault, "gpu": 5, "persistent": False}))
+    injector.apply(FAULT.validate_python({"type": "xid", "node": "train-0", "gpu": 4, "code": 79}))
+    boot_id = tmp_path / "train-0" / "proc/sys/kernel/random/boot_id"
+    first_boot = boot_id.read_text()
+    with hosts.kmsg("train-0").open() as reader:  # an agent following the old boot's log
+        repairs.reboot("train-0")
+        clock.advance(6)
+        cluster.tick()
+        assert os.fstat(reader.fileno()).st_ino != hosts.kmsg("train-0").stat().st_ino
+        assert "NVRM: Xid" in reader.read()  # the old boot's log, whole, to its end
+
+    assert boot_id.read_text() != first_boot
+    lines = hosts.kmsg("train-0").read_text().splitlines()
+    parsed = [parse_record(line) for line in lines]
+    assert [r.seq for r in parsed if r is not None] == list(range(len(lines)))
+    messages = records(hosts, "train-0")
+    assert messages[0].startswith("Linux version")
+    assert not [x for x in map(parse_kernel_line, messages) if x is not None]
+    attached = {found[0] for found in map(parse_pci_uuid_line, messages) if found is not None}
+    assert attached == {pci_key(pci_bus_id(i)) for i in range(8) if i != 2}
+    assert not driver.attached(tmp_path / "train-0", pci_bus_id(2))
+    assert driver.attached(tmp_path / "train-0", pci_bus_id(5))
