@@ -1,23 +1,33 @@
 """Fleet reliability in the console and the API (#28): failures per GPU-year by GPU model,
 driver, VBIOS, pool and cluster, mean time between failures, top offenders — `GET
 /api/v1/reliability`, the /reliability page (inline SVG bars, as the console's other charts) and
-its CSV (`/reliability.csv`). Only the clusters the token may see are counted."""
+its CSV (`/reliability.csv`). Only the clusters the token may see are counted; the live nodes
+of this console's cluster (when it has cluster access) add the GPUs the ledger never met."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup, escape
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from remediator.ledger.identity import machine_id
+from remediator.model.gpus import GPU_PRODUCT_LABEL, labelled_versions
 from remediator.rma import reliability
-from remediator.rma.reliability import DIMENSIONS, Figures, Row
+from remediator.rma.reliability import (
+    DIMENSIONS,
+    EPISODE_GAP,
+    MIN_GPU_YEARS,
+    Figures,
+    LiveNode,
+    Row,
+)
 from remediator.web.access import Deps, Reader
 from remediator.web.auth import Principal
 from remediator.web.charts import FONT, PALETTE
@@ -35,8 +45,11 @@ class RowOut(BaseModel):
     gpus: int
     gpu_years: float
     failures: int
-    failures_per_gpu_year: float | None
-    mtbf_hours: float | None
+    enough_data: bool = Field(
+        description=f"at least {MIN_GPU_YEARS:g} GPU-years: below it there is no rate"
+    )
+    failures_per_gpu_year: float | None = Field(description="None: too little data")
+    mtbf_hours: float | None = Field(description="None: too little data, or no failure")
 
     @classmethod
     def of(cls, row: Row) -> RowOut:
@@ -45,6 +58,7 @@ class RowOut(BaseModel):
             gpus=row.gpus,
             gpu_years=row.gpu_years,
             failures=row.failures,
+            enough_data=row.enough_data,
             failures_per_gpu_year=row.per_gpu_year,
             mtbf_hours=row.mtbf_hours,
         )
@@ -69,14 +83,37 @@ class ReliabilityOut(BaseModel):
     top_machines: list[OffenderOut]
 
 
+def live_nodes(deps: WebDeps, clusters: Collection[str] | None) -> list[LiveNode]:
+    """The nodes this console's cluster has now (none when it has no cluster access, as the
+    fleet console): their GPU count, model and driver labels for the GPUs the ledger never met."""
+    cluster = deps.settings.cluster_name
+    if deps.list_nodes is None or (clusters is not None and cluster not in clusters):
+        return []
+    pool_label = deps.settings.pool_label
+    return [
+        LiveNode(
+            cluster=cluster,
+            node=n.name,
+            machine=machine_id(n.provider_id, n.annotations),
+            gpus=n.gpus,
+            model=n.labels.get(GPU_PRODUCT_LABEL),
+            driver=labelled_versions(n.labels).get("driver"),
+            pool=n.labels.get(pool_label, ""),
+            created_at=n.created_at,
+        )
+        for n in deps.list_nodes()
+    ]
+
+
 def compute(deps: WebDeps, principal: Principal, days: int, cluster: str | None) -> Figures:
     if cluster is not None and not principal.may_see(cluster):
         raise WebError(403, f"your token is not for cluster {cluster}")
     clusters = {cluster} if cluster is not None else principal.clusters
     since, until = reliability.window(deps.clock.now(), days)
-    exposures, failures = reliability.read(
+    placed, failures, spans = reliability.read(
         deps.repository.session_factory, since=since, clusters=clusters
     )
+    exposures = reliability.in_service(placed, spans, live_nodes(deps, clusters))
     return reliability.figures(exposures, failures, since=since, until=until)
 
 
@@ -104,7 +141,10 @@ def bars(rows: Sequence[Row], colour: str) -> Markup:
     """Failures per GPU-year, one horizontal bar per group, its exact figure in a <title>."""
     shown = [r for r in rows if r.per_gpu_year is not None][:12]
     if not shown:
-        return Markup('<p class="muted">no GPU-time in this window</p>')
+        return Markup(
+            f'<p class="muted">too little data: no group has {MIN_GPU_YEARS:g} GPU-years '
+            "in this window</p>"
+        )
     top = max(r.per_gpu_year or 0.0 for r in shown) or 1.0
     width, label, row_h = 640, 220, 20
     height = row_h * len(shown) + 10
@@ -132,7 +172,16 @@ def as_csv(f: Figures) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(
-        ["dimension", "key", "gpus", "gpu_years", "failures", "failures_per_gpu_year", "mtbf_hours"]
+        [
+            "dimension",
+            "key",
+            "gpus",
+            "gpu_years",
+            "failures",
+            "enough_data",
+            "failures_per_gpu_year",
+            "mtbf_hours",
+        ]
     )
     for d, rows in [("fleet", (f.overall,)), *((d, f.by[d]) for d in DIMENSIONS)]:
         for r in rows:
@@ -143,13 +192,14 @@ def as_csv(f: Figures) -> str:
                     r.gpus,
                     f"{r.gpu_years:.6f}",
                     r.failures,
+                    "yes" if r.enough_data else "no",
                     "" if r.per_gpu_year is None else f"{r.per_gpu_year:.6f}",
                     "" if r.mtbf_hours is None else f"{r.mtbf_hours:.1f}",
                 ]
             )
     for kind, offenders in (("top_gpu", f.top_gpus), ("top_machine", f.top_machines)):
         for o in offenders:
-            writer.writerow([kind, o.id, "", "", o.failures, "", ""])
+            writer.writerow([kind, o.id, "", "", o.failures, "", "", ""])
     return buffer.getvalue()
 
 
@@ -179,6 +229,15 @@ def make_reliability_router() -> APIRouter:
     ) -> HTMLResponse:
         f = compute(deps, principal, days, None)
         charts = {d: bars(f.by[d], PALETTE[i]) for i, d in enumerate(DIMENSIONS)}
-        return render(request, "reliability.html", principal, figures=f, charts=charts, days=days)
+        return render(
+            request,
+            "reliability.html",
+            principal,
+            figures=f,
+            charts=charts,
+            days=days,
+            min_gpu_years=f"{MIN_GPU_YEARS:g}",
+            episode_minutes=f"{EPISODE_GAP.total_seconds() / 60:g}",
+        )
 
     return router
