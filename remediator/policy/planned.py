@@ -64,17 +64,29 @@ def choose_moment(
     drain: timedelta,
     openings: Sequence[Opening] | None,
     checkpoints: Sequence[datetime] = (),
+    came: datetime | None = None,
 ) -> Moment:
     """The earliest good moment. `openings` None: no window applies (the policy names none);
     an empty list: the window never opens before the deadline, so the latest safe moment is
     taken (the cloud would act anyway; better drained than not). With no deadline and no
-    opening at all, now: there is nothing to wait for."""
+    opening at all, now: there is nothing to wait for.
+
+    `came`: a waiting plan's chosen moment, once it is past. It stands while a drain may still
+    start now (inside a window, before the latest start): a job that announces its checkpoints
+    every interval always has a next one, and choosing afresh would roll the plan forward for
+    ever. The ladder's checkpoint step has the pods save once more anyway."""
     latest = None if deadline is None else deadline - when.before_deadline - drain
     if deadline is not None and now >= deadline:
-        return Moment(now, "the deadline has passed: urgent", latest, deadline, urgent=True)
+        return Moment(now, "the deadline has passed", latest, deadline, urgent=True)
     if latest is not None and latest <= now:
-        return Moment(now, "past the latest safe moment: now", latest, deadline)
+        return Moment(came or now, "past the latest safe moment: now", latest, deadline)
     spans = _spans(now, latest or now + NO_DEADLINE_HORIZON, drain, openings)
+    if came is not None and came <= now and spans and spans[0][0] <= now:
+        opening = spans[0][2]
+        where = f" inside window {opening.window}" if opening is not None else ""
+        return Moment(
+            came, f"the planned moment has come{where}", latest, deadline, opening=opening
+        )
     if when.at_checkpoint:
         for checkpoint in checkpoints:
             for start, end, opening in spans:
@@ -190,5 +202,12 @@ def describe(moment: Moment) -> str:
     head = "urgent" if moment.urgent else f"at {moment.at.isoformat()}"
     if moment.deadline is None:
         return f"{head} ({moment.reason}); no deadline"
+    if moment.urgent:
+        ago = format_duration(max(timedelta(0), moment.at - moment.deadline))
+        return (
+            f"urgent ({moment.reason}); deadline {moment.deadline.isoformat()}, {ago} ago: "
+            "the ordinary ladder at once, through the ordinary budgets, no window or checkpoint "
+            "waited for"
+        )
     left = format_duration(max(timedelta(0), moment.deadline - moment.at))
     return f"{head} ({moment.reason}); deadline {moment.deadline.isoformat()}, {left} before it"

@@ -62,6 +62,7 @@ from remediator.remediation.planned import (
     due,
     events_of,
     hold_text,
+    moment_came,
     no_pods,
     plan_moment,
     planned_detail,
@@ -263,6 +264,9 @@ PLANNED = HoldCause.PLANNED.value
 class PlannedResult:
     created: list[RemediationRecord] = field(default_factory=list)
     queued: list[RemediationRecord] = field(default_factory=list)
+    # id(decision or queued plan) → its urgent moment: handed to the ordinary admission, and
+    # said on the timeline of the remediation that admission opens or keeps.
+    urgent: dict[int, Moment] = field(default_factory=dict)
 
 
 def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
@@ -662,13 +666,16 @@ class Intake:
                 record = self._open(candidate, policies)
             if record is not None:
                 created.append(record)
+                self._note_urgent(record, planned.urgent.get(id(candidate)))
         newly_queued: list[RemediationRecord] = []
         for held in admission.held:
             candidate = held.decision
             if isinstance(candidate, RemediationRecord):
                 self._requeue(candidate, held)
+                self._note_urgent(candidate, planned.urgent.get(id(candidate)))
             elif (record := self._open(candidate, policies, held)) is not None:
                 newly_queued.append(record)
+                self._note_urgent(record, planned.urgent.get(id(candidate)))
         created.extend([*planned.created, *machines.created])
         newly_queued.extend([*planned.queued, *machines.queued])
         return IntakeResult(tuple(created), tuple(newly_queued), breaker_tripped=tripped)
@@ -691,6 +698,7 @@ class Intake:
         others: list[RemediationRecord] = []
         ready: list[tuple[Decision | RemediationRecord, Moment]] = []
         later: list[tuple[Decision | RemediationRecord, Moment]] = []
+        result = PlannedResult()
         items: list[Decision | RemediationRecord] = [*decisions, *queued]
         for item in items:
             policy = policies.policy(item.policy)
@@ -699,18 +707,21 @@ class Intake:
             if policy is not None and (record is None or record.queue_cause == PLANNED):
                 signals = item.signals if record is None else self._follow(record, fresh)
                 pods = partial(self._pods, item.node)
-                plan = plan_moment(policy, item.pool, signals, policies, now, pods)
+                plan = plan_moment(
+                    policy, item.pool, signals, policies, now, pods, moment_came(record, now)
+                )
             moment = plan.moment
             if plan.ended:
                 self._end_plan(item)
             elif moment is None or moment.urgent:
+                if moment is not None:
+                    result.urgent[id(item)] = moment
                 if isinstance(item, RemediationRecord):
                     others.append(item)
                 else:
                     ordinary.append(item)
             else:
                 (ready if due(moment, now) else later).append((item, moment))
-        result = PlannedResult()
         admitted, held = admit_planned(
             [item for item, _ in ready],
             policies.settings.planned,
@@ -872,6 +883,12 @@ class Intake:
         self._repo.append_event(
             record.id, action=PLANNED_ACTION, actor=self._actor, detail=planned_detail(moment)
         )
+
+    def _note_urgent(self, record: RemediationRecord, moment: Moment | None) -> None:
+        """A planned decision (or waiting plan) whose deadline passed takes the ordinary path:
+        its timeline says so, once (a waiting plan leaves the planned queue with it)."""
+        if moment is not None:
+            self._note_plan(record, moment, update=False)
 
     def report_fleet_size(
         self, inventory: Inventory, policies: PolicySet | None, now: datetime

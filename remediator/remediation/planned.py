@@ -109,8 +109,10 @@ def plan_moment(
     policies: PolicySet,
     now: datetime,
     pods: Callable[[], Sequence[Mapping[str, str]]] = tuple,
+    came: datetime | None = None,
 ) -> Plan:
-    """The moment for a planned policy's decision (see the module docstring)."""
+    """The moment for a planned policy's decision (see the module docstring); `came`: a
+    waiting plan's stored moment, which stands once it is past (policy/planned.choose_moment)."""
     when = policy.when
     events = events_of(signals)
     if when is None or not events:
@@ -139,6 +141,7 @@ def plan_moment(
         drain=drain_time(policy),
         openings=found,
         checkpoints=checkpoints,
+        came=came,
     )
     return Plan(moment)
 
@@ -178,6 +181,13 @@ def planned_running(fencing: Sequence[RemediationRecord], policies: PolicySet) -
         pool = record.pool or ""
         per_pool[pool] = per_pool.get(pool, 0) + 1
     return per_pool
+
+
+def moment_came(record: RemediationRecord | None, now: datetime) -> datetime | None:
+    """A waiting plan's stored moment (`next_attempt_at`) once it is past; else None."""
+    if record is None or record.next_attempt_at is None or record.next_attempt_at > now:
+        return None
+    return record.next_attempt_at
 
 
 def due(moment: Moment, now: datetime) -> bool:

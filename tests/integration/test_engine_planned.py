@@ -16,7 +16,7 @@ import pytest
 
 from remediator.controller.app import Controller
 from remediator.model.states import State
-from remediator.policy.planned import ANN_NEXT_CHECKPOINT
+from remediator.policy.planned import ANN_CHECKPOINT_INTERVAL, ANN_NEXT_CHECKPOINT
 from remediator.settings import AwsProviderSettings, GceProviderSettings
 from remediator.signals.maintenance import MaintenanceEvent, MaintenanceOrigin
 from tests.fixtures.sim import SimHandle
@@ -89,9 +89,12 @@ def engine(engine_on: Callable[..., Engine]) -> Engine:
     return engine_on("aws")
 
 
+@pytest.mark.parametrize("interval", [None, "30m"])
 def test_an_ec2_system_reboot_is_done_at_the_jobs_checkpoint_through_reboot_instances(
-    engine: Engine,
+    engine: Engine, interval: str | None
 ) -> None:
+    """With an announced interval too (each passed checkpoint has a next one), the plan starts
+    at the checkpoint it chose, not at the next one (#39)."""
     sim = engine.sim
     trainers = [p for p in engine.pods_on(TRAIN_NODE) if p["metadata"]["namespace"] == "training"]
     assert trainers
@@ -104,6 +107,7 @@ def test_an_ec2_system_reboot_is_done_at_the_jobs_checkpoint_through_reboot_inst
             "training",
             pod["metadata"]["name"],
             f"{ANN_NEXT_CHECKPOINT}={checkpoint.isoformat()}",
+            *([f"{ANN_CHECKPOINT_INTERVAL}={interval}"] if interval else []),
         )
     node = engine.node(TRAIN_NODE)
     assert node is not None
@@ -143,6 +147,8 @@ def test_an_ec2_system_reboot_is_done_at_the_jobs_checkpoint_through_reboot_inst
     assert done.state is State.SUCCEEDED, done.error or done.hold_reason
     admitted = next(e for e in done.events if e.action == "admitted")
     assert admitted.at >= checkpoint  # not before the job's checkpoint
+    moments = {e.detail["moment"] for e in done.events if e.action == "planned"}
+    assert moments == {checkpoint.isoformat()}  # never rolled on to the next checkpoint
     accepted = next(e for e in done.events if e.action == "reboot_accepted")
     assert accepted.detail["via"] == "maintenance"
     assert accepted.detail["call"] == "ec2:RebootInstances"

@@ -99,7 +99,7 @@ def test_a_passed_deadline_is_urgent_and_a_missed_latest_moment_is_now() -> None
         now=NOW, deadline=NOW - H, when=WHEN, drain=DRAIN, openings=nights(), checkpoints=[]
     )
     assert urgent.urgent and urgent.at == NOW
-    assert urgent.reason == "the deadline has passed: urgent"
+    assert urgent.reason == "the deadline has passed"
     close = choose_moment(
         now=NOW, deadline=NOW + H, when=WHEN, drain=DRAIN, openings=nights(), checkpoints=[]
     )

@@ -212,3 +212,74 @@ def test_a_rescheduled_event_moves_the_plan_and_a_cancelled_one_closes_it(
     closed = repo.get(waiting.id)
     assert closed is not None and closed.state is State.CANCELLED
     assert closed.events[-1].action == "maintenance_ended"
+
+
+def test_a_passed_checkpoint_of_an_announced_interval_admits_the_plan(
+    repository: tuple[Repository, FakeClock], policies: PolicySet
+) -> None:
+    """The moment was the job's 02:10 checkpoint; a cycle at 02:10:30 finds the next one
+    (02:40) announced too. The plan has come: it is admitted, not rewritten to the next."""
+    repo, clock = repository
+    announced = {ANN_NEXT_CHECKPOINT: "2026-04-01T12:40:00Z", ANN_CHECKPOINT_INTERVAL: "30m"}
+    intake = Intake(repo, actor="test", pods=pods_of({"gpu-1": [announced]}))
+    (waiting,) = intake.process([remap("gpu-1", T0 + 48 * H)], INVENTORY, policies, T0).queued
+    moment = NIGHT + timedelta(minutes=10)
+    late = moment + timedelta(seconds=30)
+    clock.advance((late - T0).total_seconds())
+    admitted = intake.admit_queued(INVENTORY, policies, late)
+    assert [r.id for r in admitted.created] == [waiting.id]
+    record = repo.get(waiting.id)
+    assert record is not None and record.state is State.DETECTED
+    moments = [e.detail["moment"] for e in record.events if e.action == PLANNED_ACTION]
+    assert moments == [moment.isoformat()]  # never rolled forward to 02:40
+
+
+def test_a_plan_held_past_its_moment_keeps_it_and_waits_for_the_next_window(
+    repository: tuple[Repository, FakeClock], policies: PolicySet
+) -> None:
+    """Held by the planned budget at its checkpoint, the plan keeps that moment (one line, not
+    one per cycle); once the window has closed it waits for the next opening, not outside it."""
+    repo, clock = repository
+    announced = {ANN_NEXT_CHECKPOINT: "2026-04-01T12:40:00Z", ANN_CHECKPOINT_INTERVAL: "30m"}
+    intake = Intake(repo, actor="test", pods=pods_of({"gpu-1": [announced], "gpu-2": []}))
+    signals = [remap("gpu-1", T0 + 48 * H), remap("gpu-2", T0 + 48 * H)]
+    intake.process(signals, INVENTORY, policies, T0)
+    clock.advance((NIGHT - T0).total_seconds())
+    (first,) = intake.admit_queued(INVENTORY, policies, NIGHT).created
+    assert first.node == "gpu-2"  # its moment is the window's opening: it takes the budget
+    (held,) = [r for r in repo.list_open() if r.node == "gpu-1"]
+    for minutes in (11, 12, 13):
+        intake.admit_queued(INVENTORY, policies, NIGHT + timedelta(minutes=minutes))
+    record = repo.get(held.id)
+    assert record is not None and record.state is State.QUEUED
+    assert record.hold_reason == "planned budget: planned per_pool in train (1)"
+    assert record.next_attempt_at == NIGHT + timedelta(minutes=10)
+    plans = [e.detail["moment"] for e in record.events if e.action == PLANNED_ACTION]
+    assert plans == [(NIGHT + timedelta(minutes=10)).isoformat()] * 2  # planned, then held
+    # The window closed (06:00) with the budget still taken: the next night's checkpoint.
+    intake.admit_queued(INVENTORY, policies, NIGHT + 5 * H)
+    record = repo.get(held.id)
+    assert record is not None and record.state is State.QUEUED
+    assert record.next_attempt_at == NIGHT + 24 * H + timedelta(minutes=10)
+
+
+def test_an_overdue_event_says_urgent_on_the_timeline(
+    repository: tuple[Repository, FakeClock], policies: PolicySet
+) -> None:
+    repo, clock = repository
+    intake = Intake(repo, actor="test")
+    (opened,) = intake.process([remap("gpu-1", T0 - H)], INVENTORY, policies, T0).queued
+    record = repo.get(opened.id)
+    assert record is not None
+    (plan,) = [e.detail for e in record.events if e.action == PLANNED_ACTION]
+    assert plan["urgent"] is True and plan["deadline"] == (T0 - H).isoformat()
+    assert plan["text"].startswith("urgent (the deadline has passed")
+    # A waiting plan whose deadline passes says so too, once, as it takes the ordinary path.
+    (waiting,) = intake.process([remap("gpu-2", T0 + 3 * H)], INVENTORY, policies, T0).queued
+    clock.advance(4 * 3600)
+    for minutes in (0, 1):
+        intake.admit_queued(INVENTORY, policies, T0 + 4 * H + timedelta(minutes=minutes))
+    record = repo.get(waiting.id)
+    assert record is not None
+    urgent = [e.detail for e in record.events if e.action == PLANNED_ACTION and e.detail["urgent"]]
+    assert len(urgent) == 1 and urgent[0]["deadline"] == (T0 + 3 * H).isoformat()
