@@ -3,10 +3,11 @@
 The first round is chosen so that within about two minutes the console holds a remediation in
 every interesting state: one that succeeds end to end (XID 79), one held because a pod opted out
 of automatic replacement, one awaiting a human's approval (node-problem-detector's GpuXidError),
-one whose drain a PodDisruptionBudget blocks until it is held, an overheating GPU, one held before
-its drain because its node pool has no spare nodes left, NVLink error bursts and an InfiniBand
-link down. Later rounds keep a trickle of faults that heal themselves (the node is replaced), on
-training nodes nobody has touched yet: the inference pool stays without spares from then on.
+one whose drain a PodDisruptionBudget blocks until it is held, an overheating GPU, one drained
+and then held at its replacement because its node pool has no spare nodes left, NVLink error
+bursts and an InfiniBand link down. Later rounds keep a trickle of faults that heal themselves
+(the node is replaced), on training nodes nobody has touched yet: the inference pool stays
+without spares from then on.
 
 Deciding is pure (`plan_episode` from a `Fleet` snapshot); `ScenarioRunner` carries an episode
 out through the simulator's inject API, its node-pool fault API and its Kubernetes API, the same
@@ -350,8 +351,8 @@ def plan_episode(
             kind,
             node,
             f"node pool {pool} has no spare nodes left; XID 48 (double-bit ECC) on {node}",
-            "drained, GPU reset, diagnostics fail, then held: nothing could replace it; "
-            "release it in the console once the pool has capacity again",
+            "drained, GPU reset, diagnostics fail, then held at the replace step: nothing can "
+            "replace it; release it in the console once the pool has capacity again",
             (NodePoolRule(rule), xid(node, gpu, 48, persistent=True)),
         )
     if kind == "nvlink":

@@ -1,8 +1,10 @@
 """The README's promises that code can check: every setting documented with its environment
-variable and default, the Quick start exactly two commands, every linked file present."""
+variable and default, the Quick start exactly two commands, every linked file present, the demo
+table saying what the demo itself says it will show."""
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 from types import UnionType
@@ -10,7 +12,10 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from remediator.demo.scenario import Fleet, plan_episode
 from remediator.settings import Settings
+from remediator.sim.fleet import INFER_POOL
+from remediator.sim.kube.api.kobj import POOL_LABEL
 
 ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text()
@@ -64,3 +69,17 @@ def test_relative_links_point_at_files_that_exist() -> None:
             if "://" in target:
                 continue
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def test_the_demo_table_says_where_xid_48_without_spares_is_held_as_the_demo_does() -> None:
+    """The row and the demo's own "expect:" line for it tell one story: drained, reset,
+    diagnosed, then held at the replacement, not before any pod is evicted."""
+    (row,) = [line for line in README.splitlines() if line.startswith("| XID 48 ")]
+    shown = re.sub(r"[*_]", "", row.split("|")[2]).strip()
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    nodes = [{"metadata": {"name": "i0", "labels": {POOL_LABEL: INFER_POOL}}, "status": ready}]
+    fleet = Fleet.from_json(nodes, [])
+    episode = plan_episode("no-capacity", fleet, frozenset(), random.Random(0), serial=1)
+    assert episode is not None
+    story = episode.expect.split(":")[0]
+    assert shown.startswith(story), (shown, story)
