@@ -15,6 +15,7 @@ import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from remediator.controller.jobs import (
     wake_at,
 )
 from remediator.controller.metrics import ControllerMetrics
+from remediator.controller.node_lookup import node_gpus
 from remediator.errors import NotFoundError, RemediatorError
 from remediator.fences.derive import failed_machine, validated_nodes
 from remediator.fences.marks import FenceIdentity
@@ -901,6 +903,7 @@ class Controller:
             fences=self.fences,
             fences_changed=lambda: wake(self._scheduler, "reconcile"),
         )
+            node_gpus=partial(node_gpus, self.nodes.gpus_of, self.read_node),
 
     def start_web(self) -> str:
         host, port = split_listen(self.settings.web.listen)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from remediator.errors import RemediatorError, TransientError
@@ -106,6 +106,14 @@ class NodeInformer:
             return None
         with self._lock:
             return name in self._nodes
+
+    def gpus_of(self, names: Iterable[str]) -> dict[str, int | None] | None:
+        """Each of `names` the cluster has → its GPU capacity (None: not said), from the cache
+        without waiting; None before the first LIST ended."""
+        if not self._synced.is_set():
+            return None
+        with self._lock:
+            return {n: node.gpus for n in names if (node := self._nodes.get(n)) is not None}
 
     def subscribe(self, on_change: Callable[[str], None], on_resync: Callable[[], None]) -> None:
         """`on_change(name)` after each node event is applied; `on_resync()` after each LIST."""

@@ -34,6 +34,7 @@ class Refusal(StrEnum):
     NODE_RATE = "node_rate"  # this node sends faster than its lane allows
     OVERLOADED = "overloaded"  # the replica takes no more heartbeats this second
     UNKNOWN_NODE = "unknown_node"  # no such node in the cluster
+    GPU_OUT_OF_RANGE = "gpu_out_of_range"  # a GPU index beyond the node's GPUs
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ class Admission:
             return self._count(Lane.SIGNALS, node, refused, count)
 
     def count(self, lane: Lane, node: str, reason: Refusal, count: int = 1) -> None:
-        """A refusal decided elsewhere (an unknown node), counted with the rest."""
+        """A refusal decided elsewhere (an unknown node, a GPU it lacks), counted with the
+        rest."""
         with self._lock:
             self._count(lane, node, (reason, 0.0), count)
 

@@ -227,6 +227,7 @@ def create_app(deps: WebDeps) -> FastAPI:
         )
     )
     app.include_router(make_intake_router())
+            nodes=lambda names: deps.node_gpus(names),
     app.include_router(make_fleet_breaker_router())
     app.include_router(make_racks_router())
     app.include_router(pages.make_pages_router())

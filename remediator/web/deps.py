@@ -3,7 +3,7 @@ root (the controller builds a WebDeps and calls `create_app`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -18,9 +18,8 @@ from remediator.ledger.sightings import HardwareSightings
 from remediator.policy.loader import PolicySet
 from remediator.settings import Settings
 from remediator.signals.admission import Admission
-from remediator.signals.sources.push import SignalInbox
+from remediator.signals.sources.push import NodeGpus, SignalInbox
 from remediator.store.heartbeats import HeartbeatBook
-from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
 
 
@@ -39,10 +38,6 @@ def _cluster_unchecked() -> str | None:
     return None
 
 
-def _nothing(_record: RemediationRecord) -> None:
-    return None
-
-
 def _no_extra_series() -> bytes:
     return b""
 
@@ -52,6 +47,10 @@ def _nothing_to_refresh() -> None:
 
 
 def _cannot_say(_node: str) -> bool | None:
+    return None
+
+
+def _cannot_list(_nodes: Sequence[str]) -> Mapping[str, int | None] | None:
     return None
 
 
@@ -72,8 +71,6 @@ class WebDeps:
     clock: Clock = field(default_factory=SystemClock)
     runbooks_dir: Path | None = None
     read_node: Callable[[str], Node | None] | None = None
-    # Called with a remediation a command finished (cancelled), right at the transition.
-    finished: Callable[[RemediationRecord], None] = _nothing
     # Called before /metrics answers: gauges read from the store are set when someone looks.
     before_scrape: Callable[[], None] = _nothing_to_refresh
     # Exposition text /metrics appends to the registry's (series too many for the registry's
@@ -88,6 +85,9 @@ class WebDeps:
     admission: Admission | None = None
     # Whether the cluster has this node (the node cache); None when it cannot say yet.
     node_known: Callable[[str], bool | None] = _cannot_say
+    # Which of these nodes the cluster has → GPU count (None: not said), for the push path's
+    # screen at the door; None when it cannot say yet (then the leader's intake screens).
+    node_gpus: NodeGpus = _cannot_list
     # The rack view (web/racks.py): every node (the node cache) and the gang jobs' pods; None:
     # this console has no cluster access.
     list_nodes: Callable[[], list[Node]] | None = None

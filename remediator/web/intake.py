@@ -73,7 +73,8 @@ class IntakeCollector(Collector):
             "remediator_push_refused",
             "Items the push path refused before storing anything, by lane and reason: node_rate "
             "(that node sends too fast, 429), overloaded (the replica is behind, 429), "
-            "unknown_node (no such node in the cluster, 422).",
+            "unknown_node (no such node in the cluster, 422), gpu_out_of_range (a signal for a "
+            "GPU index beyond the node's GPUs, refused with the item's reason).",
             labels=["lane", "reason"],
         )
         for lane, reasons in refused.items():

@@ -36,9 +36,12 @@ class NodeQuery:
     limit: int = NODE_PAGE
 
 
+NOT_IN_CLUSTER = "the cluster has no node of this name (now)"
+
+
 def node_status(node: Node | None, pool_label: str) -> NodeStatusOut:
     if node is None:
-        return NodeStatusOut(found=False, error="the cluster has no node of this name (now)")
+        return NodeStatusOut(found=False, error=NOT_IN_CLUSTER)
     return NodeStatusOut(
         found=True,
         ready=node.ready,
@@ -114,7 +117,31 @@ def signals_page(
     return shown, deps.repository.count_signals(name, since=start, until=end), following
 
 
+def no_such_node(deps: WebDeps, name: str, status: NodeStatusOut) -> bool:
+    """The cluster says it has no such node and nothing this store keeps names it: a typo or
+    another cluster's node, not a node with an empty history. A node that left the cluster
+    (replaced, scaled down) keeps its page, and so does any node while the cluster cannot say."""
+    if status.error != NOT_IN_CLUSTER:
+        return False
+    repo = deps.repository
+    assert deps.heartbeats is not None  # create_app fills it in
+    return (
+        repo.count(RemediationFilter(node=name)) == 0
+        and repo.replacement_of(name) is None
+        and not repo.signals_for_node(name, limit=1)
+        and deps.heartbeats.status(name) is None
+    )
+
+
 def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeOut:
+    """The node's page; 404 for a name neither the cluster nor this store knows."""
+    status = read_status(deps, name)
+    if no_such_node(deps, name, status):
+        raise WebError(
+            404,
+            f"{name}: no such node (the cluster has none of this name, and no remediation, "
+            "signal or agent of this store names it)",
+        )
     repo = deps.repository
     start, end = _window(query, now)
     in_window = RemediationFilter(node=name, created_from=start, created_to=end)
@@ -133,7 +160,7 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
         repeat_offender=recent >= nth,
         remediations_in_window=recent,
         repeat_rule=f"{nth} remediations within {views.format_duration(within.total_seconds())}",
-        status=read_status(deps, name),
+        status=status,
         window_from=start,
         window_to=end or now,
         remediations=[console.remediation_out(r, now) for r in page.rows],

@@ -148,5 +148,14 @@ def test_node_status_comes_from_the_cluster(
     assert status["pool"]
     html = client.get(f"/nodes/{name}", headers=READONLY).text
     assert "cordoned" in html and "8 GPUs" in html
-    gone = _node(client, "gpu-node-77")["status"]
+    gone = _node(client, "gpu-node-91")["status"]  # replaced away: its history stays shown
     assert gone["found"] is False and "no node of this name" in gone["error"]
+    # #39 item 9: a name nothing knows got an empty page that read like a healthy node.
+    unknown = client.get("/api/v1/nodes/gpu-node-77", headers=READONLY)
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["reason"] == (
+        "gpu-node-77: no such node (the cluster has none of this name, and no remediation, "
+        "signal or agent of this store names it)"
+    )
+    page = client.get("/nodes/gpu-node-77", headers=READONLY)
+    assert page.status_code == 404 and "gpu-node-77: no such node" in page.text

@@ -6,7 +6,9 @@ on its own: a bad one (out of bounds, see `signals.bounds`, a reading older than
 event older than `event_max_age`) is refused with its index and reason, and counted, and the
 rest of the batch goes on, so one broken reading cannot hold back an XID 79 pushed beside it;
 the answer (202) lists what was refused, which a client must not resend (it would be refused
-again). Only a batch with nothing acceptable is a
+again). A signal for a node the cluster does not have, or for a GPU index beyond the node's
+GPUs, is refused the same way at the door (`signals.screen`, against the node cache), rather
+than taken and dropped unseen by the intake. Only a batch with nothing acceptable is a
 422. A full inbox answers 503 for the whole batch, which Alertmanager retries, rather than
 dropping signals silently.
 """
@@ -15,20 +17,22 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.params import Depends
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from remediator.clock import Clock, SystemClock
 from remediator.signals import bounds
-from remediator.signals.admission import Admission, retry_after
+from remediator.signals.admission import Admission, Lane, Refusal, retry_after
 from remediator.signals.kinds import EVENT_KINDS, SignalKind
 from remediator.signals.model import Signal
+from remediator.signals.screen import DropReason, screen
 from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager import (
     AlertMapping,
@@ -48,6 +52,14 @@ DEFAULT_MAX_AGE = timedelta(minutes=5)
 # through a controller outage is taken up to this old and decided by its own time
 # (settings: signals.push_event_max_age_seconds).
 DEFAULT_EVENT_MAX_AGE = timedelta(days=1)
+
+# Which of these nodes the cluster has → its GPU count (None: not said); None: cannot say yet.
+NodeGpus = Callable[[Sequence[str]], Mapping[str, int | None] | None]
+# What a refusal at the door is counted as (signals.admission), and the field it names.
+DOOR_REFUSALS: Mapping[DropReason, tuple[Refusal, str]] = {
+    DropReason.UNKNOWN_NODE: (Refusal.UNKNOWN_NODE, "node"),
+    DropReason.GPU_OUT_OF_RANGE: (Refusal.GPU_OUT_OF_RANGE, "gpu"),
+}
 
 
 class InboxUnavailable(Exception):
@@ -115,12 +127,20 @@ def validate_batch(
 ) -> tuple[list[Signal], list[dict[str, Any]]]:
     """Pure: decoded JSON → (the acceptable signals, one problem per refusal). A problem with
     `index` None concerns the body and refuses the whole batch."""
+    taken, problems = _validate_items(payload, now, max_age, event_max_age)
+    return [signal for _, signal in taken], problems
+
+
+def _validate_items(
+    payload: Any, now: datetime, max_age: timedelta, event_max_age: timedelta
+) -> tuple[list[tuple[int, Signal]], list[dict[str, Any]]]:
+    """`validate_batch` with each acceptable signal's index in the batch."""
     if not isinstance(payload, list):
         return [], [{"index": None, "field": "body", "reason": "must be a JSON list of signals"}]
     if len(payload) > MAX_BATCH:
         reason = f"at most {MAX_BATCH} signals per request, got {len(payload)}"
         return [], [{"index": None, "field": "body", "reason": reason}]
-    signals: list[Signal] = []
+    signals: list[tuple[int, Signal]] = []
     problems: list[dict[str, Any]] = []
     for index, item in enumerate(payload):
         try:
@@ -162,8 +182,24 @@ def validate_batch(
                 }
             )
             continue
-        signals.append(signal)
+        signals.append((index, signal))
     return signals, problems
+
+
+def screen_at_door(
+    taken: Sequence[tuple[int, Signal]], gpus: Mapping[str, int | None]
+) -> tuple[list[tuple[int, Signal]], list[tuple[dict[str, Any], Signal, Refusal]]]:
+    """Pure: the signals the cluster can have, and a problem for each it cannot (the screen
+    the intake applies, said to the sender with the item's index)."""
+    screened = screen([signal for _, signal in taken], gpus)
+    kept = {id(signal) for signal in screened.kept}
+    index_of = {id(signal): index for index, signal in taken}
+    refused = []
+    for drop in screened.dropped:
+        refusal, field = DOOR_REFUSALS[drop.reason]
+        problem = {"index": index_of[id(drop.signal)], "field": field, "reason": drop.detail}
+        refused.append((problem, drop.signal, refusal))
+    return [(i, s) for i, s in taken if id(s) in kept], refused
 
 
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:
@@ -212,11 +248,34 @@ def _body_doc(schema: dict[str, Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": content}}
 
 
+class PushProblem(BaseModel):
+    """One refused item, not to be sent again (it would be refused again)."""
+
+    index: int | None = Field(
+        default=None, description="the item's place in the batch; null: the whole body"
+    )
+    field: str = Field(
+        description="what is wrong: a Signal field (`node`: no such node in the cluster; "
+        "`gpu`: an index beyond the node's GPUs; `observed_at`: too old or in the future; …) "
+        "or `body`"
+    )
+    reason: str
+
+
+class PushAccepted(BaseModel):
+    """What was taken; the rest is refused item by item, each with its reason."""
+
+    accepted: int
+    refused: list[PushProblem] = Field(
+        default_factory=list, description="absent when every item was taken"
+    )
+
+
 class _Problems(BaseModel):
     """The API's error shape ({"reason", "detail"}), with each refused item in `detail`."""
 
     reason: str
-    detail: list[dict[str, Any]]
+    detail: list[PushProblem]
     accepted: int = 0
 
 
@@ -288,9 +347,11 @@ def make_signals_router(
     event_max_age: timedelta = DEFAULT_EVENT_MAX_AGE,
     on_refused: Callable[[Sequence[dict[str, Any]]], None] | None = None,
     admission: Admission | None = None,
+    nodes: NodeGpus | None = None,
 ) -> APIRouter:
     """The push endpoints; the web app mounts them under its auth `dependencies`. With an
-    `admission`, each node's signals in a request are charged to that node's bucket."""
+    `admission`, each node's signals in a request are charged to that node's bucket; with
+    `nodes`, a signal the cluster cannot have is refused at the door (and counted there)."""
     router = APIRouter(dependencies=list(dependencies), tags=["signals"])
     alert_mapping = mapping or AlertMapping()
     time_source = clock or SystemClock()
@@ -307,6 +368,7 @@ def make_signals_router(
     @router.post(
         "/api/v1/signals",
         status_code=202,
+        response_model=PushAccepted,
         responses=REFUSED,
         openapi_extra=_body_doc(_batch_schema()),
     )
@@ -315,7 +377,17 @@ def make_signals_router(
         payload, error = await _json_body(request)
         if error is not None:
             return error
-        signals, problems = validate_batch(payload, time_source.now(), max_age, event_max_age)
+        taken, problems = _validate_items(payload, time_source.now(), max_age, event_max_age)
+        if nodes is not None and taken:
+            gpus = await run_in_threadpool(nodes, [s.node for _, s in taken])
+            if gpus is not None:
+                taken, refused = screen_at_door(taken, gpus)
+                for problem, signal, refusal in refused:
+                    problems.append(problem)
+                    if admission is not None:
+                        admission.count(Lane.SIGNALS, signal.node, refusal)
+                problems.sort(key=lambda p: p["index"])
+        signals = [signal for _, signal in taken]
         if problems and on_refused is not None:
             on_refused(problems)
         if problems and not signals:

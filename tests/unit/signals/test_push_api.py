@@ -314,3 +314,19 @@ def test_the_inbox_keeps_the_alert_registry_it_is_given_even_when_empty() -> Non
     """An empty registry is falsy (it has a length): `alerts or default` lost the settings."""
     given = FiringAlerts(hold=timedelta(hours=9))
     assert SignalInbox(alerts=given).alerts is given
+
+
+def test_the_schema_states_the_accepted_answer_and_each_refusal(client: TestClient) -> None:
+    """#39 item 9: the 202 answer was an empty schema, so the per-item refusals it carries (an
+    unknown node, a GPU the node lacks, …) were stated nowhere."""
+    doc = client.get("/openapi.json").json()
+    answer = doc["paths"]["/api/v1/signals"]["post"]["responses"]["202"]
+    assert answer["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/PushAccepted"
+    }
+    schemas = doc["components"]["schemas"]
+    assert schemas["PushAccepted"]["required"] == ["accepted"]
+    refused = schemas["PushAccepted"]["properties"]["refused"]["items"]
+    assert refused == {"$ref": "#/components/schemas/PushProblem"}
+    field = schemas["PushProblem"]["properties"]["field"]["description"]
+    assert "`node`: no such node in the cluster" in field and "`gpu`: an index beyond" in field
