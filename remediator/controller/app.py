@@ -897,13 +897,13 @@ class Controller:
             hardware=self.hardware,
             admission=self.admission,
             node_known=self.nodes.knows,
+            node_gpus=partial(node_gpus, self.nodes.gpus_of, self.read_node),
             list_nodes=self.nodes.list_nodes,
             list_gang_pods=lambda: self.kube.list_pods_everywhere(GANG_LABEL),
             machine_hold=self.machine_holds.hold_on,
             fences=self.fences,
             fences_changed=lambda: wake(self._scheduler, "reconcile"),
         )
-            node_gpus=partial(node_gpus, self.nodes.gpus_of, self.read_node),
 
     def start_web(self) -> str:
         host, port = split_listen(self.settings.web.listen)

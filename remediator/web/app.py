@@ -224,10 +224,10 @@ def create_app(deps: WebDeps) -> FastAPI:
             event_max_age=timedelta(seconds=deps.settings.signals.push_event_max_age_seconds),
             on_refused=app.state.metrics.count_refused,
             admission=deps.admission,
+            nodes=lambda names: deps.node_gpus(names),
         )
     )
     app.include_router(make_intake_router())
-            nodes=lambda names: deps.node_gpus(names),
     app.include_router(make_fleet_breaker_router())
     app.include_router(make_racks_router())
     app.include_router(pages.make_pages_router())
