@@ -20,9 +20,19 @@ from remediator.store.records import AgentStatus, ControllerStatus, RemediationR
 
 # Steps take from milliseconds (a cordon) to many minutes (a drain behind a PDB, a replacement).
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
-FINISHED_OUTCOMES = {State.SUCCEEDED: "succeeded", State.FAILED: "failed"}
 # Gauged states: the open ones and failed (which holds its node until a human acts).
 GAUGED = tuple(sorted((*OPEN, State.FAILED), key=lambda s: s.value))
+
+
+def closing_outcome(before: State, after: State) -> str | None:
+    """A remediation's outcome, counted once when it closes; None for a move that does not
+    close it. Failed is not closed (a retry or its own pool may still fix it): a failure counts
+    when the remediation closes without success from there."""
+    if after is State.SUCCEEDED:
+        return "succeeded"
+    if after is State.CANCELLED:
+        return "failed" if before is State.FAILED else "cancelled"
+    return None
 
 
 class AgentGauges:
@@ -86,7 +96,10 @@ class ControllerMetrics:
         )
         self.finished = Counter(
             "remediator_remediations_finished",
-            "Remediations that ended, by outcome and policy.",
+            "Remediations that ended, by outcome and policy, each once, when it closed: "
+            "succeeded, failed (closed after it failed: cancelled, or its node left) or "
+            "cancelled. A failed remediation is not closed (a retry or its pool may still fix "
+            'it): it is in remediator_remediations{state="failed"} meanwhile.',
             ["outcome", "policy"],
             registry=registry,
         )
@@ -222,11 +235,6 @@ class ControllerMetrics:
         step = STEP_NAMES.get(seen.before.state)
         if step is not None:
             self.step_duration.labels(step).observe(seen.seconds_in_state)
-        outcome = FINISHED_OUTCOMES.get(seen.after.state)
-        if outcome is not None:
-            self.finished.labels(outcome, seen.after.policy).inc()
-        if seen.after.outcome is not None:
-            self.resolved.labels(seen.after.outcome, seen.after.policy).inc()
         if seen.before.state is State.VALIDATING:
             self._validated(seen.action, seen.detail)
 
@@ -254,8 +262,15 @@ class ControllerMetrics:
         for item in dropped:
             self.signals_dropped.labels(item.signal.source, item.reason.value).inc()
 
-    def cancelled(self, record: RemediationRecord) -> None:
-        self.finished.labels("cancelled", record.policy).inc()
+    def closed(self, before: State, after: RemediationRecord) -> None:
+        """The store closed a remediation (each one once: nothing leaves a terminal state),
+        whoever closed it: the engine, a command, the node-gone sweep, the intake."""
+        outcome = closing_outcome(before, after.state)
+        if outcome is None:
+            return
+        self.finished.labels(outcome, after.policy).inc()
+        if after.state is State.SUCCEEDED and after.outcome is not None:
+            self.resolved.labels(after.outcome, after.policy).inc()
 
     def illegal(self, _record: RemediationRecord, _target: State) -> None:
         self.illegal_transitions.inc()

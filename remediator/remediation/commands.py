@@ -95,6 +95,16 @@ def release_target(record: RemediationRecord) -> Move:
     raise CommandRefused(f"remediation {record.id} is {record.state.value}, not held")
 
 
+def gone_refusal(record: RemediationRecord) -> str:
+    """Why a failed remediation whose node left cannot be retried, and what happens instead (a
+    failed one whose node left is kept only when its own replacement took the node)."""
+    return (
+        f"remediation {record.id}: {record.node} has left the cluster, so there is nothing to "
+        f"retry on; it ends as replaced by itself when its pool {record.pool or '(unknown)'} "
+        "brings in a node, or cancel it"
+    )
+
+
 def entered_from(record: RemediationRecord, state: State) -> State | None:
     for event in reversed(record.events):
         if event.to_state is state:
@@ -119,6 +129,7 @@ def run(
     reason: str | None = None,
     cooldown: timedelta | None = None,
     machine_hold: Callable[[str], str | None] | None = None,
+    node_known: Callable[[str], bool | None] | None = None,
 ) -> RemediationRecord:
     """Apply one remediation command; NotFoundError when there is no such remediation.
 
@@ -126,7 +137,8 @@ def run(
     remediation/suppression.py) within `cooldown` (default an hour; zero lets them at once).
     `machine_hold` (the node → its quarantined machine's hold reason, remediation/machine_hold.py)
     lets a cancel say which of its nodes stay fenced: on the timeline's line and as the answer's
-    `hold_reason`."""
+    `hold_reason`. `node_known` (whether the cluster has a node; None: cannot say) refuses a
+    retry on a node that has left: nothing is there to retry on."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
     if cooldown is not None and command != "cancel":
@@ -136,6 +148,8 @@ def run(
     if record is None:
         raise NotFoundError(f"remediation {remediation_id} not found")
     move = decide(record)
+    if command == "retry" and node_known is not None and node_known(record.node) is False:
+        raise CommandRefused(gone_refusal(record))
     detail: dict[str, Any] = {"command": command}
     if reason:
         detail["reason"] = reason

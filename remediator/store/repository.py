@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediator.clock import Clock, SystemClock
 from remediator.errors import ConflictError, NotFoundError
 from remediator.model.disruption import evictions
-from remediator.model.states import OPEN, State, check_transition
+from remediator.model.states import OPEN, TERMINAL, State, check_transition
 from remediator.signals.model import STORED, Signal, SignalKind
 from remediator.store import cursor as cursors
 from remediator.store.db import session_scope
@@ -106,6 +106,10 @@ class OpenRemediationExists(ConflictError):
         self.existing_id = existing_id
 
 
+def _unobserved(_before: State, _after: RemediationRecord) -> None:
+    return None
+
+
 class Repository:
     def __init__(
         self, session_factory: sessionmaker[Session], cluster: str, clock: Clock | None = None
@@ -114,6 +118,9 @@ class Repository:
         self.cluster = cluster
         self._clock: Clock = clock or SystemClock()
         self._open_listed: dict[int, RemediationRecord] = {}  # list_open's last, by id
+        # Told (the state it left, the record) after each committed close: a remediation is
+        # closed once, whatever closed it, so its outcome is counted here (the metrics).
+        self.on_closed: Callable[[State, RemediationRecord], None] = _unobserved
 
     def now(self) -> datetime:
         """The store's clock, for commands that write a time (a cancel's cooldown)."""
@@ -218,7 +225,10 @@ class Repository:
                 self._event(remediation_id, now, expected_state, new_state, action, detail, actor)
             )
             session.flush()
-            return self._load(session, remediation_id, with_events=False)
+            after = self._load(session, remediation_id, with_events=False)
+        if new_state in TERMINAL:
+            self.on_closed(expected_state, after)
+        return after
 
     def _reopen_day(self, session: Session, remediation_id: int) -> None:
         """A finished remediation that moves again (a retry) changes the fleet figures of the

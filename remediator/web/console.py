@@ -36,9 +36,10 @@ def runbook_url(slug: str | None) -> str | None:
     return f"/runbooks/{slug}" if slug else None
 
 
-def remediation_out(record: RemediationRecord, now: datetime) -> RemediationOut:
+def remediation_out(record: RemediationRecord, now: datetime, gone: bool = False) -> RemediationOut:
     """The guidance fields (current step, what a human could do) need the timeline: they are
-    left empty for records read without it (every remediation has at least one event)."""
+    left empty for records read without it (every remediation has at least one event). `gone`:
+    its node has left the cluster (no retry is offered)."""
     guidance: dict[str, Any] = {}
     if record.events:
         guidance = {
@@ -47,7 +48,7 @@ def remediation_out(record: RemediationRecord, now: datetime) -> RemediationOut:
                 views.waiting_reason(record) if record.state in views.NEEDS_HUMAN else None
             ),
             "next_actions": [
-                {"command": a.command, "effect": a.effect} for a in views.next_actions(record)
+                {"command": a.command, "effect": a.effect} for a in views.next_actions(record, gone)
             ],
         }
     return RemediationOut.model_validate(
@@ -127,7 +128,7 @@ def policy_source(
 def remediation_detail(
     deps: WebDeps, texts: PolicyTexts, record: RemediationRecord, now: datetime
 ) -> RemediationDetailOut:
-    base = remediation_out(record, now)
+    base = remediation_out(record, now, deps.node_known(record.node) is False)
     span = views.record_span(record)
     return RemediationDetailOut(
         **base.model_dump(),

@@ -14,7 +14,6 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from remediator.errors import NotFoundError
-from remediator.model.states import TERMINAL
 from remediator.remediation import commands
 from remediator.store.audit import AuditLog, NewAudit
 from remediator.store.records import ControllerStatus, RemediationRecord
@@ -171,6 +170,7 @@ def run_command(
             reason=reason,
             cooldown=cooldown,
             machine_hold=ask.deps.machine_hold,
+            node_known=ask.deps.node_known,
         )
     except NotFoundError as exc:
         record_command(ask, command, "not_found", reason, remediation_id, str(exc))
@@ -182,8 +182,6 @@ def run_command(
     if cooldown is not None:
         done += f", hold off {cooldown}"
     record_command(ask, command, "done", reason, remediation_id, done)
-    if record.state in TERMINAL:
-        ask.deps.finished(record)
     return record
 
 

@@ -160,7 +160,10 @@ def make_pages_router() -> APIRouter:
             "overview.html",
             principal,
             summary=console.overview_out(deps, spans),
-            waiting=[views.waiting_item(r) for r in repo.with_events(waiting.rows)],
+            waiting=[
+                views.waiting_item(r, deps.node_known(r.node) is False)
+                for r in repo.with_events(waiting.rows)
+            ],
             waiting_more=_list_url(views.NEEDS_HUMAN) if waiting.next_cursor else None,
             foreign_fences=deps.fences.foreign() if deps.fences is not None else [],
             working=working.rows,
@@ -252,7 +255,11 @@ def make_pages_router() -> APIRouter:
             live=record.state not in TERMINAL,
             detail=console.remediation_detail(deps, texts, record, now),
             timeline=views.timeline(record, now),
-            commands=views.next_actions(record) if principal.can_act else [],
+            commands=(
+                views.next_actions(record, deps.node_known(record.node) is False)
+                if principal.can_act
+                else []
+            ),
             current_step=views.current_step(record),
             signal_rows=[
                 (

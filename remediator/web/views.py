@@ -369,8 +369,9 @@ def _step_name(state: State | None) -> str:
     return STEP_NAMES.get(state, state.value) if state else "the step"
 
 
-def next_actions(record: RemediationRecord) -> list[NextAction]:
-    """What each available command would do to this remediation's node, in plain words."""
+def next_actions(record: RemediationRecord, gone: bool = False) -> list[NextAction]:
+    """What each available command would do to this remediation's node, in plain words.
+    `gone`: the node has left the cluster, so a failed step has nothing to be retried on."""
     node = record.node
     found: list[NextAction] = []
     if record.state is State.AWAITING_APPROVAL:
@@ -393,7 +394,7 @@ def next_actions(record: RemediationRecord) -> list[NextAction]:
         else:
             effect = f"runs {_step_name(entered_from(record, State.HELD))} on {node} again"
         found.append(NextAction("release", effect))
-    if record.state is State.FAILED:
+    if record.state is State.FAILED and not gone:
         step = entered_from(record, State.FAILED)
         effect = (
             f"asks the node pool for a new replacement of {node}"
@@ -420,9 +421,9 @@ class WaitingItem:
     runbook: str | None
 
 
-def waiting_item(record: RemediationRecord) -> WaitingItem:
+def waiting_item(record: RemediationRecord, gone: bool = False) -> WaitingItem:
     return WaitingItem(
-        record, waiting_reason(record), tuple(next_actions(record)), record_runbook(record)
+        record, waiting_reason(record), tuple(next_actions(record, gone)), record_runbook(record)
     )
 
 

@@ -859,6 +859,33 @@ ALERT_CASES: list[tuple[list[dict[str, str]], list[dict[str, Any]]]] = [
         [_alert("RemediatorHighFailureRate", "30m")],
     ),
     (
+        # Issue 39 item 13: failed remediations are not closed (a retry or their pool may still
+        # fix them), so they count while failed, once across replicas; nothing closed yet.
+        [
+            _series("remediator_remediations", "0 0 2x10 3x20", instance="a", state="failed"),
+            _series("remediator_remediations", "0 0 2x10 3x20", instance="b", state="failed"),
+        ],
+        [
+            _alert("RemediatorHighFailureRate", "10m"),  # two failed, not four
+            _alert("RemediatorHighFailureRate", "25m", {"severity": "warning"}),
+        ],
+    ),
+    (
+        # Three failed launches that their Auto Scaling groups healed by themselves: failed for
+        # three minutes, then closed as succeeded (counted once, when they closed).
+        [
+            _series("remediator_remediations", "0 3 3 3 0x30", instance="a", state="failed"),
+            _series(
+                "remediator_remediations_finished_total",
+                "0 0 0 0 3x30",
+                instance="a",
+                outcome="succeeded",
+                policy="xid-79",
+            ),
+        ],
+        [_alert("RemediatorHighFailureRate", "8m"), _alert("RemediatorHighFailureRate", "30m")],
+    ),
+    (
         [
             _series("remediator_oldest_open_remediation_seconds", "0+60x60", state="draining"),
             _series("remediator_oldest_open_remediation_seconds", "0+60x60", state="replacing"),

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from remediator.controller.metrics import ControllerMetrics
+from remediator.controller.metrics import ControllerMetrics, closing_outcome
 from remediator.model.states import State
 from remediator.remediation.service import TransitionSeen
 from remediator.store.records import ControllerStatus, EventRecord, RemediationRecord
@@ -63,8 +63,9 @@ def test_transitions_feed_the_step_histogram_and_the_outcomes() -> None:
     before = record(1, State.VERIFYING, NOW)
     after = record(1, State.SUCCEEDED, NOW)
     metrics.transition(TransitionSeen(before, after, 12.5))
+    metrics.closed(State.VERIFYING, after)
     metrics.opened([before])
-    metrics.cancelled(record(2, State.CANCELLED, NOW, policy="thermal"))
+    metrics.closed(State.DRAINING, record(2, State.CANCELLED, NOW, policy="thermal"))
     metrics.policy_set("abc", "f00")
     metrics.policy_set(None, "f01")
 
@@ -86,9 +87,11 @@ def test_succeeded_remediations_count_by_outcome() -> None:
     before = record(1, State.UNCORDONING, NOW - timedelta(minutes=1))
     repaired = replace(record(1, State.SUCCEEDED, NOW), outcome="repaired")
     metrics.transition(TransitionSeen(before, repaired, 2.0))
+    metrics.closed(State.UNCORDONING, repaired)
     verifying = record(2, State.VERIFYING, NOW - timedelta(minutes=1))
     replaced = replace(record(2, State.SUCCEEDED, NOW), outcome="replaced")
     metrics.transition(TransitionSeen(verifying, replaced, 2.0))
+    metrics.closed(State.VERIFYING, replaced)
     metrics.transition(TransitionSeen(before, record(3, State.REBOOTING, NOW), 1.0))
 
     def resolved(outcome: str) -> float | None:
@@ -125,3 +128,28 @@ def test_each_validation_counts_by_pool_model_provider_and_result() -> None:
     assert registry.get_sample_value("remediator_validations_total", labels) == 1
     check = {"check": "dcgm"}
     assert registry.get_sample_value("remediator_validation_check_seconds_sum", check) == 2.5
+
+
+def test_an_outcome_is_counted_once_when_the_remediation_closes() -> None:
+    """Issue 39 item 13: failed, retried, failed again, then its pool replaced the node itself
+    (succeeded/replaced): one outcome, succeeded. A failure counts when the remediation closes
+    from failed without success (a cancel, its node gone)."""
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    replacing = record(1, State.REPLACING, NOW)
+    failed = record(1, State.FAILED, NOW)
+    for _ in range(2):  # the failure, and again after the on-call retry
+        metrics.transition(TransitionSeen(replacing, failed, 3.0, "replacement_failed"))
+    healed = replace(record(1, State.SUCCEEDED, NOW), outcome="replaced")
+    metrics.closed(State.FAILED, healed)
+    metrics.closed(State.FAILED, record(2, State.CANCELLED, NOW))
+    metrics.closed(State.QUEUED, record(3, State.CANCELLED, NOW))
+
+    def finished(outcome: str) -> float | None:
+        labels = {"outcome": outcome, "policy": "xid-79"}
+        return registry.get_sample_value("remediator_remediations_finished_total", labels)
+
+    assert (finished("succeeded"), finished("failed"), finished("cancelled")) == (1, 1, 1)
+    resolved = {"outcome": "replaced", "policy": "xid-79"}
+    assert registry.get_sample_value("remediator_remediations_resolved_total", resolved) == 1
+    assert closing_outcome(State.REPLACING, State.FAILED) is None

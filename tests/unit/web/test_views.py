@@ -145,6 +145,9 @@ def test_available_commands() -> None:
     assert commands(State.HELD) == ["release", "cancel"]
     assert commands(State.FAILED) == ["retry", "cancel"]
     assert commands(State.SUCCEEDED) == []
+    # Its node left the cluster: a retry has nothing to act on (it would fail on a 404).
+    gone = views.next_actions(record(State.FAILED), gone=True)
+    assert [a.command for a in gone] == ["cancel"]
 
 
 def test_repeat_rule_takes_the_tightest_policy_and_falls_back() -> None:
