@@ -305,9 +305,6 @@ class Controller:
         )
         self.sources.append(self.inbox.alerts)  # firing alerts, re-announced every poll
         self.metrics = ControllerMetrics(self.registry, sources=[s.name for s in self.sources])
-        # Outcomes are counted where the store closes a remediation, once each, by the replica
-        # that closed it (the leader's engine, any replica's console command).
-        self.repository.on_closed = self.metrics.closed
 
         def provider_kind(pool: str | None) -> str:
             return settings.pool_providers.get(pool or "", settings.provider).type
@@ -669,6 +666,11 @@ class Controller:
         inventory = self.inventory or self.refresh_inventory()
         result = self.intake.process(signals, inventory, self.policies.active, self.clock.now())
         self._after_intake(result)
+        while result.waiting and self.is_leader():
+            # A node's events after its deciding one, decided now that what it opened has
+            # moved (policy/moments.py); each intake takes at least one moment of each node.
+            result = self.intake.process((), inventory, self.policies.active, self.clock.now())
+            self._after_intake(result)
 
     def _after_intake(self, result: IntakeResult) -> None:
         """Page on a trip, tell owners once about each newly queued remediation, and start
@@ -892,6 +894,8 @@ class Controller:
             check_cluster=self.cluster_problem,
             clock=self.clock,
             read_node=self.read_node,
+            # Cancels are counted where they happen, by the replica that served the command.
+            finished=self.metrics.cancelled,
             before_scrape=self.scrape_refresh,
             scrape_extra=self.metrics.agents_exposition,
             heartbeats=self.heartbeats,

@@ -43,12 +43,12 @@ from remediator.policy.evaluate import (
     EvalState,
     History,
     PastRemediation,
-    evaluate,
     explain,
 )
 from remediator.policy.fleet_breaker import fleet_verdict
 from remediator.policy.ladder import ladder_from_policy, with_startup_taint
 from remediator.policy.loader import PolicySet
+from remediator.policy.moments import evaluate_in_order
 from remediator.policy.new_machines import admit_new_machines, is_new_machine
 from remediator.policy.planned import Moment, admit_planned
 from remediator.policy.schema import Policy
@@ -255,6 +255,9 @@ class IntakeResult:
     folded: Mapping[str, int] = field(default_factory=dict)  # duplicates dropped, by source
     # What became of the accepted signals, by class (opened, joined, folded, cooldown, …)
     dispositions: Mapping[str, int] = field(default_factory=dict)
+    # Signals held for the next intake: observed after their node's deciding moment
+    # (policy/moments.py); the caller runs it once this one's remediations have moved.
+    waiting: int = 0
 
 
 PLANNED = HoldCause.PLANNED.value
@@ -422,6 +425,7 @@ class Intake:
         # This cycle's dispositions: id(signal) → (class, text); written with the signals.
         self._said: dict[int, tuple[str, str]] = {}
         self._opened_on: dict[str, int] = {}  # node → the remediation opened for it this cycle
+        self._waiting: tuple[Signal, ...] = ()  # screened and folded, decided next intake
 
     def process(
         self,
@@ -444,7 +448,8 @@ class Intake:
         signals = screened.kept
         if self._ledger is not None:
             signals = self._link_hardware(signals, inventory, now)
-        fresh = self._folder.fold(signals, now)
+        waited = self._take_waiting()
+        fresh = (*waited, *self._folder.fold(signals, now))
         kept = {id(s) for s in fresh}
         folded: dict[str, int] = {}
         self._said = {}
@@ -462,7 +467,7 @@ class Intake:
         classes: dict[str, int] = {}
         for kind, _ in self._said.values():
             classes[kind] = classes.get(kind, 0) + 1
-        result = replace(result, folded=folded, dispositions=classes)
+        result = replace(result, folded=folded, dispositions=classes, waiting=len(self._waiting))
         if self._archive is not None:
             # Every signal that passed the screen, before the fold (a backtest replays the fold
             # too); after deciding, so the archive never delays a remediation.
@@ -473,8 +478,14 @@ class Intake:
         linked = {id(s) for decision in self._opened for s in decision.signals} | self._linked
         self._opened = []
         self._linked = set()
-        self._store(signals, linked, now)
+        held = {id(s) for s in self._waiting}
+        self._store([s for s in (*waited, *signals) if id(s) not in held], linked, now)
         return replace(result, dropped=screened.dropped)
+
+    def _take_waiting(self) -> tuple[Signal, ...]:
+        """The signals the last intake held back, to be decided in this one."""
+        waited, self._waiting = self._waiting, ()
+        return waited
 
     def _link_hardware(
         self, signals: Sequence[Signal], inventory: Inventory, now: datetime
@@ -587,7 +598,8 @@ class Intake:
         topology = build_topology(inventory.labels)
         fresh = without_brought_machines(fresh, fencing, inventory.pools)
         history = self._history(fencing, inventory, policies, now, topology)
-        evaluation = evaluate(fresh, history, policies.policies, now, policies.settings)
+        ordered = evaluate_in_order(fresh, history, policies.policies, now, policies.settings)
+        evaluation, fresh, self._waiting = ordered.evaluation, ordered.decided, ordered.waiting
         self._eval_state = evaluation.state
         decisions = fold_scopes(self._not_suppressed(evaluation.decisions, now), topology)
         fencing, closed = self._close_cleared(fencing, fresh, inventory, policies)
