@@ -305,6 +305,9 @@ class Controller:
         )
         self.sources.append(self.inbox.alerts)  # firing alerts, re-announced every poll
         self.metrics = ControllerMetrics(self.registry, sources=[s.name for s in self.sources])
+        # Outcomes are counted where the store closes a remediation, once each, by the replica
+        # that closed it (the leader's engine, any replica's console command).
+        self.repository.on_closed = self.metrics.closed
 
         def provider_kind(pool: str | None) -> str:
             return settings.pool_providers.get(pool or "", settings.provider).type
@@ -894,8 +897,6 @@ class Controller:
             check_cluster=self.cluster_problem,
             clock=self.clock,
             read_node=self.read_node,
-            # Cancels are counted where they happen, by the replica that served the command.
-            finished=self.metrics.cancelled,
             before_scrape=self.scrape_refresh,
             scrape_extra=self.metrics.agents_exposition,
             heartbeats=self.heartbeats,
