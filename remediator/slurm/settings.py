@@ -3,10 +3,29 @@
 
 from __future__ import annotations
 
+import signal as signals
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+# The names scancel --signal knows (Slurm's sig_name2num), in its order.
+SCANCEL_SIGNALS = (
+    *("HUP", "INT", "QUIT", "ABRT", "KILL", "ALRM", "TERM", "USR1", "USR2"),
+    *("URG", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "XCPU"),
+)
+_BY_NUMBER = {str(signals.Signals[f"SIG{name}"].value): name for name in SCANCEL_SIGNALS}
+
+
+def scancel_signal(value: object) -> str:
+    """Slurm's name for a signal given as scancel takes it (any case, with or without SIG, or
+    its number): `usr1`, `SIGUSR1` and `10` are all `USR1`."""
+    text = str(value).strip().upper().removeprefix("SIG")
+    name = _BY_NUMBER.get(text, text)
+    if name not in SCANCEL_SIGNALS:
+        raise ValueError(f"unknown signal {str(value)!r}: one of {', '.join(SCANCEL_SIGNALS)}")
+    return name
 
 
 class NotRequeueable(StrEnum):
@@ -29,7 +48,8 @@ class SlurmSettings(BaseModel):
     node_template: str = "{name}"
     # Sent to the jobs at the checkpoint step. SIGTERM: requeueable jobs are requeued at once
     # (Slurm itself sends SIGTERM, then SIGKILL after its KillWait). Anything else (USR1):
-    # sent first, and the jobs still running when the grace ends are requeued.
+    # sent first, and the jobs still running when the grace ends are requeued. Kept as Slurm's
+    # name for it; a name scancel would refuse is refused here, when the config is read.
     signal: str = "TERM"
     not_requeueable: NotRequeueable = NotRequeueable.REQUEUE
     # A job opts out of automatic replacement with this word in its comment (`sbatch
@@ -40,3 +60,8 @@ class SlurmSettings(BaseModel):
     watch_nodes: bool = True
     partition: str | None = None
     timeout_seconds: float = Field(default=20.0, gt=0)
+
+    @field_validator("signal", mode="before")
+    @classmethod
+    def _known_signal(cls, value: Any) -> str:
+        return scancel_signal(value)
