@@ -1,5 +1,6 @@
-"""The simulated kubelets: start bound pods, run graceful termination (SIGTERM, exit after the
-workload's own shutdown time, SIGKILL at the grace deadline), answer checkpoint requests.
+"""The simulated kubelets: admit bound pods (GPUs within the node's, for a pod bound by
+`nodeName` that no scheduler weighed) and start them, run graceful termination (SIGTERM, exit
+after the workload's own shutdown time, SIGKILL at the grace deadline), answer checkpoint requests.
 
 Level-triggered like the real one: `sync(pod)` looks at the pod as stored and at what this
 kubelet already did for it (its `Runtime`), and takes the next step that is due; timers only
@@ -21,6 +22,7 @@ from remediator.sim.kube.api.kobj import (
     annotation,
     condition,
     float_annotation,
+    gpu_request,
     is_ready,
     is_terminal,
     is_terminating,
@@ -29,7 +31,7 @@ from remediator.sim.kube.api.kobj import (
     rfc3339,
 )
 from remediator.sim.kube.api.store import NotFound, Obj
-from remediator.sim.kube.controllers import builders
+from remediator.sim.kube.controllers import admit, builders
 from remediator.sim.kube.controllers.context import POD, ProgramRun, SimContext
 
 DEFAULT_STARTUP_SECONDS = 0.5
@@ -88,6 +90,8 @@ class Kubelets:
     def _start(self, pod: Obj, node: Obj, rt: Runtime, now: datetime) -> None:
         ns, name = key_of(pod)
         if rt.start_at is None:
+            if self._reject(pod, node, now):
+                return
             startup = float_annotation(pod, STARTUP_SECONDS, DEFAULT_STARTUP_SECONDS) or 0.0
             rt.start_at = now + timedelta(seconds=startup)
             host_ip = builders.node_ip(node)
@@ -117,6 +121,35 @@ class Kubelets:
             if run is not None:
                 rt.program = (now + timedelta(seconds=run.seconds), run)
                 self._ctx.after(rt.program[0], POD, (ns, name))
+
+    def _reject(self, pod: Obj, node: Obj, now: datetime) -> bool:
+        """Whether the pod does not fit beside the pods this kubelet already admitted there."""
+        node_name = node["metadata"]["name"]
+        uid = pod["metadata"]["uid"]
+        admitted = [
+            other
+            for other in self._ctx.index.pods_on_node(node_name)
+            if other["metadata"]["uid"] != uid and self._admitted(other)
+        ]
+        view = self._ctx.index.views.get(node_name)
+        capacity = view.gpus if view is not None else 0
+        refusal = admit.gpu_refusal(gpu_request(pod), admit.gpus_used(admitted), capacity)
+        if refusal is None:
+            return False
+        reason, message = refusal
+        ns, name = key_of(pod)
+        self._write(ns, name, pod, lambda p: admit.rejected(p, reason, message, now))
+        self._ctx.record(pod, reason, message, type_="Warning", host=node_name)
+        self.forget(uid)
+        return True
+
+    def _admitted(self, pod: Obj) -> bool:
+        if is_terminal(pod):
+            return False
+        rt = self._runtime.get(pod["metadata"]["uid"])
+        return pod.get("status", {}).get("phase") == "Running" or (
+            rt is not None and rt.start_at is not None
+        )
 
     def _exit(self, pod: Obj, run: ProgramRun, now: datetime) -> None:
         """A host program returned: the pod completes with its exit code and keeps its log
