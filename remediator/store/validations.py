@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediator.model.states import State
@@ -28,6 +28,7 @@ class ValidationRun:
     at: datetime
     passed: bool
     detail: Mapping[str, Any]
+    event_id: int = 0
 
     @property
     def node(self) -> str:
@@ -69,10 +70,89 @@ def validation_runs(
         query = query.where(RemediationEvent.at >= since)
     with session_scope(factory) as session:
         return tuple(
-            ValidationRun(event.remediation_id, row_pool, event.at, passed, detail)
+            ValidationRun(event.remediation_id, row_pool, event.at, passed, detail, event.id)
             for event, row_pool in session.execute(query)
             for detail, passed in per_node(dict(event.detail or {}), event.action == PASSED)
         )
+
+
+# Where a page of validation runs ended: the (time, id) of its last validation event.
+Position = tuple[datetime, int]
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    pool: str | None = None
+    node: str | None = None
+    passed: bool | None = None
+    new_machine: bool | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def keeps(self, run: ValidationRun) -> bool:
+        """The per-run conditions (a rack's event holds runs of several trays)."""
+        return (
+            (self.node is None or run.node == self.node)
+            and (self.passed is None or run.passed == self.passed)
+            and (self.new_machine is None or run.new_machine == self.new_machine)
+        )
+
+
+def validation_page(
+    factory: sessionmaker[Session],
+    cluster: str,
+    filters: RunFilter,
+    after: Position | None,
+    limit: int,
+) -> tuple[tuple[ValidationRun, ...], Position | None]:
+    """Up to `limit` runs, newest first, from the event after `after`; and where the next page
+    starts (None: nothing older). A page ends on an event's boundary, so a rack's trays are
+    never split between pages (such a page may hold a few more than `limit`)."""
+    query = (
+        select(RemediationEvent, Remediation.pool)
+        .join(Remediation, Remediation.id == RemediationEvent.remediation_id)
+        .where(
+            RemediationEvent.cluster == cluster,
+            RemediationEvent.from_state == State.VALIDATING.value,
+            RemediationEvent.action.in_((PASSED, FAILED)),
+        )
+        .order_by(RemediationEvent.at.desc(), RemediationEvent.id.desc())
+    )
+    if filters.pool is not None:
+        query = query.where(Remediation.pool == filters.pool)
+    if filters.since is not None:
+        query = query.where(RemediationEvent.at >= filters.since)
+    if filters.until is not None:
+        query = query.where(RemediationEvent.at < filters.until)
+    runs: list[ValidationRun] = []
+    position = after
+    with session_scope(factory) as session:
+        while True:
+            batch = query
+            if position is not None:
+                at, event_id = position
+                batch = batch.where(
+                    or_(
+                        RemediationEvent.at < at,
+                        and_(RemediationEvent.at == at, RemediationEvent.id < event_id),
+                    )
+                )
+            rows = session.execute(batch.limit(limit)).all()
+            for event, row_pool in rows:
+                position = (event.at, event.id)
+                runs += [
+                    run
+                    for detail, passed in per_node(dict(event.detail or {}), event.action == PASSED)
+                    if filters.keeps(
+                        run := ValidationRun(
+                            event.remediation_id, row_pool, event.at, passed, detail, event.id
+                        )
+                    )
+                ]
+                if len(runs) >= limit:
+                    return tuple(runs), position
+            if len(rows) < limit:
+                return tuple(runs), None
 
 
 def per_node(detail: dict[str, Any], passed: bool) -> list[tuple[dict[str, Any], bool]]:

@@ -1,6 +1,6 @@
 """The console's burn-in figures: dead-on-arrival rates (new machines that failed their
 validation) by pool, GPU model and provider, and each check's time — the pool view of #26. The
-overview's tile links here (pages.py)."""
+overview's tile links here (pages.py). The runs themselves as JSON: validations_api.py."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from fastapi.responses import HTMLResponse
 from remediator.store.validations import validation_figures, validation_runs
 from remediator.web.access import Deps, Reader
 from remediator.web.pages import render
+from remediator.web.validations_api import make_validations_api_router
 
 
 def make_validations_router() -> APIRouter:
-    router = APIRouter(include_in_schema=False)
+    router = APIRouter()
+    router.include_router(make_validations_api_router())
 
-    @router.get("/validations", response_class=HTMLResponse)
+    @router.get("/validations", response_class=HTMLResponse, include_in_schema=False)
     def validations_page(
         request: Request,
         deps: Deps,

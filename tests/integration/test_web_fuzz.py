@@ -68,6 +68,7 @@ OPERATIONS = (
     "GET /api/v1/rma/{ref}/bundle",
     "PATCH /api/v1/rma/{ref}",
     "GET /api/v1/reliability",
+    "GET /api/v1/validations",
     "GET /api/v1/gpus",
     "GET /api/v1/gpus/{uuid}",
     "GET /api/v1/machines/{machine_id}",

@@ -89,3 +89,48 @@ def test_the_overview_tile_and_the_validations_page(client: TestClient, console:
     assert "PCIe on GPU 2" in text
     pool = client.get("/validations?pool=pool-b", headers=READONLY).text
     assert "0 of 1 new machines" in pool
+
+
+def test_validations_as_json_newest_first_filtered_and_paged(
+    client: TestClient, console: Console
+) -> None:
+    seed(console)
+    got = client.get("/api/v1/validations", headers=READONLY)
+    assert got.status_code == 200, got.text
+    items = got.json()["items"]
+    assert [i["node"] for i in items] == [
+        "new-zz-burn-in-3",
+        "new-burn-in-2",
+        "new-burn-in-1",
+        "new-burn-in-0",
+    ]
+    assert got.json()["next_cursor"] is None
+    failed = items[-1]
+    assert failed["passed"] is False and failed["new_machine"] is True
+    assert failed["pool"] == "pool-a" and failed["gpu_model"] == H100
+    assert failed["provider"] == "aws" and failed["reason"] == "DCGM level 3: PCIe on GPU 2"
+    assert [(c["check"], c["passed"], c["seconds"]) for c in failed["checks"]] == [
+        ("dcgm", True, 4.0),
+        ("nccl", False, 10.0),
+    ]
+    assert isinstance(failed["remediation_id"], int) and failed["at"]
+
+    pool_a = client.get("/api/v1/validations?pool=pool-a&passed=false", headers=READONLY)
+    assert [i["node"] for i in pool_a.json()["items"]] == ["new-burn-in-0"]
+    one = client.get("/api/v1/validations?node=new-burn-in-1", headers=READONLY).json()
+    assert [i["node"] for i in one["items"]] == ["new-burn-in-1"]
+
+    first = client.get("/api/v1/validations?limit=3", headers=READONLY).json()
+    assert len(first["items"]) == 3 and first["next_cursor"]
+    rest = client.get(
+        f"/api/v1/validations?limit=3&cursor={first['next_cursor']}", headers=READONLY
+    ).json()
+    assert [i["node"] for i in rest["items"]] == ["new-burn-in-0"]
+    assert rest["next_cursor"] is None
+
+    assert client.get("/api/v1/validations?cursor=bogus", headers=READONLY).status_code == 422
+    assert client.get("/api/v1/validations").status_code == 401
+    schema = client.get("/api/v1/openapi.json", headers=READONLY).json()
+    listed = schema["paths"]["/api/v1/validations"]["get"]
+    ref = listed["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref.endswith("/ValidationPageOut")
