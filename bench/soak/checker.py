@@ -437,7 +437,7 @@ class Checker:
                 self.lapse(node, "slurm", snap.slurm[name].fenced, why, snap.at, seen)
         for key in set(self._lapses) - seen:
             del self._lapses[key]
-        self.note_reassertions(snap)
+        self.note_reassertions(snap, due)
 
     def lapse(
         self, node: str, where: str, ok: bool, why: str, now: float, seen: set[tuple[str, str]]
@@ -480,8 +480,10 @@ class Checker:
             return "?"
         return "+".join([found.base, *sorted(found.flags)]) + f", reason {found.reason!r}"
 
-    def note_reassertions(self, snap: Snapshot) -> None:
-        """I3's figure: how long after a human's uncordon the fence was back."""
+    def note_reassertions(self, snap: Snapshot, due: dict[str, str]) -> None:
+        """I3's figure: how long after a human's uncordon a fence still due was back. A node
+        whose fence is no longer due at the first poll after the touch (its remediation ended,
+        or the fence was an operator's) is counted apart: nothing is owed there."""
         assert snap.nodes is not None
         with self.journal.lock:
             touches = dict(self.journal.touched)
@@ -495,6 +497,10 @@ class Checker:
             elif fenced(obj) and snap.at > at + 1.0:
                 self.journal.check("I3")
                 self.journal.reasserted.append(round(self.journal.effective(at, snap.at), 1))
+                self._touches_seen[node] = at
+            elif node not in due and snap.at > at:
+                self.journal.check("I3")
+                self.journal.not_due += 1
                 self._touches_seen[node] = at
 
     # -- I2: no fence comes off without a recorded decision ----------------------------------

@@ -60,6 +60,7 @@ class Journal:
     violations: list[Violation] = field(default_factory=list)
     checks: Counter[str] = field(default_factory=Counter)
     reasserted: list[float] = field(default_factory=list)  # I3: seconds to fence again
+    not_due: int = 0  # I3: touches of a fence no longer due by the next poll
     errors: list[str] = field(default_factory=list)  # the soak did not go as modelled
     _reported: set[tuple[str, ...]] = field(default_factory=set)
 

@@ -214,7 +214,7 @@ class Soak:
         )
         if journal.checks["I3"]:
             times = journal.reasserted
-            gone = journal.checks["I3"] - len(times)
+            gone = journal.checks["I3"] - len(times) - journal.not_due
             back = (
                 f"re-asserted {len(times)} time(s) after median {statistics.median(times):.1f}s, "
                 f"max {max(times):.1f}s"
@@ -224,6 +224,7 @@ class Soak:
             print(
                 f"  I3: fences a human took off {back}"
                 + (f"; {gone} node(s) replaced before" if gone else "")
+                + (f"; {journal.not_due} no longer due" if journal.not_due else "")
             )
         latencies = [p.latency for p in journal.planted if p.latency is not None]
         if latencies:
