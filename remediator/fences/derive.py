@@ -11,7 +11,10 @@ A node is due a fence when
 
 UNCORDONING and VERIFYING are not fencing states: their step is lifting the fence, a decision
 already recorded by the transition into them. QUARANTINED is the quarantine step's own (it
-fences, idempotently, before the remediation moves on); QUEUED is the queue's (while_queued).
+fences, idempotently, before the remediation moves on). QUEUED is the queue's (while_queued):
+once the queue's cordon is on (its `queued_cordon` line names the node and, for a clique or
+domain remediation, every tray of its unit) it is due while a budget holds the remediation, in
+Kubernetes only (a queued node was never drained in Slurm).
 """
 
 from __future__ import annotations
@@ -44,8 +47,14 @@ FENCING_STATES = frozenset(
 NEW_MACHINE_STATES = frozenset({State.VALIDATING, State.HELD, State.FAILED})
 # A rack operation's request (remediation/steps/domain.py RACK_REQUESTED).
 RACK_REQUESTED = "rack_operation_requested"
-# Timeline lines that name trays fenced with the node (the quarantine step's; a rack request).
-TRAY_LINES = frozenset({"quarantine_done", RACK_REQUESTED})
+# The queue's cordon and its release (remediation/service.py, while_queued).
+QUEUED_CORDON = "queued_cordon"
+QUEUED_RELEASE = "queued_release"
+# A queued remediation's hold cause whose queue keeps the node fenced (policy/budget.py BUDGET).
+BUDGET_HOLD = "budget"
+# Timeline lines that name trays fenced with the node (the quarantine step's; a rack request;
+# the queue's cordon).
+TRAY_LINES = frozenset({"quarantine_done", RACK_REQUESTED, QUEUED_CORDON})
 
 
 class Kind(StrEnum):
@@ -71,6 +80,8 @@ class Required:
     # new machine under the name (a rack's new tray in its slot) is not what the fence is for.
     node_uid: str = ""
     provider_id: str = ""
+    # Whether the fence is due in Slurm too (a drain): not for the queue's cordon.
+    slurm: bool = True
 
     def applies_to(self, node: Node) -> bool:
         same_object = not self.node_uid or self.node_uid == node.uid
@@ -133,7 +144,33 @@ def replacement_requested(record: RemediationRecord) -> bool:
     )
 
 
+def last_queued_action(record: RemediationRecord) -> str | None:
+    """The last cordon or release done for a queued remediation (QUEUED_CORDON or
+    QUEUED_RELEASE); None when neither happened."""
+    for event in reversed(record.events):
+        if event.action in (QUEUED_CORDON, QUEUED_RELEASE):
+            return event.action
+    return None
+
+
+def of_queued(record: RemediationRecord) -> list[Required]:
+    """The queue's cordon, while a budget holds the remediation and the cordon is on."""
+    if (
+        record.dry_run
+        or record.queue_cause != BUDGET_HOLD
+        or last_queued_action(record) != QUEUED_CORDON
+    ):
+        return []
+    why = f"remediation {record.id} is queued: {record.hold_reason or 'waiting for budget'}"
+    return [
+        Required(node, Kind.REMEDIATION, why, record.id, record.policy, slurm=False)
+        for node in dict.fromkeys((record.node, *trays_of(record)))
+    ]
+
+
 def of_remediation(record: RemediationRecord) -> list[Required]:
+    if record.state is State.QUEUED:
+        return of_queued(record)
     if record.dry_run or record.state not in FENCING_STATES:
         return []
     why = f"remediation {record.id} is {record.state.value}"

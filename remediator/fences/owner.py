@@ -229,11 +229,16 @@ class FenceOwner:
     # -- the pass ------------------------------------------------------------------------------
 
     def fencing(self) -> tuple[RemediationRecord, ...]:
-        """Open and failed remediations in a fencing state, with their timelines."""
+        """Open and failed remediations in a fencing state, and queued ones (the queue's
+        cordon), with their timelines."""
         failed = self._repo.list(
             RemediationFilter(states=frozenset({State.FAILED})), limit=FAILED_LISTED
         ).rows
-        found = [r for r in (*self._repo.list_open(), *failed) if r.state in FENCING_STATES]
+        found = [
+            r
+            for r in (*self._repo.list_open(), *failed)
+            if r.state in FENCING_STATES or r.state is State.QUEUED
+        ]
         return self._repo.with_events(found)
 
     def look(self, nodes: Sequence[Node]) -> Look | None:
@@ -520,9 +525,10 @@ class FenceOwner:
             log.warning("Slurm fences not checked: %s", exc)
             return
         me = self._identity()
-        for name, needs in due.items():
+        for name, all_needs in due.items():
             node = nodes.get(name)
-            if node is None:
+            needs = [n for n in all_needs if n.slurm]
+            if node is None or not needs:
                 continue
             slurm_name = slurm_node_of(node, settings)
             found = known.get(slurm_name)

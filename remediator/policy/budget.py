@@ -9,8 +9,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from typing import Generic, Protocol, TypeVar
 
+from remediator.policy.domains_out import DomainsOut
 from remediator.policy.durations import format_duration
 from remediator.policy.schema import GlobalSettings, Limit
 
@@ -55,9 +57,14 @@ class ClusterState:
     # node → its NVLink domain (model/topology.py), for nodes that have one: a domain out of
     # service is one unit to the budgets and one fault to the breaker, whatever its tray count.
     domains: Mapping[str, str] = field(default_factory=dict)
-    # pool → the domains a remediation is taking out of service now (`max_domains_out`): a
-    # tray NotReady on its own does not make its domain one of ours to count.
+    # pool → the domains a domain-scope remediation holds now (`max_domains_out`): a tray
+    # NotReady on its own does not make its domain one of ours to count.
     domains_out: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # pool → domain → its trays fenced by tray (and clique) remediations acting now: the domain
+    # is out only past its own budget (`max_unhealthy.per_domain`; policy/domains_out.py).
+    fenced_trays: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    # Policies of `scope: domain`: admitting one of their decisions takes its domain out.
+    domain_policies: frozenset[str] = frozenset()
 
     def unit(self, node: str) -> str:
         """What the budgets and the breaker count `node` as: itself, or its domain."""
@@ -128,7 +135,12 @@ def admit(
     unhealthy = {
         pool: {cluster.unit(n) for n in nodes} for pool, nodes in cluster.unhealthy.items()
     }
-    domains_out = {pool: set(domains) for pool, domains in cluster.domains_out.items()}
+    racks = DomainsOut.start(
+        cluster.domains,
+        partial(limit_for, settings.max_unhealthy.per_domain),
+        cluster.domains_out,
+        cluster.fenced_trays,
+    )
     total_nodes = sum(cluster.nodes_per_pool.values())
     cluster_cap = limit_for(settings.max_unhealthy.cluster, total_nodes)
     running = cluster.open_remediations
@@ -149,9 +161,9 @@ def admit(
         if pool_cap is not None and after_pool > pool_cap:
             held.append(Held(decision, f"max unhealthy in pool {pool or '(none)'} ({pool_cap})"))
             continue
-        domain = cluster.domains.get(decision.node)
-        out = domains_out.setdefault(pool, set())
-        if domain is not None and domain not in out and len(out) >= settings.max_domains_out:
+        whole = decision.policy in cluster.domain_policies
+        taken = racks.takes_out(pool, decision.node, whole)
+        if taken is not None and len(racks.out(pool)) >= settings.max_domains_out:
             held.append(
                 Held(
                     decision,
@@ -164,8 +176,7 @@ def admit(
             held.append(Held(decision, f"max unhealthy in cluster ({cluster_cap})"))
             continue
         unhealthy.setdefault(pool, set()).add(unit)
-        if domain is not None:
-            out.add(domain)
+        racks.take(pool, decision.node, whole)
         running += 1
         admitted.append(decision)
     return Admission(tuple(admitted), tuple(held), breaker)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from remediator.policy.durations import format_duration
 from remediator.policy.fallbacks import Fallback, fallback_chain
+from remediator.policy.quorum import short_of_quorum
 from remediator.policy.repeats import Counted, counted
 from remediator.policy.schema import GlobalSettings, Policy, Step, Threshold
 from remediator.signals.dedup import COUNTER_KINDS
@@ -215,6 +216,8 @@ def evaluate(
             if streak is None or hit.streak is None or streak.since <= hit.streak.since:
                 hit.lead, hit.streak = signal, streak
 
+    for key in short_of_quorum(hits, by_name, history.labels):
+        del hits[key]
     per_node: dict[str, list[Decision]] = {}
     for (name, node), hit in hits.items():
         policy = by_name[name]

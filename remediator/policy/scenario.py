@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from remediator.errors import PolicyError
 from remediator.model.topology import build_topology, domain_map
 from remediator.policy.budget import Admission, BreakerState, ClusterState, admit
+from remediator.policy.domains_out import Holding, domains_held
 from remediator.policy.durations import Duration, format_duration
 from remediator.policy.evaluate import Decision, EvalState, History, PastRemediation, evaluate
 from remediator.policy.ladder import LadderStep, ladder_from_policy
@@ -196,6 +197,7 @@ def run_scenario(
         per_pool[member.pool] = per_pool.get(member.pool, 0) + 1
     start = scenario.start
     kinds = {p.name: p.match.kind.value for p in policy_set.policies}
+    scopes = {p.name: p.scope for p in policy_set.policies}
     past = [
         PastRemediation(e.node, e.policy, start - e.ago, e.outcome, kinds.get(e.policy))
         for e in scenario.history
@@ -232,15 +234,19 @@ def run_scenario(
         unhealthy: dict[str, set[str]] = {}
         for node in held:
             unhealthy.setdefault(pools.get(node, ""), set()).add(node)
+        domains_out, fenced_trays = domains_held(
+            (Holding(n, pools.get(n, ""), scopes.get(p, "node")) for n, p in open_nodes.items()),
+            domains,
+            labels,
+        )
         cluster = ClusterState(
             nodes_per_pool=per_pool,
             unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
             open_remediations=len(open_nodes),
             domains=domains,
-            domains_out={
-                pool: frozenset(domains[n] for n in open_nodes if n in domains and pools[n] == pool)
-                for pool in per_pool
-            },
+            domains_out=domains_out,
+            fenced_trays=fenced_trays,
+            domain_policies=frozenset(p for p, scope in scopes.items() if scope == "domain"),
         )
         admission = admit(decisions, cluster, settings, breaker, now)
         breaker = admission.breaker

@@ -408,6 +408,11 @@ class Policy(_Strict):
     # gang job's partition); or its whole NVLink domain (an NVL72 rack). A node with no clique
     # label is remediated per node whatever the scope.
     scope: Literal["node", "clique", "domain"] = "node"
+    # With a clique or domain scope: the share of the unit's trays (percent) whose match must
+    # hold in the same cycle before the policy acts; fewer, and it does not apply to them (each
+    # tray goes to the next policy that matches it, e.g. a per-node one). A node with no clique
+    # label is no tray: the policy never applies to it. `rack-down` (policies/racks.yaml).
+    quorum_percent: float | None = Field(default=None, gt=0, le=100)
 
     @model_validator(mode="after")
     def _ladder_order(self) -> Policy:
@@ -500,6 +505,8 @@ class Policy(_Strict):
     @model_validator(mode="after")
     def _scoped(self) -> Policy:
         if self.scope == "node":
+            if self.quorum_percent is not None:
+                raise ValueError("quorum_percent needs scope: clique or domain")
             return self
         if self.when is not None:
             raise ValueError(f"scope: {self.scope} and when: planned work is planned per node")
@@ -536,6 +543,9 @@ class Limit(_Strict):
 class MaxUnhealthy(_Strict):
     per_pool: Limit = Limit(percent=10, min=2)
     cluster: Limit = Limit(percent=10, min=2)
+    # An NVLink domain's own budget: its trays fenced by tray remediations beyond this make the
+    # domain count as out toward `max_domains_out` (policy/domains_out.py); 2 of an NVL72's 18.
+    per_domain: Limit = Limit(percent=10, min=2)
 
 
 def _count_limit(value: Any) -> Any:

@@ -37,6 +37,7 @@ from remediator.policy.budget import (
     HoldCause,
     admit,
 )
+from remediator.policy.domains_out import Holding, domains_held, unit_nodes
 from remediator.policy.durations import format_duration
 from remediator.policy.evaluate import (
     Decision,
@@ -272,15 +273,30 @@ class PlannedResult:
     urgent: dict[int, Moment] = field(default_factory=dict)
 
 
-def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) -> ClusterState:
+def cluster_state(
+    inventory: Inventory,
+    fencing: Sequence[RemediationRecord],
+    scopes: Mapping[str, str] | None = None,
+) -> ClusterState:
     """Unhealthy = not Ready, cordoned, or fenced by a remediation that touches the cluster.
 
     A queued remediation takes no budget: its node's cordon (`while_queued: cordon`) keeps new
     work off but evicts nothing, and counting it would let two queued nodes block each other
     for ever. An opt-out hold counts toward `max_unhealthy` (its node is quarantined, out of
     service for new work) but not toward `max_concurrent`, which bounds work in flight: the hold
-    evicts and replaces nothing while it waits for the labelled pods to finish."""
-    queued = {r.node for r in fencing if r.state is State.QUEUED}
+    evicts and replaces nothing while it waits for the labelled pods to finish.
+
+    `scopes` (policy → scope) says which remediations hold a whole clique or domain: a queued
+    one's cordoned trays take no budget either, and only a domain-scope one takes its domain
+    out (policy/domains_out.py)."""
+    scope_of = (scopes or {}).get
+    domains = domain_map(inventory.labels)
+    queued = {
+        tray
+        for r in fencing
+        if r.state is State.QUEUED
+        for tray in unit_nodes(r.node, scope_of(r.policy, "node"), domains, inventory.labels)
+    }
     # A new machine's validation is no fault: it has its own limit (policy/new_machines.py).
     validating = {r.node for r in fencing if is_new_machine(r.signals)}
     unhealthy: dict[str, set[str]] = {}
@@ -298,20 +314,21 @@ def cluster_state(inventory: Inventory, fencing: Sequence[RemediationRecord]) ->
         and r.node not in validating
         and (not known or r.node in known or r.state in REPLACEMENT_STATES)
     ]
-    domains = domain_map(inventory.labels)
-    domains_out: dict[str, set[str]] = {}
+    holding: list[Holding] = []
     for record in acting:
         pool = record.pool or inventory.pools.get(record.node, "")
         unhealthy.setdefault(pool, set()).add(record.node)
-        if record.node in domains:
-            domains_out.setdefault(pool, set()).add(domains[record.node])
+        holding.append(Holding(record.node, pool, scope_of(record.policy, "node")))
+    domains_out, fenced_trays = domains_held(holding, domains, inventory.labels)
     return ClusterState(
         nodes_per_pool=inventory.nodes_per_pool(),
         unhealthy={pool: frozenset(nodes) for pool, nodes in unhealthy.items()},
         open_remediations=sum(1 for r in acting if r.state is not State.HELD_BY_OPT_OUT),
         known=frozenset(inventory.pools) or None,
         domains=domains,
-        domains_out={pool: frozenset(out) for pool, out in domains_out.items()},
+        domains_out=domains_out,
+        fenced_trays=fenced_trays,
+        domain_policies=frozenset(p for p, scope in (scopes or {}).items() if scope == "domain"),
     )
 
 
@@ -663,7 +680,7 @@ class Intake:
         else:
             admission = admit(
                 candidates,
-                cluster_state(inventory, fencing),
+                cluster_state(inventory, fencing, {p.name: p.scope for p in policies.policies}),
                 policies.settings,
                 breaker_of(status),
                 now,

@@ -42,6 +42,7 @@ from remediator.errors import (
     RemediatorError,
     TransientError,
 )
+from remediator.fences.derive import QUEUED_CORDON, QUEUED_RELEASE, last_queued_action
 from remediator.fences.fencer import Fencer
 from remediator.kube.client import KubeClient
 from remediator.model.disruption import evictions, rescheduled
@@ -54,7 +55,8 @@ from remediator.remediation import planner
 from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
-from remediator.remediation.steps import STEPS, StepContext
+from remediator.remediation.queued_fence import fence_unit, release_unit
+from remediator.remediation.steps import STEPS, StepContext, domain
 from remediator.remediation.steps.context import DEFAULT_JOBS, replacements, signal_text
 from remediator.remediation.steps.grace import opt_out_released
 from remediator.rma.evidence import HardwareSource
@@ -115,15 +117,6 @@ def last_progress(record: RemediationRecord) -> str | None:
         if event.action == "progress":
             signature = event.detail.get("signature")
             return str(signature) if signature is not None else None
-    return None
-
-
-def last_queued_action(record: RemediationRecord) -> str | None:
-    """The last cordon or release done for a queued remediation ("queued_cordon", or
-    "queued_release"); None when neither happened."""
-    for event in reversed(record.events):
-        if event.action in ("queued_cordon", "queued_release"):
-            return event.action
     return None
 
 
@@ -336,8 +329,9 @@ class RemediationService:
 
     def _while_queued(self, record: RemediationRecord) -> None:
         """What a queued node gets meanwhile: the quarantine (cordon + taint, nothing evicted)
-        when a budget holds it and its policy says `while_queued: cordon`; nothing, and our
-        quarantine lifted, while the breaker or a pause holds it (the signals are suspect)."""
+        when a budget holds it and its policy says `while_queued: cordon`, on every tray of its
+        clique or domain (remediation/queued_fence.py); nothing, and our quarantine lifted,
+        while the breaker or a pause holds it (the signals are suspect)."""
         self._due[record.id] = self._clock.monotonic() + planner.HUMAN_POLL_SECONDS
         wanted = (
             record.queue_cause == HoldCause.BUDGET.value
@@ -345,17 +339,17 @@ class RemediationService:
             and not record.dry_run
         )
         done = last_queued_action(record)
-        if (done == "queued_cordon") == wanted:
+        if (done == QUEUED_CORDON) == wanted:
             self._settled[record.id] = record.version
             return  # as wanted already, as far as its own timeline knows
         try:
             if wanted:
                 why = Why(str(record.id), record.policy, signal_text(record))
-                outcome = self.fences.fence(record.node, why)
-                action = "queued_cordon"
+                outcome = fence_unit(self.fences, domain.members(record, self._steps), why)
+                action = QUEUED_CORDON
             else:
-                outcome = self.fences.unfence(record.node, str(record.id))
-                action = "queued_release"
+                outcome = release_unit(self.fences, record)
+                action = QUEUED_RELEASE
         except RemediatorError as exc:
             log.warning(
                 "queued %s: %s",

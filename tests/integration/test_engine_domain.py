@@ -258,3 +258,39 @@ def test_eighteen_trays_of_one_rack_not_ready_trip_no_breaker_and_open_one_remed
     finally:
         kube.close()
         sim.stop()
+
+
+RACK1 = [f"nvl-r1-t{t:02d}" for t in range(18)]
+
+
+def test_a_queued_rack_remediation_fences_every_tray_of_its_rack(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    """Issue 39 item 2: rack 1's fatal SXid waits for max_domains_out behind rack 0's, and
+    while it waits none of its 18 trays takes new work (the lead tray alone was cordoned); the
+    fence owner keeps them fenced (a human's uncordon of one is put back)."""
+    sim = start_sim(
+        tmp_path / "sim", rbac=False, extra_args=("--topology", "nvl72", "--racks", "2")
+    )
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "sxid.yaml").write_text(SXID_POLICY)
+        engine = start_engine(sim, migrated_database_url, policies)
+        try:
+            engine.push(*(sxid(node) for node in RACK0))
+            engine.wait_state(RACK0[0], State.HELD, timeout=WAIT)
+            engine.push(*(sxid(node) for node in RACK1))
+            queued = engine.wait_state(RACK1[0], State.QUEUED, timeout=WAIT)
+            assert queued.hold_reason == "max domains out in pool gb200-nvl72 (1)"
+            wait_for("every tray of rack 1 fenced", lambda: all(fenced(engine, n) for n in RACK1))
+            engine.sim.kubectl("uncordon", "nvl-r1-t05")
+            wait_for("nvl-r1-t05 fenced again", lambda: fenced(engine, "nvl-r1-t05"))
+            record = engine.of_node(RACK1[0])
+            assert record is not None and record.state is State.QUEUED
+            cordon = [dict(e.detail) for e in record.events if e.action == "queued_cordon"]
+            assert [sorted(c["trays"]) for c in cordon] == [RACK1]
+        finally:
+            engine.close()
+    finally:
+        sim.stop()

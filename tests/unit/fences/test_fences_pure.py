@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -142,6 +143,23 @@ def test_a_held_replacement_fences_its_new_machine_and_its_trays() -> None:
         "t1",
         "t2",
     }
+
+
+def test_a_queued_rack_remediation_fences_every_tray_it_cordoned_while_a_budget_holds_it() -> None:
+    """Issue 39 item 2: the queue's cordon of a domain remediation covers all its trays, and
+    the owner keeps them (drift re-asserted, never released while queued); not in Slurm, where a
+    queued node was never drained. Before its cordon, or while the breaker holds it, none."""
+    cordoned = event(2, 1, None, None, "queued_cordon", {"trays": ["gpu-node-1", "t1", "t2"]})
+    held = record(State.QUEUED, (cordoned,), queue_cause="budget", while_queued="cordon")
+    due = required([held], [])
+    assert sorted(due) == ["gpu-node-1", "t1", "t2"]
+    assert all(not n.slurm and n.remediation_id == 1 for needs in due.values() for n in needs)
+    assert remediation_nodes(held) == {"gpu-node-1", "t1", "t2"}
+    assert required([record(State.QUEUED, queue_cause="budget")], []) == {}
+    breaker = record(State.QUEUED, (cordoned,), queue_cause="breaker", while_queued="cordon")
+    assert required([breaker], []) == {}
+    released = event(3, 2, None, None, "queued_release", {"result": "released"})
+    assert required([replace(held, events=(cordoned, released))], []) == {}
 
 
 def decision(i: int, node: str, action: FenceAction, **mark: str) -> Decision:

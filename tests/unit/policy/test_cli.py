@@ -26,7 +26,7 @@ def test_validate_the_shipped_policies() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1
-    assert "policies in 11 files, sha256 " in lines[0]
+    assert "policies in 12 files, sha256 " in lines[0]
     assert ", commit " in lines[0]
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from remediator.errors import PolicyError
 from remediator.policy.budget import BreakerState, ClusterState, HoldCause, admit
+from remediator.policy.evaluate import Decision
 from remediator.policy.loader import load_policy_dir
 from remediator.policy.schema import GlobalSettings
 from tests.unit.policy.builders import T0, decision
@@ -55,8 +57,8 @@ def test_trays_across_many_domains_at_once_still_trip_the_breaker() -> None:
 
 def test_at_most_max_domains_out_per_pool() -> None:
     config = settings(storm_breaker={"enabled": False})
-    two_racks = [decision("nvl-r0-t01", "nvl"), decision("nvl-r1-t01", "nvl")]
-    result = admit(two_racks, nvl72(), config, BreakerState(), T0)
+    two_racks = [rack_decision("nvl-r0-t01"), rack_decision("nvl-r1-t01")]
+    result = admit(two_racks, nvl72(domain_policies={"rack"}), config, BreakerState(), T0)
     assert [d.node for d in result.admitted] == ["nvl-r0-t01"]
     assert [h.reason for h in result.held] == ["max domains out in pool nvl (1)"]
 
@@ -66,9 +68,10 @@ def test_a_domain_already_out_takes_more_of_its_trays_but_no_second_domain() -> 
     out = nvl72(
         unhealthy={"nvl": frozenset(TRAYS[:18]) | {"nvl-r2-t00"}},
         domains_out={"nvl": frozenset({"rack0-uuid"})},
+        domain_policies=frozenset({"rack"}),
     )
     result = admit(
-        [decision("nvl-r0-t05", "nvl"), decision("nvl-r2-t00", "nvl")],
+        [decision("nvl-r0-t05", "nvl"), rack_decision("nvl-r2-t00")],
         out,
         config,
         BreakerState(),
@@ -77,7 +80,7 @@ def test_a_domain_already_out_takes_more_of_its_trays_but_no_second_domain() -> 
     assert [d.node for d in result.admitted] == ["nvl-r0-t05"]
     assert [h.reason for h in result.held] == ["max domains out in pool nvl (1)"]
     roomier = settings(storm_breaker={"enabled": False}, max_domains_out=2)
-    again = admit([decision("nvl-r2-t00", "nvl")], out, roomier, BreakerState(), T0)
+    again = admit([rack_decision("nvl-r2-t00")], out, roomier, BreakerState(), T0)
     assert [d.node for d in again.admitted] == ["nvl-r2-t00"]
 
 
@@ -98,3 +101,50 @@ def test_policy_validate_checks_max_domains_out(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as caught:
         load_policy_dir(tmp_path)
     assert "settings.yaml:2: max_domains_out" in str(caught.value)
+
+
+def test_a_tray_decision_takes_out_its_tray_not_its_domain() -> None:
+    """Issue 39 item 2: tray decisions in two racks are both admitted; a domain-scope decision
+    is what takes its domain out, and a second one waits."""
+    config = settings(storm_breaker={"enabled": False})
+    cluster = nvl72(domain_policies=frozenset({"rack"}))
+    trays = [decision("nvl-r0-t01", "nvl"), decision("nvl-r1-t01", "nvl")]
+    result = admit(trays, cluster, config, BreakerState(), T0)
+    assert [d.node for d in result.admitted] == ["nvl-r0-t01", "nvl-r1-t01"]
+    racks = [rack_decision("nvl-r2-t00"), rack_decision("nvl-r3-t00")]
+    result = admit(racks, cluster, config, BreakerState(), T0)
+    assert [d.node for d in result.admitted] == ["nvl-r2-t00"]
+    assert [h.reason for h in result.held] == ["max domains out in pool nvl (1)"]
+
+
+def test_a_domain_past_its_own_tray_budget_is_out() -> None:
+    """Two fenced trays of 18 are within the default per_domain budget (2); a third takes the
+    domain out, and then no other domain may go out."""
+    config = settings(storm_breaker={"enabled": False}, max_unhealthy={"per_pool": {"count": 9}})
+    fenced = {"nvl": {"rack0-uuid": frozenset({"nvl-r0-t01", "nvl-r0-t02"})}}
+    cluster = nvl72(fenced_trays=fenced, domain_policies=frozenset({"rack"}))
+    result = admit(
+        [decision("nvl-r0-t03", "nvl"), rack_decision("nvl-r1-t00")],
+        cluster,
+        config,
+        BreakerState(),
+        T0,
+    )
+    assert [d.node for d in result.admitted] == ["nvl-r0-t03"]
+    assert [h.reason for h in result.held] == ["max domains out in pool nvl (1)"]
+    roomier = settings(
+        storm_breaker={"enabled": False},
+        max_unhealthy={"per_pool": {"count": 9}, "per_domain": {"count": 3}},
+    )
+    again = admit(
+        [decision("nvl-r0-t03", "nvl"), rack_decision("nvl-r1-t00")],
+        cluster,
+        roomier,
+        BreakerState(),
+        T0,
+    )
+    assert [d.node for d in again.admitted] == ["nvl-r0-t03", "nvl-r1-t00"]
+
+
+def rack_decision(node: str) -> Decision:
+    return dataclasses.replace(decision(node, "nvl"), policy="rack", scope="domain")

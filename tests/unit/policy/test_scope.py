@@ -67,6 +67,23 @@ def test_two_policies_on_one_domain_stay_two_decisions() -> None:
     assert [d.policy for d in fold_scopes([a, b], TOPOLOGY)] == ["p", "q"]
 
 
+def test_a_quorum_policy_acts_only_on_enough_trays_of_a_unit() -> None:
+    """Issue 39 item 3: under its quorum a domain policy does not apply (the per-node one
+    does); at it, every matching tray decides; a node with no clique label is no tray."""
+    rack = policy("rack-xid", {"kind": "xid", "codes": [79]}, scope="domain", quorum_percent=50)
+    tray = policy("tray-xid", {"kind": "xid", "codes": [79]})
+    labels = {**LABELS, "plain": {}}
+    history = History(labels=labels)
+    few = [signal(f"nvl-r0-t{t:02d}", "xid", code=79) for t in range(8)] + [
+        signal("plain", "xid", code=79)
+    ]
+    result = evaluate(few, history, [rack, tray], T0, SETTINGS)
+    assert {d.policy for d in result.decisions} == {"tray-xid"} and len(result.decisions) == 9
+    half = [signal(f"nvl-r0-t{t:02d}", "xid", code=79) for t in range(9)]
+    result = evaluate(half, history, [rack, tray], T0, SETTINGS)
+    assert {d.policy for d in result.decisions} == {"rack-xid"} and len(result.decisions) == 9
+
+
 def test_evaluate_carries_the_policy_scope() -> None:
     rack = policy("rack-fault", {"kind": "xid", "codes": [79]}, scope="domain")
     result = evaluate([signal("nvl-r0-t03", "xid", code=79)], History(), [rack], T0, SETTINGS)
@@ -80,6 +97,11 @@ def test_evaluate_carries_the_policy_scope() -> None:
         (
             "    scope: domain\n    when: {before_deadline: 1h}\n",
             "p.yaml:2: policies[0]: scope: domain and when:",
+        ),
+        ("    quorum_percent: 50\n", "p.yaml:2: policies[0]: quorum_percent needs scope: clique"),
+        (
+            "    scope: domain\n    quorum_percent: 150\n",
+            "p.yaml:8: policies[0].quorum_percent: Input should be less than or equal to 100",
         ),
     ],
 )
