@@ -133,7 +133,6 @@ async def _texts(request: Request) -> PolicyTexts:
 # waking worker threads, at 10,000 agents ~3.5 cores).
 Reader = Annotated[Principal, Depends(require_reader)]
 Pusher = Annotated[Principal, Depends(require_pusher)]
-Operator = Annotated[Principal, Depends(require_operator)]
 Deps = Annotated[WebDeps, Depends(_deps)]
 Metrics = Annotated[ConsoleMetrics, Depends(_metrics)]
 Texts = Annotated[PolicyTexts, Depends(_texts)]

@@ -53,7 +53,7 @@ from remediator.web.hardware import make_hardware_router
 from remediator.web.heartbeat_lane import HeartbeatLane
 from remediator.web.intake import fill_intake, make_intake_router, register_intake
 from remediator.web.metrics import ConsoleMetrics
-from remediator.web.oncall import client_address
+from remediator.web.oncall import audit_refusal, client_address
 from remediator.web.optouts import make_optouts_router
 from remediator.web.planned_page import make_planned_router
 from remediator.web.problems import WebError
@@ -163,6 +163,7 @@ def create_app(deps: WebDeps) -> FastAPI:
     async def _web_error(request: Request, exc: WebError) -> Response:
         if exc.status in (401, 403):
             _refused(request, exc.status, exc.reason)
+        await audit_refusal(request, exc.status, exc.reason)
         return _error(request, exc.status, exc.reason)
 
     @app.exception_handler(StarletteHTTPException)
@@ -188,6 +189,8 @@ def create_app(deps: WebDeps) -> FastAPI:
             {"field": ".".join(str(p) for p in err["loc"]), "reason": err["msg"]}
             for err in exc.errors()
         ]
+        said = "; ".join(f"{p['field']}: {p['reason']}" for p in problems)
+        await audit_refusal(request, 422, f"malformed request: {said}")
         return _error(request, 422, "malformed request", problems)
 
     @app.middleware("http")

@@ -18,7 +18,7 @@ from remediator.store.fences import FenceAction
 from remediator.store.optouts import Asker as BookAsker
 from remediator.web.access import Deps, require_reader
 from remediator.web.deps import WebDeps
-from remediator.web.oncall import Asked, asker_for
+from remediator.web.oncall import Asked, asker_for, record_command
 from remediator.web.problems import ERRORS, WebError
 
 REASON = r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$"
@@ -119,6 +119,10 @@ def make_fences_router() -> APIRouter:
                 node_known=ask.deps.node_known,
             )
         except FenceRefused as exc:
+            # Audited under the name the done row has (fence_release, …), not the route's.
+            command = f"fence_{body.action}"
+            outcome = "not_found" if exc.status == 404 else "refused"
+            record_command(ask, command, outcome, body.reason, detail=str(exc), target=node)
             raise WebError(exc.status, str(exc)) from exc
         ask.deps.fences_changed()
         return DecisionOut(

@@ -8,22 +8,19 @@ whether it was done or refused."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Form, Request
+from fastapi import APIRouter, Body, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
-from remediator.store.audit import AuditLog, NewAudit
+from remediator.store.audit import AuditLog
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.fleet_breaker import FleetBreakerStatus, FleetBreakerStore
 from remediator.web import pages
-from remediator.web.access import Operator, Reader, require_operator, web_deps
-from remediator.web.auth import Principal
-from remediator.web.oncall import client_address
+from remediator.web.access import Reader, web_deps
+from remediator.web.oncall import Asked, asker_for, record_command
 from remediator.web.problems import ERRORS, WebError
 
 COMMAND = "reset-fleet-breaker"
@@ -66,66 +63,42 @@ def banner(request: Request) -> FleetBreakerStatus | None:
     return status if status.tripped else None
 
 
-def _audit(
-    request: Request,
-    clusters: Sequence[str],
-    principal: Principal,
-    outcome: str,
-    reason: str | None,
-    detail: str | None = None,
-) -> None:
-    deps = web_deps(request)
-    entry = NewAudit(
-        actor=principal.actor,
-        token_id=principal.fingerprint,
-        source=client_address(request),
-        command=COMMAND,
-        outcome=outcome,
-        reason=reason,
-        detail=detail,
-    )
-    for cluster in clusters:
-        AuditLog(deps.repository.session_factory, cluster, deps.clock).append(entry)
-
-
-async def reset(
-    request: Request, principal: Principal, reason: str, clusters: Sequence[str]
-) -> FleetBreakerStatus:
-    """Run the reset for `principal`, audited in each of `clusters` (done or refused)."""
-    reason = reason.strip()
-    try:
-        await require_operator(request, principal)
-        if principal.clusters is not None:
-            raise WebError(
-                403, "the fleet breaker stops every cluster: only a fleet-wide token resets it"
-            )
-        if not reason:
-            raise WebError(422, "say why: the reason is audited in every cluster")
-    except WebError as exc:
-        await run_in_threadpool(
-            _audit, request, clusters, principal, "refused", reason or None, exc.reason
-        )
-        raise
-    return await run_in_threadpool(_reset, request, principal, reason, clusters)
-
-
-def _reset(
-    request: Request, principal: Principal, reason: str, clusters: Sequence[str]
-) -> FleetBreakerStatus:
-    store = store_of(request)
-    was = store.status()
-    status = store.reset(by=principal.actor, reason=reason)
-    detail = f"was tripped: {was.reason}" if was.tripped else "was not tripped"
-    _audit(request, clusters, principal, "done", reason, detail)
-    return status
-
-
 def audited_clusters(request: Request) -> tuple[str, ...]:
     """Every cluster of the database (the reset releases them all), else the console's own."""
     deps = web_deps(request)
     names = ClusterRegistry(deps.repository.session_factory).names()
     own = deps.settings.cluster_name
     return tuple(names) if names else (own,)
+
+
+def every_cluster(request: Request) -> tuple[AuditLog, ...]:
+    """The reset's audit logs: done or refused, it is a row in every cluster's."""
+    deps = web_deps(request)
+    return tuple(
+        AuditLog(deps.repository.session_factory, cluster, deps.clock)
+        for cluster in audited_clusters(request)
+    )
+
+
+ResetAsker = Annotated[Asked, Depends(asker_for(COMMAND, every_cluster))]
+
+
+def reset(ask: Asked, request: Request, reason: str) -> FleetBreakerStatus:
+    """Run the reset for a fleet-wide operator; a refusal (a scoped token, no reason) is
+    audited in every cluster by the console's refusal handler."""
+    reason = reason.strip()
+    if ask.principal.clusters is not None:
+        raise WebError(
+            403, "the fleet breaker stops every cluster: only a fleet-wide token resets it"
+        )
+    if not reason:
+        raise WebError(422, "say why: the reason is audited in every cluster")
+    store = store_of(request)
+    was = store.status()
+    status = store.reset(by=ask.principal.actor, reason=reason)
+    detail = f"was tripped: {was.reason}" if was.tripped else "was not tripped"
+    record_command(ask, COMMAND, "done", reason, detail=detail, target="fleet breaker")
+    return status
 
 
 def make_fleet_breaker_router() -> APIRouter:
@@ -137,20 +110,18 @@ def make_fleet_breaker_router() -> APIRouter:
         return breaker_out(store_of(request).status())
 
     @router.post("/api/v1/fleet/breaker/reset", tags=["fleet"], responses=ERRORS)
-    async def reset_fleet_breaker(
-        request: Request, principal: Operator, body: Annotated[FleetBreakerResetIn, Body()]
+    def reset_fleet_breaker(
+        request: Request, ask: ResetAsker, body: Annotated[FleetBreakerResetIn, Body()]
     ) -> FleetBreakerOut:
         """Release every cluster the fleet breaker holds. Needs an operator token for the
         whole fleet; audited in every cluster with who and why."""
-        clusters = await run_in_threadpool(audited_clusters, request)
-        return breaker_out(await reset(request, principal, body.reason, clusters))
+        return breaker_out(reset(ask, request, body.reason))
 
     @router.post("/fleet/breaker/reset", include_in_schema=False)
-    async def reset_form(
-        request: Request, principal: Operator, reason: Annotated[str, Form(max_length=2000)] = ""
+    def reset_form(
+        request: Request, ask: ResetAsker, reason: Annotated[str, Form(max_length=2000)] = ""
     ) -> Response:
-        clusters = await run_in_threadpool(audited_clusters, request)
-        await reset(request, principal, reason, clusters)
+        reset(ask, request, reason)
         back = "/fleet" if getattr(request.app.state, "fleet_console", False) else "/"
         return RedirectResponse(f"{back}?done={COMMAND}", 303)
 

@@ -35,7 +35,7 @@ from remediator.store.optouts import OptOutBook
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.web.access import Deps, Reader, require_reader
 from remediator.web.deps import WebDeps
-from remediator.web.oncall import Asked, Asker
+from remediator.web.oncall import Asked, asker_for
 from remediator.web.pages import render
 from remediator.web.paging import MAX_ID
 from remediator.web.problems import ERRORS, WebError
@@ -141,6 +141,11 @@ def longest(deps: WebDeps) -> timedelta:
     return active.settings.max_opt_out if active is not None else DEFAULT_MAX_OPT_OUT
 
 
+# Audited under the names the opt-out book writes when it is done.
+AddAsker = Annotated[Asked, Depends(asker_for("optout-add"))]
+RemoveAsker = Annotated[Asked, Depends(asker_for("optout-remove"))]
+
+
 def _asker(ask: Asked) -> OptOutAsker:
     return OptOutAsker(ask.principal.actor, ask.source, ask.principal.fingerprint)
 
@@ -227,7 +232,7 @@ def make_optouts_router() -> APIRouter:
         return page_out(deps, ended)
 
     @api.post("/optouts", status_code=201, responses=REFUSED)
-    def post_optout(ask: Asker, body: Annotated[OptOutIn, Body()]) -> OptOutOut:
+    def post_optout(ask: AddAsker, body: Annotated[OptOutIn, Body()]) -> OptOutOut:
         """Keep the remediation off a node (or a pod's or Slurm job's node) until then."""
         try:
             target = parse_target(
@@ -242,7 +247,7 @@ def make_optouts_router() -> APIRouter:
 
     @api.delete("/optouts/{opt_out_id}")
     def delete_optout(
-        ask: Asker,
+        ask: RemoveAsker,
         opt_out_id: OptOutId,
         reason: Annotated[str | None, Query(max_length=500, pattern=PRINTABLE)] = None,
     ) -> OptOutOut:
@@ -274,7 +279,7 @@ def make_optouts_router() -> APIRouter:
 
     @router.post("/optouts", include_in_schema=False)
     def optouts_add(
-        ask: Asker,
+        ask: AddAsker,
         scope: Annotated[Literal["node", "pod", "slurm_job"], Form()],
         target: Annotated[str, Form(max_length=320)],
         until: Annotated[str, Form(max_length=32)],
@@ -293,7 +298,7 @@ def make_optouts_router() -> APIRouter:
 
     @router.post("/optouts/{opt_out_id}/remove", include_in_schema=False)
     def optouts_remove(
-        ask: Asker,
+        ask: RemoveAsker,
         opt_out_id: OptOutId,
         reason: Annotated[str, Form(max_length=500, pattern=PRINTABLE)] = "",
     ) -> Response:

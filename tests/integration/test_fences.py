@@ -252,6 +252,15 @@ def test_a_second_controller_on_an_empty_database_releases_nothing(
         ]
         assert [r.status_code for r in refused] == [422, 422, 422, 404, 401]
         assert second.controller.fence_book.decisions() == [], "a refused request writes nothing"
+        # ...but an audit row each, once the asker is known (a 401 names no one).
+        rows = api.get("/api/v1/audit", headers=OPERATOR_HEADERS).json()["items"]
+        assert [(r["command"], r["outcome"]) for r in rows] == [
+            ("fence_fence", "not_found"),
+            ("fence", "refused"),
+            ("fence", "refused"),
+            ("fence", "refused"),
+        ]
+        assert rows[1]["detail"].startswith("malformed request: body.action")
         adopted = api.post(
             url,
             json={"action": "adopt", "reason": "restored from backup; keep it fenced"},

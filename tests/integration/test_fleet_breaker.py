@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
 FLEET_OPERATOR = "fleet-operator-token-0123"
 EAST_OPERATOR = "east-operator-token-0123"
+FLEET_READER = "fleet-readonly-token-0123"
 CLUSTERS = ("east", "west")
 # 100 nodes each, 200 in the fleet: 5% is 10 newly faulted nodes in 10 minutes. Each cluster's
 # own storm breaker (shipped: the stricter of 20 and 10%, at least 3) trips at 10 of its 100.
@@ -225,6 +226,28 @@ def test_two_controllers_tripping_at_once_record_one_trip(world: World) -> None:
     assert status.tripped and status.reason == f"seen by {status.tripped_by}"
 
 
+def test_a_read_only_reset_is_refused_and_audited_in_every_cluster(world: World) -> None:
+    """The reset's 403 for a read-only token is a refused command like any other: a row in
+    each cluster's audit log, with who asked and why."""
+    store = FleetBreakerStore(db.make_session_factory(world.engine), world.clock)
+    store.trip(reason="a storm", by_cluster="east")
+    fleet = Fleet(_settings(world.url), world.engine, world.clock)
+    with TestClient(create_fleet_app(fleet)) as client:
+        refused = client.post(
+            "/api/v1/fleet/breaker/reset",
+            headers=_auth(FLEET_READER) | {"X-Remediator-Actor": "rita"},
+            json={"reason": "looks calm"},
+        )
+        assert refused.status_code == 403, refused.text
+    assert store.status().tripped
+    factory = db.make_session_factory(world.engine)
+    for cluster in CLUSTERS:
+        (row,) = AuditLog(factory, cluster, world.clock).list(AuditQuery(("reset-fleet-breaker",)))
+        assert (row.outcome, row.reason) == ("refused", "looks calm")
+        assert row.actor.startswith("rita (readonly token ")
+        assert "read-only" in (row.detail or "")
+
+
 def _settings(url: str) -> Settings:
     return Settings(
         database_url=url,
@@ -232,7 +255,8 @@ def _settings(url: str) -> Settings:
             operator_tokens=[
                 SecretStr(FLEET_OPERATOR),
                 ScopedToken(token=SecretStr(EAST_OPERATOR), clusters=["east"]),
-            ]
+            ],
+            readonly_tokens=[SecretStr(FLEET_READER)],
         ),
     )
 

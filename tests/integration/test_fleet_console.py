@@ -22,6 +22,7 @@ from remediator.store.audit import AuditLog, AuditQuery
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.records import NewRemediation
 from remediator.store.repository import Repository, quarantine_spans
+from remediator.web.auth import fingerprint
 from remediator.web.fleet import Fleet, create_fleet_app
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.web import build_console
@@ -428,3 +429,33 @@ def test_a_clusters_pause_is_pending_in_the_overview_until_its_controller_is_see
         ]
     }
     assert rows["alpha"]["pending_command"] is None
+
+
+def test_commands_refused_for_a_tokens_cluster_scope_are_audited_under_that_cluster(
+    shared: Shared,
+) -> None:
+    """A token scoped to alpha asking for bravo's pause, cancel or breaker reset is refused
+    (403) and each refusal is a row of bravo's audit log, as the docs promise of every refused
+    command."""
+    client, held = shared.client, shared.ids["b_held"]
+    alice = _auth(A_OPERATOR) | {"X-Remediator-Actor": "alice"}
+    asks = (
+        ("/api/v1/controller/pause?cluster=bravo", {"reason": "not my cluster"}),
+        (f"/api/v1/remediations/{held}/cancel", {"reason": "looks stuck"}),
+        ("/api/v1/controller/reset-breaker?cluster=bravo", {"reason": "storm over"}),
+    )
+    for path, body in asks:
+        answer = client.post(path, headers=alice, json=body)
+        assert answer.status_code == 403, answer.text
+    bravo = AuditLog(db.make_session_factory(shared.engine), "bravo", shared.clock)
+    rows = bravo.list(AuditQuery())
+    assert [(a.command, a.outcome, a.remediation_id, a.reason) for a in rows] == [
+        ("reset-breaker", "refused", None, "storm over"),
+        ("cancel", "refused", held, "looks stuck"),
+        ("pause", "refused", None, "not my cluster"),
+    ]
+    for row in rows:
+        assert row.actor == f"alice (operator token {fingerprint(A_OPERATOR)})"
+        assert row.detail == "your token is not for cluster bravo"
+    state = shared.repos["bravo"].controller_status()
+    assert not state.paused and state.breaker_tripped

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 from pydantic import SecretStr
@@ -17,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from remediator.web import csrf
 from remediator.web.auth import SESSION_COOKIE, fingerprint
+from remediator.web.oncall import declares_command
 from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, Console
 
 pytestmark = pytest.mark.integration
@@ -210,3 +213,53 @@ def test_a_read_only_tokens_refused_commands_are_audited(
     assert page_row["actor"].startswith("dave (readonly token")
     assert page_row["reason"] == "from the page"
     assert console.repository.get(rid).state.value == "awaiting_approval"  # type: ignore[union-attr]
+
+
+# Writes that are not a person's command: signed in and out, machines' pushes, a dry replay.
+NOT_COMMANDS = {
+    "/login",
+    "/logout",
+    "/backtest",
+    "/api/v1/signals",
+    "/api/v1/agents/heartbeat",
+    "/api/v1/alertmanager",
+}
+
+
+def _calls(dependant: Dependant) -> Iterator[object]:
+    for sub in dependant.dependencies:
+        yield sub.call
+        yield from _calls(sub)
+
+
+def test_every_route_that_writes_is_a_command_whose_refusals_are_audited(
+    console: Console,
+) -> None:
+    """Refusals are audited in one place (the console's error handlers) for every request a
+    command dependency noted first: a new route that writes must take one, or be listed here
+    as no one's command."""
+    undeclared = [
+        (route.path, sorted(route.methods))
+        for route in console.app.routes
+        if isinstance(route, APIRoute)
+        and route.methods - {"GET", "HEAD", "OPTIONS"}
+        and route.path not in NOT_COMMANDS
+        and not any(declares_command(call, route.path) for call in _calls(route.dependant))
+    ]
+    assert undeclared == []
+
+
+def test_a_refused_opt_out_is_audited_under_its_command(
+    client: TestClient, console: Console
+) -> None:
+    """A read-only token's opt-out and an unknown opt-out's removal: both refusals are rows."""
+    body = {"scope": "node", "target": "gpu-node-01", "until": "2h", "reason": "benchmark"}
+    added = client.post("/api/v1/optouts", json=body, headers=READONLY)
+    assert added.status_code == 403, added.text
+    removed = client.delete("/api/v1/optouts/999?reason=done", headers=OPERATOR)
+    assert removed.status_code == 404, removed.text
+    rows = _audit(client)
+    assert [(r["command"], r["outcome"], r["reason"]) for r in rows[:2]] == [
+        ("optout-remove", "not_found", "done"),
+        ("optout-add", "refused", "benchmark"),
+    ]

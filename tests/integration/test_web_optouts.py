@@ -67,7 +67,7 @@ def test_an_opt_out_keeps_who_why_since_until_scope_and_cluster_and_is_audited(
     assert expired["state"] == "expired"
 
 
-def test_bad_input_is_refused_with_the_reason_and_nothing_is_written(
+def test_bad_input_is_refused_with_the_reason_and_audited_as_refused(
     client: TestClient, console: Console
 ) -> None:
     cases = [
@@ -85,7 +85,9 @@ def test_bad_input_is_refused_with_the_reason_and_nothing_is_written(
         assert response.status_code == status, (body, response.text)
         assert words in response.text, (body, response.text)
     assert _optouts(client, all="true") == []
-    assert _audit(client) == []
+    refused = _audit(client)  # no opt-out, but each refusal audited, as every command's
+    assert [(r["command"], r["outcome"]) for r in refused] == [("optout-add", "refused")] * 8
+    assert "at most 7d" in refused[5]["detail"]
 
 
 def test_removal_is_audited_and_a_second_one_refused(client: TestClient) -> None:
@@ -100,7 +102,9 @@ def test_removal_is_audited_and_a_second_one_refused(client: TestClient) -> None
     assert again.status_code == 409 and "removed already" in again.text
     assert client.delete("/api/v1/optouts/9999", headers=OPERATOR).status_code == 404
     assert _optouts(client) == []
-    removed, added = _audit(client)
+    unknown, again_row, removed, added = _audit(client)
+    assert (unknown["command"], unknown["outcome"]) == ("optout-remove", "not_found")
+    assert (again_row["outcome"], again_row["detail"]) == ("refused", again.json()["reason"])
     assert (removed["command"], removed["reason"]) == ("optout-remove", "done early")
     assert added["command"] == "optout-add"
 
