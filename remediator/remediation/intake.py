@@ -928,7 +928,7 @@ class Intake:
         if policies is None or self._fleet is None or not policies.settings.fleet_breaker.enabled:
             return
         since = now - policies.settings.fleet_breaker.window
-        self._fleet.record(self._repo.cluster, len(inventory.pools), (), since)
+        self._fleet.record(self._repo.cluster, len(inventory.pools), (), since, now)
 
     def _fleet_breaker(
         self,
@@ -953,7 +953,7 @@ class Intake:
             and (not inventory.pools or d.node in inventory.pools)
         }
         since = now - config.window
-        self._fleet.record(self._repo.cluster, len(inventory.pools), faulted, since)
+        self._fleet.record(self._repo.cluster, len(inventory.pools), faulted, since, now)
         status = self._fleet.status()
         if not status.tripped:
             faults, nodes = self._fleet.window(since)

@@ -55,10 +55,13 @@ class FleetBreakerStore:
         with session_scope(self.session_factory) as session:
             return _status(session.get(FleetBreaker, ROW))
 
-    def record(self, cluster: str, nodes: int, faulted: Collection[str], since: datetime) -> None:
+    def record(
+        self, cluster: str, nodes: int, faulted: Collection[str], since: datetime, now: datetime
+    ) -> None:
         """This cluster's node count, and its newly faulted nodes (a node already in the window
-        keeps its first time); its rows older than `since` leave the window."""
-        now = self.clock.now()
+        keeps its first time); its rows older than `since` leave the window. Stamped with the
+        cycle's `now`, not the clock's: the verdict that cycle takes counts up to its `now`,
+        and a fault written a moment later would be left out of it."""
         with session_scope(self.session_factory, write=True) as session:
             session.execute(
                 delete(FleetFault).where(FleetFault.cluster == cluster, FleetFault.at <= since)

@@ -203,6 +203,26 @@ def test_faults_across_two_clusters_trip_it_and_both_queue_until_a_fleet_operato
     ]
 
 
+def test_the_fault_that_reaches_the_limit_trips_it_in_its_own_cycle(
+    world: World, policies: PolicySet
+) -> None:
+    """A cycle's faults count in that cycle's verdict, however long the cycle took to record
+    them: here the shared window is written a second after the cycle's `now`."""
+    later = FakeClock(T0)
+    later.advance(1)  # the store's clock: the writes happen after the cycle began
+    factory = db.make_session_factory(world.engine)
+    store = FleetBreakerStore(factory, later)
+    east = Intake(Repository(factory, "east", world.clock), actor="controller east-0", fleet=store)
+    west = world.controller("west")
+    west.intake.report_fleet_size(INVENTORY["west"], policies, world.clock.now())
+    east.report_fleet_size(INVENTORY["east"], policies, world.clock.now())
+    east.process(xid79("east", *range(9)), INVENTORY["east"], policies, world.clock.now())
+    assert not store.status().tripped  # 9 of 200
+    tenth = east.process(xid79("east", 9), INVENTORY["east"], policies, world.clock.now())
+    assert store.status().tripped, "the 10th fault of 200 trips it in its own cycle"
+    assert [r.queue_cause for r in tenth.queued] == ["breaker"]
+
+
 def test_two_controllers_tripping_at_once_record_one_trip(world: World) -> None:
     stores = [
         FleetBreakerStore(db.make_session_factory(world.engine), world.clock) for _ in CLUSTERS
