@@ -47,6 +47,7 @@ class RemediationOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
+    cluster: str = Field(description="the cluster whose controller owns it")
     node: str
     pool: str | None
     policy: str

@@ -182,6 +182,14 @@ def test_per_cluster_routes_take_the_cluster_from_the_request(shared: Shared) ->
     assert "controller of cluster bravo not seen for 60 s" in page.text
 
 
+def test_remediations_from_the_fleet_api_name_their_cluster(shared: Shared) -> None:
+    auth = _auth(FLEET_OPERATOR)
+    listed = shared.client.get("/api/v1/remediations?cluster=alpha", headers=auth).json()
+    assert {r["cluster"] for r in listed["items"]} == {"alpha"}
+    detail = shared.client.get(f"/api/v1/remediations/{shared.ids['b_held']}", headers=auth)
+    assert detail.json()["cluster"] == "bravo"
+
+
 def test_an_approve_is_written_for_the_owner_and_audited_under_its_cluster(
     shared: Shared,
 ) -> None:
