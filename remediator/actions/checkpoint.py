@@ -112,6 +112,12 @@ def plan_grace(
     )
 
 
+def _whose(node: str, remediated: str | None) -> str:
+    if remediated is None or remediated == node:
+        return f"Node {node} is being remediated"
+    return f"Node {remediated}, where this pod's gang also runs, is being remediated"
+
+
 def give_notice(
     client: KubeClient,
     drainer: Drainer,
@@ -122,9 +128,11 @@ def give_notice(
     max_grace: float,
     now: datetime,
     pods: Iterable[Pod] | None = None,
+    remediated: str | None = None,
 ) -> Outcome:
     """One round of the grace step (idempotent): ask, evict, report. `pods`: only these pods
-    of the node (a gang's, on another tray of its clique) instead of all of them."""
+    of the node (a gang's, on another tray of its clique) instead of all of them; their notice
+    then names `remediated`, the faulty tray, not the tray they run on."""
     on_node = client.list_pods_on_node(node)
     if pods is not None:
         keys = {p.key for p in pods}
@@ -149,7 +157,7 @@ def give_notice(
         client.create_event(
             ObjectRef.of_pod(pod),
             "CheckpointRequested",
-            f"Node {node} is being remediated: save a checkpoint by {deadline} "
+            f"{_whose(node, remediated)}: save a checkpoint by {deadline} "
             f"({seconds:.0f}s) and set the {ANN_DONE} annotation; the pod is evicted then",
             "Warning",
         )

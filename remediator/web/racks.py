@@ -10,6 +10,7 @@ remediations; nothing is stored."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Literal
@@ -20,7 +21,14 @@ from pydantic import BaseModel, Field
 
 from remediator.kube.objects import Node, Pod
 from remediator.model.states import OPEN
-from remediator.model.topology import Domain, Topology, TopologySettings, build_topology
+from remediator.model.topology import (
+    CLIQUE_LABEL,
+    Domain,
+    Topology,
+    TopologySettings,
+    build_topology,
+)
+from remediator.remediation.steps.domain import scope_of
 from remediator.store.records import RemediationFilter, RemediationRecord
 from remediator.web import pages
 from remediator.web.access import Reader, web_deps
@@ -31,6 +39,7 @@ GANG_LABEL = "remediator.io/gang"
 TRAYS_PER_RACK = 18  # an NVL72 rack's compute trays
 OPEN_LIMIT = 1000
 DOMAIN_ID = r"^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$"
+_DIGITS = re.compile(r"(\d+)")
 
 TrayState = Literal["Ready", "cordoned", "spare", "in remediation", "NotReady", "empty"]
 
@@ -41,14 +50,21 @@ class TrayOut(BaseModel):
     state: TrayState
     clique: int | None = None
     gpus: int | None = None
-    remediation: int | None = Field(default=None, description="its open remediation's id")
+    remediation: int | None = Field(
+        default=None, description="the open remediation holding it: its own, or its unit's"
+    )
+    covered_by: str | None = Field(
+        default=None,
+        description="the faulty tray whose clique or domain remediation holds this one",
+    )
 
 
 class GangJobOut(BaseModel):
     namespace: str
     name: str
     nodes: list[str] = Field(description="the domain's trays its pods run on")
-    running: int
+    running: int = Field(description="its pods Running and not being deleted")
+    terminating: int = Field(default=0, description="its pods being deleted")
     pending: int = Field(description="its pods not placed on any node yet")
 
 
@@ -103,7 +119,10 @@ def _jobs(domain: Domain, pods: Iterable[Pod]) -> list[GangJobOut]:
                 namespace=namespace,
                 name=name,
                 nodes=here,
-                running=sum(1 for p in gang_pods if p.phase == "Running"),
+                running=sum(
+                    1 for p in gang_pods if p.phase == "Running" and p.deletion_timestamp is None
+                ),
+                terminating=sum(1 for p in gang_pods if p.deletion_timestamp is not None),
                 pending=sum(1 for p in gang_pods if not p.node_name),
             )
         )
@@ -135,17 +154,17 @@ def _domain(
                 clique=place.clique.clique_id,
                 gpus=node.gpus,
                 remediation=rid,
+                covered_by=record.node if record and record.node != place.node else None,
             )
         )
     counts: dict[str, int] = defaultdict(int)
     for tray in trays:
         if tray.node is not None:
             counts[tray.state] += 1
+    held = {open_by_node[n].id: open_by_node[n] for n in domain.nodes if n in open_by_node}
     remediations = [
         DomainRemediationOut(id=r.id, node=r.node, policy=r.policy, state=r.state.value)
-        for r in sorted(
-            (open_by_node[n] for n in domain.nodes if n in open_by_node), key=lambda r: r.id
-        )
+        for r in sorted(held.values(), key=lambda r: r.id)
     ]
     return DomainOut(
         id=domain.name,
@@ -157,6 +176,35 @@ def _domain(
     )
 
 
+def natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Name order as a person reads it: rack-2 before rack-10."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(name))
+
+
+def holding(
+    open_records: Sequence[RemediationRecord], topology: Topology
+) -> dict[str, RemediationRecord]:
+    """node → the open remediation holding it: its own, else its clique's or domain's (the
+    scope and unit its timeline recorded), the oldest first."""
+    ordered = sorted(open_records, key=lambda r: r.id)
+    held: dict[str, RemediationRecord] = {}
+    for record in ordered:
+        held.setdefault(record.node, record)
+    for record in ordered:
+        scoped = scope_of(record)
+        if scoped is None:
+            continue
+        scope, unit = scoped
+        if scope == "clique":
+            members: tuple[str, ...] = topology.clique_of(record.node)
+        else:
+            domain = topology.domains.get(unit)
+            members = domain.nodes if domain is not None else ()
+        for node in members:
+            held.setdefault(node, record)
+    return held
+
+
 def domains_out(
     nodes: Sequence[Node],
     pods: Sequence[Pod],
@@ -166,11 +214,10 @@ def domains_out(
     """The rack view of these nodes (pure)."""
     topology: Topology = build_topology({n.name: n.labels for n in nodes}, settings)
     by_name = {n.name: n for n in nodes}
-    open_by_node: dict[str, RemediationRecord] = {}
-    for record in sorted(open_records, key=lambda r: r.id):
-        open_by_node.setdefault(record.node, record)
+    open_by_node = holding(open_records, topology)
+    ordered = sorted(topology.domains.values(), key=lambda d: natural(d.rack or d.name))
     return DomainsOut(
-        domains=[_domain(d, by_name, pods, open_by_node) for d in topology.domains.values()],
+        domains=[_domain(d, by_name, pods, open_by_node) for d in ordered],
         unplaced=len(topology.per_node),
         unplaced_nodes=list(topology.per_node),
         problems=[p.detail for p in topology.problems],
@@ -189,6 +236,9 @@ def read_domains(deps: WebDeps) -> DomainsOut:
     nodes = deps.list_nodes()
     pods = deps.list_gang_pods() if deps.list_gang_pods is not None else []
     records = deps.repository.list(RemediationFilter(states=OPEN), limit=OPEN_LIMIT).rows
+    # The timelines (their scope and unit) only of those on a tray: few, in two queries.
+    placed = {n.name for n in nodes if CLIQUE_LABEL in n.labels}
+    records = deps.repository.with_events([r for r in records if r.node in placed])
     return domains_out(nodes, pods, records, deps.settings.topology)
 
 

@@ -96,6 +96,10 @@ def test_xid_79_on_a_tray_notifies_the_gang_drains_the_tray_and_takes_the_spare(
     # One notice per pod of the gang, on every tray: one grace for the whole gang.
     noticed = [e["involvedObject"]["name"] for e in notices(engine)]
     assert sorted(noticed) == sorted(first)
+    # Every notice names the faulty tray, also on the gang's other trays (issue 39 item 4).
+    messages = [e["message"] for e in notices(engine)]
+    assert all(m.startswith(f"Node {TRAY}") for m in messages), messages
+    assert sum("where this pod's gang also runs" in m for m in messages) == 15
     facts = [dict(e.detail) for e in record.events if "gang" in e.detail]
     assert facts, [(e.action, dict(e.detail)) for e in record.events]
     # The first round noticed the whole gang; later rounds follow the pods still saving.

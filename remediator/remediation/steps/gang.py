@@ -104,6 +104,7 @@ def notify_gang(
             max_grace=high,
             now=now,
             pods=[p for p in tray_plan.notify if p.node_name == tray],
+            remediated=record.node,
         )
         if isinstance(outcome, Waiting):
             waiting.append(outcome)
