@@ -29,7 +29,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
@@ -67,6 +67,9 @@ from remediator.web.signal_dispositions import make_dispositions_router
 from remediator.web.validations_page import make_validations_router
 
 log = logging.getLogger(__name__)
+# What a client waits before asking again while the database does not answer: about the time
+# a PostgreSQL failover takes.
+DATABASE_RETRY_SECONDS = 5
 STATIC = Path(__file__).parent / "static"
 # The console's pages, the API docs included (Swagger UI is shipped in static/swagger-ui and
 # started by our own file, no inline script), load nothing from elsewhere and must
@@ -181,6 +184,19 @@ def create_app(deps: WebDeps) -> FastAPI:
         written; the asker retries (503 with Retry-After), as for a database outage."""
         response = _error(request, 503, f"{exc}; nothing was done: retry")
         response.headers["Retry-After"] = str(max(1, math.ceil(exc.delay)))
+        return response
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _database_down(request: Request, exc: SQLAlchemyError) -> Response:
+        """The database did not answer (an outage, a failover): said so, with when to retry,
+        as the fleet console does; the traceback is no one's business but the log's."""
+        log.warning(
+            "database down: %s %s: %s", request.method, request.url.path, exc.__class__.__name__
+        )
+        reason = f"database down ({exc.__class__.__name__}): nothing was read or written; retry"
+        response = _error(request, 503, reason)
+        response.headers["Retry-After"] = str(DATABASE_RETRY_SECONDS)
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from remediator.controller.app import Controller
 from remediator.model.states import State
@@ -19,6 +20,7 @@ from remediator.store.db import make_engine, make_session_factory
 from remediator.store.repository import Repository
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.sim import SimHandle
+from tests.fixtures.web import OPERATOR_TOKEN, READONLY_TOKEN, build_console
 from tests.integration.engine_support import settings_for, write_process_config
 
 pytestmark = pytest.mark.integration
@@ -87,3 +89,32 @@ def test_a_lost_database_holds_and_the_controller_resumes_when_it_returns(
         _connections(postgres_server, database, allowed=True)
         controller.stop()
         engine.dispose()
+
+
+def test_the_consoles_api_answers_503_with_retry_after_while_the_database_is_down(
+    postgres_server: PostgresServer,
+) -> None:
+    """As the fleet console does: a reader and an operator are told the database is down and
+    when to retry, never a 500 with a traceback."""
+    database = postgres_server.migrated_database()
+    console = build_console(postgres_server.url(database))
+    reader = {"Authorization": f"Bearer {READONLY_TOKEN}"}
+    operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    with TestClient(console.app, raise_server_exceptions=False) as client:
+        assert client.get("/api/v1/remediations", headers=reader).status_code == 200
+        _connections(postgres_server, database, allowed=False)
+        try:
+            answers = [
+                client.get("/api/v1/remediations", headers=reader),
+                client.post("/api/v1/controller/pause", json={"reason": "storm"}, headers=operator),
+            ]
+            page = client.get("/remediations", headers=reader)
+        finally:
+            _connections(postgres_server, database, allowed=True)
+        for answer in answers:
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "5"
+            assert answer.json()["reason"].startswith("database down (OperationalError)")
+            assert "Traceback" not in answer.text
+        assert page.status_code == 503 and "database down" in page.text
+        assert client.get("/api/v1/remediations", headers=reader).status_code == 200
