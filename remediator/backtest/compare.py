@@ -75,6 +75,7 @@ class Report:
     trips_baseline: tuple[Trip, ...]
     trips_proposed: tuple[Trip, ...]
     history_count: int
+    cluster: str = ""
 
     @property
     def trips_changed(self) -> bool:
@@ -215,8 +216,12 @@ def _outcome(item: Opened | None) -> str:
     return _unadmitted(item)
 
 
-def _opened_item(item: Opened, detail: str) -> Item:
-    return Item(item.node, item.policy, item.at, detail, after=_describe(item))
+def _opened_item(item: Opened, detail: str, *, side: str) -> Item:
+    """An added remediation is described under `after`, a removed one under `before`."""
+    described = _describe(item)
+    if side == "before":
+        return Item(item.node, item.policy, item.at, detail, before=described)
+    return Item(item.node, item.policy, item.at, detail, after=described)
 
 
 def _describe(item: Opened) -> dict[str, Any]:
@@ -243,6 +248,7 @@ def compare(
     tolerance: timedelta,
     baseline_name: str = "baseline",
     proposed_name: str = "proposed",
+    cluster: str = "",
 ) -> Report:
     pairs, removed, added = pair(
         baseline.opened,
@@ -334,8 +340,12 @@ def compare(
         proposed_name=proposed_name,
         baseline=baseline,
         proposed=proposed,
-        added=order(_opened_item(o, "only under the proposed policies") for o in added),
-        removed=order(_opened_item(o, "only under the baseline policies") for o in removed),
+        added=order(
+            _opened_item(o, "only under the proposed policies", side="after") for o in added
+        ),
+        removed=order(
+            _opened_item(o, "only under the baseline policies", side="before") for o in removed
+        ),
         changed=order(changed),
         mismatches=order(mismatches),
         holds_added=order(holds_added),
@@ -343,6 +353,7 @@ def compare(
         trips_baseline=baseline.trips,
         trips_proposed=proposed.trips,
         history_count=len(real),
+        cluster=cluster,
     )
 
 

@@ -29,7 +29,7 @@ from remediator.store.archive import (
     read_runs,
 )
 from remediator.store.db import session_scope
-from remediator.store.models import ControllerState, PolicySet, Remediation
+from remediator.store.models import ControllerState, PolicySet, Remediation, RemediationEvent
 
 # Remediations this far before the window still shape it: cooldowns, repeats, open ones.
 LOOKBACK = timedelta(days=30)
@@ -53,6 +53,14 @@ class RealRemediation:
     dry_run: bool
     # The machine its replacement brought: validated by this remediation, no scale-up.
     new_node: str | None = None
+    # When a budget let it out of the queue (None: never queued, or a record older than this
+    # field): its work took `ended_at - admitted_at`, the wait before is the budget's, not its.
+    admitted_at: datetime | None = None
+
+    @property
+    def started_at(self) -> datetime:
+        """When its work began: its admission, or its creation when it was never queued."""
+        return self.admitted_at or self.created_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +121,18 @@ def _remediations(
     fencing = {State.FAILED.value} | {s.value for s in State if s.value not in _CLOSED}
     found: list[RealRemediation] = []
     with session_scope(factory) as session:
-        rows = session.scalars(
-            select(Remediation)
-            .where(
-                Remediation.cluster == cluster,
-                Remediation.created_at >= since,
-                Remediation.created_at < until,
+        rows = list(
+            session.scalars(
+                select(Remediation)
+                .where(
+                    Remediation.cluster == cluster,
+                    Remediation.created_at >= since,
+                    Remediation.created_at < until,
+                )
+                .order_by(Remediation.created_at, Remediation.id)
             )
-            .order_by(Remediation.created_at, Remediation.id)
         )
+        admitted = _admissions(session, [row.id for row in rows])
         for row in rows:
             ended = None if row.state in fencing else row.finished_at
             found.append(
@@ -135,8 +146,25 @@ def _remediations(
                     ladder=tuple(str(step.get("action", "")) for step in row.ladder),
                     dry_run=row.dry_run,
                     new_node=row.new_node,
+                    admitted_at=admitted.get(row.id),
                 )
             )
+    return found
+
+
+def _admissions(session: Session, ids: Sequence[int]) -> dict[int, datetime]:
+    """remediation id → when it left the queue, for those that were queued."""
+    found: dict[int, datetime] = {}
+    for start in range(0, len(ids), 1000):
+        rows = session.execute(
+            select(RemediationEvent.remediation_id, RemediationEvent.at).where(
+                RemediationEvent.remediation_id.in_(ids[start : start + 1000]),
+                RemediationEvent.from_state == State.QUEUED.value,
+                RemediationEvent.to_state == State.DETECTED.value,
+            )
+        )
+        for remediation_id, at in rows:
+            found[remediation_id] = min(at, found.get(remediation_id, at))
     return found
 
 
@@ -230,6 +258,7 @@ class _Remediation(_Line):
     ladder: list[str]
     dry_run: bool
     new_node: str | None = None
+    admitted_at: AwareDatetime | None = None
 
 
 class _Policies(_Line):
@@ -277,6 +306,7 @@ def export_lines(
             ladder=list(item.ladder),
             dry_run=item.dry_run,
             new_node=item.new_node,
+            admitted_at=item.admitted_at,
         ).model_dump(mode="json")
     for version in recording.policy_versions:
         yield _Policies(
@@ -481,6 +511,7 @@ def _parse_line(
                 tuple(m.ladder),
                 m.dry_run,
                 m.new_node,
+                m.admitted_at,
             )
         )
     elif kind == "policies":

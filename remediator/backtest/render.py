@@ -14,6 +14,7 @@ SHOWN = 50  # items per list in text and Markdown; JSON has them all
 
 def to_json(report: Report) -> dict[str, Any]:
     return {
+        "cluster": report.cluster,
         "since": report.since.isoformat(),
         "until": report.until.isoformat(),
         "baseline": {
@@ -61,8 +62,16 @@ def to_json_text(report: Report) -> str:
 
 def _summary(report: Report) -> list[str]:
     oos = report.out_of_service()
+    where = f"cluster {report.cluster}, " if report.cluster else ""
+    read, also = report.baseline, report.proposed
+    proposed_read = (
+        f" (the proposed replay: {also.readings} in {also.cycles})"
+        if (also.readings, also.cycles) != (read.readings, read.cycles)
+        else ""
+    )
     return [
-        f"window {report.since.isoformat()} to {report.until.isoformat()}",
+        f"{where}window {report.since.isoformat()} to {report.until.isoformat()}",
+        f"record: {read.readings} readings in {read.cycles} cycles read{proposed_read}",
         f"baseline ({report.baseline_name}): {len(report.baseline.opened)} remediations, "
         f"{len(report.baseline.held)} held decisions, {len(report.baseline.trips)} breaker trips",
         f"proposed ({report.proposed_name}): {len(report.proposed.opened)} remediations, "

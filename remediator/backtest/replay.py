@@ -46,6 +46,7 @@ from remediator.store.records import RemediationRecord
 DEFAULT_HOLD = timedelta(minutes=30)
 # A replayed remediation is the real one when node and policy agree within this much time.
 DEFAULT_TOLERANCE = timedelta(minutes=1)
+REPLACE = "replace"
 
 PolicyTimeline = Sequence[tuple[datetime, PolicySet]]
 
@@ -287,11 +288,15 @@ class _Open:
     pool: str | None
     dry_run: bool
     until: datetime | None
+    # Its ladder replaces the node: once the node has left, the replacement is in flight.
+    replaces: bool = False
 
 
 class _Holds:
-    """How long a replayed remediation holds its node: as long as the real one it reproduces,
-    else the median of its policy's real ones, else of all real ones, else DEFAULT_HOLD."""
+    """How long a replayed remediation holds its node once admitted: as long as the work of the
+    real one it reproduces took (from the real one's own admission, so a queue in history is
+    not counted twice), else the median of its policy's real ones, else of all real ones, else
+    DEFAULT_HOLD. A queued one holds from its admission in the replay, as in the controller."""
 
     def __init__(self, real: Sequence[RealRemediation], tolerance: timedelta) -> None:
         self.tolerance = tolerance
@@ -300,18 +305,24 @@ class _Holds:
         for item in real:
             self._by_node.setdefault((item.node, item.policy), []).append(item)
             if item.ended_at is not None:
-                seconds = (item.ended_at - item.created_at).total_seconds()
+                seconds = max(0.0, (item.ended_at - item.started_at).total_seconds())
                 durations.setdefault(item.policy, []).append(seconds)
         self._median = {p: statistics.median(d) for p, d in durations.items()}
         every = [s for d in durations.values() for s in d]
         self._overall = statistics.median(every) if every else DEFAULT_HOLD.total_seconds()
 
-    def until(self, node: str, policy: str, at: datetime) -> datetime | None:
+    def until(
+        self, node: str, policy: str, decided: datetime, admitted: datetime
+    ) -> datetime | None:
+        """`decided`: when the replay decided it (matched to history by it); `admitted`: when
+        a budget let it act, from which it holds its node."""
         for item in self._by_node.get((node, policy), ()):
-            if abs(item.created_at - at) <= self.tolerance:
-                return None if item.ended_at is None else at + (item.ended_at - item.created_at)
+            if abs(item.created_at - decided) <= self.tolerance:
+                if item.ended_at is None:
+                    return None
+                return admitted + max(timedelta(0), item.ended_at - item.started_at)
         seconds = self._median.get(policy, self._overall)
-        return at + timedelta(seconds=seconds)
+        return admitted + timedelta(seconds=seconds)
 
 
 def replay(
@@ -342,7 +353,9 @@ def replay(
             PastRemediation(item.node, item.policy, item.created_at, item.state),
         )
         if item.ended_at is None or item.ended_at > recording.since:
-            open_[item.node] = _Open(item.policy, item.pool, item.dry_run, item.ended_at)
+            open_[item.node] = _Open(
+                item.policy, item.pool, item.dry_run, item.ended_at, REPLACE in item.ladder
+            )
     real_fencing: dict[str, list[tuple[datetime, datetime | None]]] = {}
     for item in recording.remediations:
         real_fencing.setdefault(item.node, []).append((item.created_at, item.ended_at))
@@ -448,7 +461,7 @@ def replay(
         tripped_at = breaker.tripped_at
         if reset is not None and tripped_at is not None and tripped_at < reset <= now:
             breaker = BreakerState()  # a human reset it then
-        fencing = [_record(node, o, now) for node, o in open_.items()]
+        fencing = [_record(node, o, now, gone=node not in pools) for node, o in open_.items()]
         candidates: list[Decision | RemediationRecord] = [*decisions, *queued.values()]
         admission = admit(
             candidates,
@@ -466,13 +479,18 @@ def replay(
             if isinstance(candidate, RemediationRecord):  # admitted from the queue
                 del queued[node]
                 index = entry.pop(node)
-                created = opened[index].at
-                until = holds.until(node, candidate.policy, created)
+                until = holds.until(node, candidate.policy, opened[index].at, now)
                 opened[index] = replace(opened[index], until=until, admitted_at=now)
-                open_[node] = _Open(candidate.policy, candidate.pool, candidate.dry_run, until)
+                replaces = any(step.get("action") == REPLACE for step in candidate.ladder)
+                open_[node] = _Open(
+                    candidate.policy, candidate.pool, candidate.dry_run, until, replaces
+                )
             else:
-                until = holds.until(node, candidate.policy, now)
-                open_[node] = _Open(candidate.policy, candidate.pool, candidate.dry_run, until)
+                until = holds.until(node, candidate.policy, now, now)
+                replaces = any(s.action == REPLACE for s in ladder_from_policy(candidate.actions))
+                open_[node] = _Open(
+                    candidate.policy, candidate.pool, candidate.dry_run, until, replaces
+                )
                 _remember(past, candidate, now)
                 opened.append(_opened(candidate, now, until))
             if until is not None:
@@ -580,8 +598,10 @@ def _fenced(
     return any(start <= now and (end is None or now < end) for start, end in real.get(node, ()))
 
 
-def _record(node: str, item: _Open, now: datetime) -> RemediationRecord:
-    """The few fields cluster_state reads, in the record type it takes."""
+def _record(node: str, item: _Open, now: datetime, *, gone: bool = False) -> RemediationRecord:
+    """The few fields cluster_state reads, in the record type it takes. A remediation whose
+    ladder replaces and whose node has left is replacing: the controller counts it until its
+    new machine is in (cluster_state's REPLACEMENT_STATES), not only while the old one is."""
     return RemediationRecord(
         id=0,
         cluster="",
@@ -591,7 +611,7 @@ def _record(node: str, item: _Open, now: datetime) -> RemediationRecord:
         policy_priority=0,
         policy_commit=None,
         policy_hash=None,
-        state=State.DETECTED,
+        state=State.REPLACING if gone and item.replaces else State.DETECTED,
         dry_run=item.dry_run,
         approval_required=False,
         reason="",

@@ -164,4 +164,5 @@ def run_replays(
         tolerance=tolerance,
         baseline_name=baseline[1],
         proposed_name=proposed[1],
+        cluster=recording.cluster,
     )
