@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -13,15 +13,19 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from remediator.signals import bounds
 from remediator.signals.kinds import SignalKind
+from remediator.signals.wire import Number, WireTime
 
-__all__ = ["STORED", "Signal", "SignalKind"]
+__all__ = ["SINCE_AFTER_OBSERVED", "STORED", "Signal", "SignalKind"]
 
 # Validation context for signals read back from the database: history is shown as it was
 # recorded, not judged again by today's input bounds (rows from before a bound existed).
 STORED = {"stored": True}
+# The error type of a `since` after `observed_at`.
+SINCE_AFTER_OBSERVED = "since_after_observed"
 
 
 def _stored(info: ValidationInfo) -> bool:
@@ -49,12 +53,12 @@ class Signal(BaseModel):
     )
     kind: SignalKind
     source: str = Field(min_length=1, max_length=64)
-    observed_at: AwareDatetime
-    gpu: int | None = Field(default=None, ge=0, le=bounds.MAX_GPU_INDEX)
+    observed_at: WireTime
+    gpu: Annotated[int | None, Number] = Field(default=None, ge=0, le=bounds.MAX_GPU_INDEX)
     gpu_uuid: str | None = Field(default=None, max_length=128)
-    code: int | None = None
-    value: float | None = None
-    since: AwareDatetime | None = None
+    code: Annotated[int | None, Number] = None
+    value: Annotated[float | None, Number] = None
+    since: WireTime | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("node")
@@ -75,7 +79,8 @@ class Signal(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         if self.since is not None and self.since > self.observed_at:
-            raise ValueError("since must not be after observed_at")
+            # Its own type: a rule between two fields, which no JSON schema can state.
+            raise PydanticCustomError(SINCE_AFTER_OBSERVED, "since must not be after observed_at")
         return self
 
     def __hash__(self) -> int:

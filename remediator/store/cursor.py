@@ -1,27 +1,44 @@
-"""Opaque keyset cursors: where the previous page ended, so the next page starts right after.
+"""Keyset cursors: where the previous page ended, so the next page starts right after.
 
 A cursor names a phase (`all`, or `open` then `closed` when in-flight rows come first) and the
 (created_at, id) of the last row shown; ids break ties, so pages never overlap or skip rows.
 Whether a row is open changes while someone pages, so the in-flight-first phases also carry
 `as_of`, the time the first page was read: rows are split into open and closed as they stood
 then (from the append-only timeline), and rows created later wait for a fresh first page.
+
+Its text is a grammar the API states as a pattern (`LIST_PATTERN`, `POSITION_PATTERN`), times in
+microseconds since the epoch: every string that matches is a position a page can start from, so
+a request the schema allows is never refused for its cursor. Clients still pass back what they
+were handed rather than build one.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+import re
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime, timedelta
+from typing import Literal, cast
 
 Phase = Literal["all", "open", "closed"]
-PHASES: tuple[Phase, ...] = ("all", "open", "closed")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+# 16 digits of microseconds either side of the epoch (1653 to 2286) and 18 of id (below
+# BIGINT's 2**63): bounded so that no cursor the pattern allows overflows a time or a column.
+_TIME = r"-?\d{1,16}"
+_POSITION = rf"\.{_TIME}\.\d{{1,18}}"
+# `all` never has an as-of time, `open` and `closed` always do; empty is the first page.
+LIST_PATTERN = rf"^(?:all(?:{_POSITION})?|(?:open|closed)(?:{_POSITION})?~{_TIME})?$"
+# A cursor that names a row (the node's signals, newest first), or empty.
+POSITION_PATTERN = rf"^(?:all{_POSITION})?$"
+MAX_LENGTH = 64
+_GRAMMAR = re.compile(
+    rf"(?P<phase>all|open|closed)(?:\.(?P<at>{_TIME})\.(?P<id>\d{{1,18}}))?(?:~(?P<as_of>{_TIME}))?"
+)
 
 
 class InvalidCursor(ValueError):
-    """The cursor was not made by `encode` (tampered, truncated or from another version)."""
+    """The text is not a cursor (the API's pattern refuses it before it gets here)."""
 
 
 @dataclass(frozen=True)
@@ -32,28 +49,31 @@ class Cursor:
     as_of: datetime | None = None
 
 
+def _micros(when: datetime) -> str:
+    return str((when - EPOCH) // MICROSECOND)
+
+
+def _time(text: str) -> datetime:
+    return EPOCH + int(text) * MICROSECOND
+
+
 def encode(cursor: Cursor) -> str:
-    at = cursor.created_at.isoformat() if cursor.created_at else None
-    fields: list[object] = [cursor.phase, at, cursor.id]
+    token: str = cursor.phase
+    if cursor.created_at is not None and cursor.id is not None:
+        token += f".{_micros(cursor.created_at)}.{cursor.id}"
     if cursor.as_of is not None:
-        fields.append(cursor.as_of.isoformat())
-    raw = json.dumps(fields, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        token += f"~{_micros(cursor.as_of)}"
+    return token
 
 
 def decode(token: str) -> Cursor:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        phase, at, row_id, *rest = json.loads(raw)
-        created_at = datetime.fromisoformat(at) if at is not None else None
-        (snapshot,) = rest or [None]
-        as_of = datetime.fromisoformat(snapshot) if snapshot is not None else None
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidCursor(f"invalid cursor {token!r}") from exc
-    if phase not in PHASES:
-        raise InvalidCursor(f"invalid cursor {token!r}: unknown phase")
-    if (created_at is None) != (row_id is None) or (row_id is not None and type(row_id) is not int):
-        raise InvalidCursor(f"invalid cursor {token!r}: bad position")
-    if any(t is not None and t.tzinfo is None for t in (created_at, as_of)):
-        raise InvalidCursor(f"invalid cursor {token!r}: naive time")
-    return Cursor(phase, created_at, row_id, as_of)
+    found = _GRAMMAR.fullmatch(token)
+    if found is None or (found["phase"] == "all") != (found["as_of"] is None):
+        raise InvalidCursor(f"invalid cursor {token!r}")
+    at, row_id, as_of = found["at"], found["id"], found["as_of"]
+    return Cursor(
+        cast(Phase, found["phase"]),
+        _time(at) if at is not None else None,
+        int(row_id) if row_id is not None else None,
+        _time(as_of) if as_of is not None else None,
+    )

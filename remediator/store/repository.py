@@ -348,7 +348,9 @@ class Repository:
         cursor: str | None = None,
         limit: int = 50,
     ) -> Page:
-        """Newest first (optionally open ones first), keyset-paginated; raises InvalidCursor."""
+        """Newest first (optionally open ones first), keyset-paginated; raises InvalidCursor.
+        A cursor continues the listing it came from: its phase, not `in_flight_first`, says
+        whether open ones come first."""
         filters = filters or RemediationFilter()
         limit = max(1, min(limit, MAX_PAGE))
         position = (
@@ -361,10 +363,6 @@ class Repository:
                 self._clock.now() if filters.in_flight_first else None,
             )
         )
-        if (position.phase == "all") == filters.in_flight_first or (
-            filters.in_flight_first and position.as_of is None
-        ):
-            raise cursors.InvalidCursor("cursor does not belong to this ordering")
         rows: tuple[RemediationRecord, ...] = ()
         with session_scope(self.session_factory) as session:
             while True:

@@ -24,10 +24,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks
 from fastapi.responses import JSONResponse, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from remediator.ledger.identity import DIGEST_PATTERN, GpuIdentity, HostHardware
 from remediator.signals.admission import Lane, Refusal, retry_after
+from remediator.signals.wire import Number, WireTime
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.web.access import Deps, Pusher, Reader
 from remediator.web.agent_views import AgentOut, Liveness, agent_out
@@ -40,16 +41,19 @@ log = logging.getLogger(__name__)
 NODE_PATTERN = r"^[^\x00-\x20\x7f]+$"
 # No control characters anywhere: PostgreSQL refuses NUL in text, and the console shows these.
 Printable = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# JSON's exact integers (2**53 - 1): a bound a client and a schema checker read as the same
+# number, where 2**62 rounds in a double (a value past it passed the schema and was refused).
+MAX_COUNTER = 2**53 - 1
 # A dict's keys are validated by pydantic but left out of its JSON schema: say them here.
 StatsKeys = WithJsonSchema(
     {
         "type": "object",
         "maxProperties": 64,
         "propertyNames": {"minLength": 1, "maxLength": 64, "pattern": r"^[^\x00-\x1f\x7f]+$"},
-        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 2**62},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_COUNTER},
     }
 )
-Counter = Annotated[int, Field(ge=0, le=2**62)]
+Counter = Annotated[int, Number, Field(ge=0, le=MAX_COUNTER)]
 
 
 TEXT = r"^[^\x00-\x1f\x7f]+$"
@@ -65,7 +69,7 @@ class GpuIn(BaseModel):
     pci_bus_id: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$", description="DDDD:BB:DD"
     )
-    index: int | None = Field(default=None, ge=0, le=1023)
+    index: Annotated[int | None, Number] = Field(default=None, ge=0, le=1023)
     serial: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
     model: str | None = Field(default=None, min_length=1, max_length=128, pattern=TEXT)
     vbios: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
@@ -103,7 +107,7 @@ class HeartbeatIn(BaseModel):
     node: str = Field(min_length=1, max_length=253, pattern=NODE_PATTERN)
     agent: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     version: Printable
-    started_at: AwareDatetime
+    started_at: WireTime
     stats: Annotated[dict[Printable, Counter], StatsKeys] = Field(
         default_factory=dict, max_length=64
     )

@@ -1,7 +1,8 @@
 """The JSON API under /api/v1: the same history and the same commands as the pages.
 
 Reads need any valid token, commands an operator token. Errors are JSON `{"reason": …}` with 400
-(bad cursor), 401, 403, 404, 409 (the state does not allow it) or 422 (malformed request).
+(a body that cannot be read), 401, 403, 404, 409 (the state does not allow it) or 422 (a request
+the schema refuses: the schema states every rule a request is checked against, cursors included).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from remediator.web.nodes import NODE_PAGE, NodeQuery, node_out
 from remediator.web.oncall import Asker, run_command, run_controller_command
 from remediator.web.paging import MAX_ID, fetch_page
 from remediator.web.problems import ERRORS, WebError
-from remediator.web.query import QueryTime
+from remediator.web.query import ListCursor, PositionCursor, QueryTime
 from remediator.web.schemas import (
     PRINTABLE,
     AuditOut,
@@ -70,8 +71,8 @@ def audit_rows(request: Request, query: AuditQuery) -> tuple[AuditRecord, ...]:
 def node_query(
     window_from: Annotated[QueryTime | None, Query(alias="from")] = None,
     window_to: Annotated[QueryTime | None, Query(alias="to")] = None,
-    remediations_cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
-    signals_cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
+    remediations_cursor: ListCursor = None,
+    signals_cursor: PositionCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = NODE_PAGE,
 ) -> NodeQuery:
     return NodeQuery(window_from, window_to, remediations_cursor, signals_cursor, limit)
@@ -122,7 +123,7 @@ def make_api_router() -> APIRouter:
     def list_remediations(
         deps: Deps,
         filters: Annotated[RemediationFilter, Depends(list_filters)],
-        cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
+        cursor: ListCursor = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
     ) -> RemediationPageOut:
         """Newest first, in-flight ones on top unless `in_flight_first=false`; follow

@@ -3,7 +3,6 @@ text, and a parameter that takes one value is given once."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from datetime import datetime
 from typing import Annotated
@@ -12,21 +11,21 @@ from fastapi import Request
 from fastapi.dependencies.utils import field_annotation_is_sequence, get_flat_params
 from fastapi.params import Query
 from fastapi.routing import APIRoute
-from pydantic import BeforeValidator
 
+from remediator.signals.wire import TimeText
+from remediator.store import cursor as cursors
 from remediator.web.problems import WebError
 
-_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
-
-
-def _not_a_number(value: object) -> object:
-    """pydantic reads a bare number as Unix seconds; the schema promises date-time text."""
-    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
-        raise ValueError(f"{value!r} is a number: a time is RFC 3339 text (2026-01-10T08:00:00Z)")
-    return value
-
-
-QueryTime = Annotated[datetime, BeforeValidator(_not_a_number)]
+QueryTime = Annotated[datetime, TimeText]
+# A cursor is any text of its grammar (`store.cursor`): each is a position a page can start
+# from, so a cursor the schema allows is never refused.
+ListCursor = Annotated[
+    str | None,
+    Query(max_length=cursors.MAX_LENGTH, pattern=cursors.LIST_PATTERN, description="`next_cursor`"),
+]
+PositionCursor = Annotated[
+    str | None, Query(max_length=cursors.MAX_LENGTH, pattern=cursors.POSITION_PATTERN)
+]
 
 _LISTS = "_remediator_list_parameters"
 

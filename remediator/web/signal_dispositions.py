@@ -13,8 +13,8 @@ from remediator.signals import bounds
 from remediator.web.access import Deps, require_reader
 from remediator.web.nodes import NODE_PAGE, NodeQuery, signal_entry_out, signals_page
 from remediator.web.problems import ERRORS
-from remediator.web.query import QueryTime
-from remediator.web.schemas import PRINTABLE, SignalEntryOut
+from remediator.web.query import PositionCursor, QueryTime
+from remediator.web.schemas import SignalEntryOut
 
 MAX_PAGE = 500
 
@@ -35,7 +35,7 @@ def make_dispositions_router() -> APIRouter:
         node: Annotated[str, Query(max_length=253, pattern=f"^{bounds.NODE_NAME.pattern}$")],
         window_from: Annotated[QueryTime | None, Query(alias="from")] = None,
         window_to: Annotated[QueryTime | None, Query(alias="to")] = None,
-        cursor: Annotated[str | None, Query(max_length=512, pattern=PRINTABLE)] = None,
+        cursor: PositionCursor = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = NODE_PAGE,
     ) -> SignalPageOut:
         """The node's signals within the window (default: the last 7 days), each with its

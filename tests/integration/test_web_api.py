@@ -106,17 +106,35 @@ def test_cursor_pages_cover_every_row_once(reader: TestClient, shared_console: C
     "bad",
     [
         "not-a-cursor",
-        cursors.encode(cursors.Cursor("open", START, 2**70)),
-        cursors.encode(cursors.Cursor("all", START, 1)),  # another ordering's cursor
+        cursors.encode(cursors.Cursor("open", START, 2**70, START)),
         cursors.encode(
-            cursors.Cursor("open", datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))), 1)
+            cursors.Cursor(
+                "open", datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))), 1, START
+            )
         ),
+        "open.1.1",  # an in-flight-first cursor without the time its first page was read
     ],
 )
-def test_bad_cursor_is_400_with_reason(reader: TestClient, bad: str) -> None:
+def test_a_text_outside_the_cursor_grammar_is_refused_by_the_schema(
+    reader: TestClient, bad: str
+) -> None:
+    """#39 item 23: the schema states the cursor's grammar (a 422 like any parameter it
+    refuses); a text it allows is never a 400."""
     response = reader.get(f"/api/v1/remediations?cursor={bad}", headers=READONLY)
-    assert response.status_code == 400
-    assert "cursor" in response.json()["reason"]
+    assert response.status_code == 422, response.text
+    assert "cursor" in response.text
+
+
+def test_a_cursor_continues_its_own_listing(reader: TestClient, shared_console: Console) -> None:
+    """A cursor of the newest-first listing, passed with the default in-flight-first order:
+    the schema cannot state a rule between two parameters, so the cursor's own order wins."""
+    url = "/api/v1/remediations?limit=2&in_flight_first=false"
+    first = reader.get(url, headers=READONLY).json()
+    plain = reader.get(url, headers=READONLY).json()["next_cursor"]
+    response = reader.get(f"/api/v1/remediations?limit=50&cursor={plain}", headers=READONLY)
+    assert response.status_code == 200, response.text
+    rest = _ids(response.json())
+    assert sorted(_ids(first) + rest) == sorted(shared_console.ids.values())
 
 
 def test_detail_has_timeline_pods_policy_and_xid(

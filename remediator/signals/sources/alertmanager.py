@@ -20,12 +20,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from remediator.errors import validation_problems
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.wire import Number, WireNaiveTime, WireTime
 from remediator.signals.xid import parse_kernel_line
 
 SUPPORTED_VERSION = "4"
@@ -46,8 +47,8 @@ class Alert(BaseModel):
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: AwareDatetime
-    endsAt: datetime  # 0001-01-01T00:00:00Z while firing
+    startsAt: WireTime
+    endsAt: WireNaiveTime  # 0001-01-01T00:00:00Z while firing
     generatorURL: str = ""
     fingerprint: str = ""
 
@@ -63,8 +64,11 @@ class Webhook(BaseModel):
     commonLabels: dict[str, str] = Field(default_factory=dict)
     commonAnnotations: dict[str, str] = Field(default_factory=dict)
     externalURL: str = ""
-    groupKey: str = ""
-    truncatedAlerts: int = 0
+    # Alertmanager always sends the group's key (`{}:{alertname="…"}`, notify/webhook): an
+    # empty one is not from Alertmanager.
+    groupKey: str = Field(min_length=1)
+    # A uint64; older Alertmanagers leave it out.
+    truncatedAlerts: Annotated[int, Number] = Field(default=0, ge=0)
 
 
 class AlertMapping(BaseModel):

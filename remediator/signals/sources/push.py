@@ -8,8 +8,11 @@ rest of the batch goes on, so one broken reading cannot hold back an XID 79 push
 the answer (202) lists what was refused, which a client must not resend (it would be refused
 again). A signal for a node the cluster does not have, or for a GPU index beyond the node's
 GPUs, is refused the same way at the door (`signals.screen`, against the node cache), rather
-than taken and dropped unseen by the intake. Only a batch with nothing acceptable is a
-422. A full inbox answers 503 for the whole batch, which Alertmanager retries, rather than
+than taken and dropped unseen by the intake. A batch is a 422 only when nothing was taken and
+it breaks the published schema; one the schema allows is judged item by item on rules no schema
+can state (its age, `since` after `observed_at`, its node) and answered 202 even when nothing was
+taken. Items are read as their JSON types (`signals.wire`): `true` is not 1, nor a number a
+time. A full inbox answers 503 for the whole batch, which Alertmanager retries, rather than
 dropping signals silently.
 """
 
@@ -31,7 +34,7 @@ from remediator.clock import Clock, SystemClock
 from remediator.signals import bounds
 from remediator.signals.admission import Admission, Lane, Refusal, retry_after
 from remediator.signals.kinds import EVENT_KINDS, SignalKind
-from remediator.signals.model import Signal
+from remediator.signals.model import SINCE_AFTER_OBSERVED, Signal
 from remediator.signals.screen import DropReason, screen
 from remediator.signals.sources.alert_state import FiringAlerts
 from remediator.signals.sources.alertmanager import (
@@ -202,6 +205,21 @@ def screen_at_door(
     return [(i, s) for i, s in taken if id(s) in kept], refused
 
 
+def breaks_schema(payload: Any) -> bool:
+    """Pure: whether a batch is against the published schema (422, nothing taken), rather than
+    well-formed and refused item by item on rules no JSON schema can state — a reading's age,
+    `since` after `observed_at`, the node — which is a 202 naming each refusal."""
+    if not isinstance(payload, list) or len(payload) > MAX_BATCH:
+        return True
+    for item in payload:
+        try:
+            Signal.model_validate(item)
+        except ValidationError as exc:
+            if any(e["type"] != SINCE_AFTER_OBSERVED for e in exc.errors()):
+                return True
+    return False
+
+
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:
     """Resolve `#/$defs/…` references: OpenAPI has no `$defs` beside a request body."""
     if isinstance(schema, dict):
@@ -223,6 +241,7 @@ def _batch_schema() -> dict[str, Any]:
     validator keeps (`bounds`), an XID's and a temperature's own by kind, which the model's
     fields cannot state; so a request the schema allows is one the push takes."""
     schema = TypeAdapter(list[Signal]).json_schema()
+    schema["maxItems"] = MAX_BATCH
     item = schema["$defs"]["Signal"]
     item["properties"]["code"] = {**_range(*bounds.CODES, "integer"), "default": None}
     item["properties"]["value"] = {**_range(*bounds.VALUES, "number"), "default": None}
@@ -390,7 +409,7 @@ def make_signals_router(
         signals = [signal for _, signal in taken]
         if problems and on_refused is not None:
             on_refused(problems)
-        if problems and not signals:
+        if problems and not signals and breaks_schema(payload):
             return _refused(problems)
         if admission is not None:
             signals, limited, wait = _admit(admission, signals)

@@ -10,6 +10,7 @@ from remediator.signals.model import SignalKind
 from remediator.signals.sources.alertmanager import (
     AlertMapping,
     PayloadError,
+    Webhook,
     map_webhook,
     parse_webhook,
 )
@@ -199,3 +200,24 @@ def test_out_of_bounds_alerts_are_ignored_with_the_reason_and_the_rest_go_on(
     assert [s.node for s in batch.signals] == ["gpu-node-7"]
     (reason,) = batch.ignored
     assert words in reason, reason
+
+
+@pytest.mark.parametrize(
+    ("mutate", "words"),
+    [
+        (lambda p: p.update(groupKey=""), "groupKey"),
+        (lambda p: p.update(truncatedAlerts=False), "truncatedAlerts"),
+        (lambda p: p["alerts"][0].update(startsAt=1767268770), "startsAt"),
+    ],
+)
+def test_what_alertmanager_never_sends_is_refused(mutate: Any, words: str) -> None:
+    """#39 item 23: Alertmanager always sends a group key (notify/webhook: `{}:{…}`) and a count
+    for `truncatedAlerts`; an empty key, `false` and a number for a time were taken."""
+    payload = copy.deepcopy(FIRING_XID)
+    mutate(payload)
+    with pytest.raises(PayloadError) as caught:
+        parse_webhook(payload)
+    assert any(words in r for r in caught.value.reasons), caught.value.reasons
+    schema = Webhook.model_json_schema()
+    assert schema["properties"]["groupKey"]["minLength"] == 1
+    assert "groupKey" in schema["required"]

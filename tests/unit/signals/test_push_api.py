@@ -77,6 +77,50 @@ def test_a_batch_with_nothing_acceptable_is_refused(client: TestClient, inbox: S
     assert len(inbox) == 0
 
 
+def test_a_well_formed_batch_refused_on_rules_a_schema_cannot_state_is_a_202(
+    client: TestClient, inbox: SignalInbox
+) -> None:
+    """#39 item 23: a batch the schema allows was a 422 when every item was too old (or began
+    after it was observed), rules a JSON schema cannot state; schemathesis called it a valid
+    request rejected. It is a 202 that takes nothing and names each refusal."""
+    old = (NOW - timedelta(hours=3)).isoformat()
+    late = item(since="2026-01-01T11:59:45Z", observed_at="2026-01-01T11:59:30Z")
+    response = client.post("/api/v1/signals", json=[reading(observed_at=old), late])
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["accepted"] == 0
+    assert [(p["index"], p["reason"]) for p in body["refused"]] == [
+        (
+            0,
+            f"{old} is older than 300 s (server time {NOW.isoformat()}): a reading that old is "
+            "not evidence of the node's state now",
+        ),
+        (1, "since must not be after observed_at"),
+    ]
+    assert len(inbox) == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"gpu": True}, "gpu"),
+        ({"code": False}, "code"),
+        ({"kind": "thermal", "code": None, "value": True}, "value"),
+        ({"observed_at": 1767268770}, "observed_at"),
+        ({"since": 0}, "since"),
+    ],
+)
+def test_an_item_is_read_as_its_json_type(
+    client: TestClient, inbox: SignalInbox, bad: dict[str, Any], field: str
+) -> None:
+    """#39 item 23: `true` was taken as GPU 1 and a number as Unix seconds, where the schema
+    says an integer and date-time text; with nothing else taken, the batch is a 422."""
+    response = client.post("/api/v1/signals", json=[item(**bad)])
+    assert response.status_code == 422, response.text
+    assert [p["field"] for p in response.json()["detail"]] == [field]
+    assert len(inbox) == 0
+
+
 @pytest.mark.parametrize(
     ("bad", "words"),
     [
@@ -162,11 +206,18 @@ def test_the_age_bounds_are_the_routers_settings(inbox: SignalInbox) -> None:
     client = TestClient(app)
     response = client.post("/api/v1/signals", json=[reading()])  # 30 s old
     assert response.status_code == 202 and "refused" not in response.json()
+
+    def taken(batch: list[dict[str, Any]]) -> int:
+        answer = client.post("/api/v1/signals", json=batch)
+        assert answer.status_code == 202, answer.text
+        accepted: int = answer.json()["accepted"]
+        return accepted
+
     stale = (NOW - timedelta(seconds=61)).isoformat()
-    assert client.post("/api/v1/signals", json=[reading(observed_at=stale)]).status_code == 422
-    assert client.post("/api/v1/signals", json=[item(observed_at=stale)]).status_code == 202
+    assert taken([reading(observed_at=stale)]) == 0
+    assert taken([item(observed_at=stale)]) == 1
     staler = (NOW - timedelta(seconds=121)).isoformat()
-    assert client.post("/api/v1/signals", json=[item(observed_at=staler)]).status_code == 422
+    assert taken([item(observed_at=staler)]) == 0
     assert [p["field"] for p in refused] == ["observed_at", "observed_at"]
 
 
