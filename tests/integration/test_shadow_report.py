@@ -108,7 +108,10 @@ def test_the_report_says_what_the_dry_run_recorded(
     assert report.by_pool == {"h100-train": 3}
     assert report.fenced_nodes == (TWICE, ONCE)
     assert report.steps["replace"] == 2 and report.steps["reboot"] == 1
-    assert report.gpu_hours > 0 and report.gpu_hours_unknown == 0
+    # Every remediation here was a dry run: no real step durations to model GPU-hours from.
+    assert report.gpu_hours is None and report.gpu_hours_unknown == 0
+    assert report.gpu_hours_unmodelled == 3 and "replace" in report.unmodelled_steps
+    assert report.would_have == {"replace": 2, "reboot": 1} and report.artefacts == ()
     assert report.holds == {} and report.breaker_trips == ()
     kinds = {(d.node, d.policy, d.kind) for d in report.disagreements}
     assert kinds == {
@@ -133,7 +136,8 @@ def test_the_report_says_what_the_dry_run_recorded(
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     expected = report.to_json()
-    for key in ("remediations", "by_policy", "by_pool", "fenced_nodes", "steps", "holds"):
+    keys = ("remediations", "by_policy", "by_pool", "fenced_nodes", "steps", "holds")
+    for key in (*keys, "would_have", "gpu_hours", "unmodelled_steps", "artefacts"):
         assert printed[key] == expected[key], key
     assert printed["disagreements"] == expected["disagreements"]
 
@@ -142,3 +146,4 @@ def test_the_report_says_what_the_dry_run_recorded(
         page = console.get("/shadow?days=1", headers={"Authorization": "Bearer operator-token"})
     assert page.status_code == 200, page.text
     assert "3 in dry run" in page.text and "replace-then-repair" in page.text
+    assert "cannot model them" in page.text

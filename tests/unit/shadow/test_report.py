@@ -50,7 +50,23 @@ def test_counts_gpu_hours_holds_and_trips_of_the_dry_runs_only() -> None:
             created_at=T0 + timedelta(seconds=200),
             dry_run=True,
         ),
-        record(State.SUCCEEDED, id=4, node="d", created_at=T0 + timedelta(seconds=300)),
+        # A replacement that really ran: 600 s cordoned, 1,200 s draining, 1,500 s replacing,
+        # 300 s verifying, the durations the dry runs' GPU-hours are modelled from.
+        record(
+            State.SUCCEEDED,
+            (
+                event(1, 300, None, State.DETECTED),
+                event(2, 300, State.DETECTED, State.QUARANTINED),
+                event(3, 900, State.QUARANTINED, State.DRAINING),
+                event(4, 2100, State.DRAINING, State.REPLACING),
+                event(5, 3600, State.REPLACING, State.VERIFYING),
+                event(6, 3900, State.VERIFYING, State.SUCCEEDED),
+            ),
+            id=4,
+            node="d",
+            created_at=T0 + timedelta(seconds=300),
+            ladder=REPLACE,
+        ),
     ]
     trips = [(T0 + timedelta(seconds=250), "4 nodes in 5m"), (T0 - timedelta(days=2), "old")]
     report = build_report(records, T0, UNTIL, trips)
@@ -58,7 +74,7 @@ def test_counts_gpu_hours_holds_and_trips_of_the_dry_runs_only() -> None:
     assert report.by_policy == {"xid-79-fallen-off-bus": 2, "thermal": 1}
     assert report.by_pool == {"pool-a": 2, "pool-b": 1}
     assert report.fenced_nodes == ("a", "b")
-    # 8 GPUs from quarantine (10 s) to the end (3,610 s): 8 GPUs for 3,600 s = 8 GPU-hours.
+    # Not the dry run's own seconds: 8 GPUs for the real replacement's 3,600 s = 8 GPU-hours.
     assert report.gpu_hours == 8.0 and report.gpu_hours_unknown == 1
     assert report.holds == {"breaker": 1}
     assert report.breaker_trips == ((T0 + timedelta(seconds=250), "4 nodes in 5m"),)
