@@ -19,9 +19,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediator.model.states import OPEN, WAITING_FOR_HUMAN, State
 from remediator.store.clusters import ClusterRegistry
 from remediator.store.db import session_scope
+from remediator.store.fleet_breaker import RESET_COMMAND, ROW, WAS_TRIPPED
 from remediator.store.models import (
     AuditEntry,
     ControllerState,
+    FleetBreaker,
+    FleetNodeCount,
     Remediation,
     RemediationEvent,
     SourceHealth,
@@ -44,13 +47,15 @@ FAILED_WINDOW = timedelta(days=1)
 @dataclass(frozen=True)
 class ClusterFigures:
     cluster: str
-    in_flight: int = 0  # open and moving without a human
+    in_flight: int = 0  # open and moving without a human (queued work is not)
+    queued: int = 0  # held back by a budget, a breaker (the fleet's too) or a pause
     waiting_for_human: int = 0  # awaiting approval, or held by a workload's opt-out
     held: int = 0  # a step stuck, for a human to release
     failed: int = 0  # failures in the last day
     paused: bool = False
     breaker_tripped: bool = False
     breaker_reason: str | None = None
+    fleet_breaker_holds: bool = False  # it takes part in the fleet breaker, which is tripped
     leader_identity: str | None = None
     leader_seen_at: datetime | None = None
     sources_down: tuple[str, ...] = field(default_factory=tuple)
@@ -80,12 +85,14 @@ class FleetQueries:
         with session_scope(self.session_factory) as session:
             waiting = [s.value for s in WAITING_FOR_HUMAN - {State.HELD}]
             human = [s.value for s in WAITING_FOR_HUMAN]
+            queued = State.QUEUED.value
             open_rows = session.execute(
                 select(
                     Remediation.cluster,
-                    func.count().filter(Remediation.state.not_in(human)),
+                    func.count().filter(Remediation.state.not_in([*human, queued])),
                     func.count().filter(Remediation.state.in_(waiting)),
                     func.count().filter(Remediation.state == State.HELD.value),
+                    func.count().filter(Remediation.state == queued),
                 )
                 .where(Remediation.cluster.in_(names), Remediation.state.in_(OPEN_VALUES))
                 .group_by(Remediation.cluster)
@@ -112,11 +119,12 @@ class FleetQueries:
                 )
             ):
                 down.setdefault(health.cluster, []).append(health.source)
-        counts = {c: (int(a), int(b), int(h)) for c, a, b, h in open_rows}
+            held_by_fleet = _fleet_held(session, names)
+        counts = {c: (int(a), int(b), int(h), int(q)) for c, a, b, h, q in open_rows}
         failed = {c: int(n) for c, n in failed_rows}
         result = []
         for name in names:
-            in_flight, waiting_n, held = counts.get(name, (0, 0, 0))
+            in_flight, waiting_n, held, queued_n = counts.get(name, (0, 0, 0, 0))
             state = controllers.get(name)
             result.append(
                 ClusterFigures(
@@ -124,10 +132,12 @@ class FleetQueries:
                     in_flight=in_flight,
                     waiting_for_human=waiting_n,
                     held=held,
+                    queued=queued_n,
                     failed=failed.get(name, 0),
                     paused=bool(state and state.paused),
                     breaker_tripped=bool(state and state.breaker_tripped),
                     breaker_reason=state.breaker_reason if state else None,
+                    fleet_breaker_holds=name in held_by_fleet,
                     leader_identity=state.leader_identity if state else None,
                     leader_seen_at=state.leader_seen_at if state else None,
                     sources_down=tuple(sorted(down.get(name, ()))),
@@ -179,6 +189,23 @@ class FleetQueries:
                 select(Remediation.cluster).where(Remediation.id == remediation_id)
             )
             return found
+
+
+def _fleet_held(session: Session, names: Collection[str]) -> frozenset[str]:
+    """The clusters a tripped fleet breaker stops: those taking part in it (their controllers
+    report their node count for its base)."""
+    breaker = session.get(FleetBreaker, ROW)
+    if breaker is None or not breaker.tripped:
+        return frozenset()
+    return _taking_part(session, names)
+
+
+def _taking_part(session: Session, names: Collection[str]) -> frozenset[str]:
+    return frozenset(
+        session.scalars(
+            select(FleetNodeCount.cluster).where(FleetNodeCount.cluster.in_(list(names)))
+        )
+    )
 
 
 def _last_command(state: ControllerState | None) -> dict[str, Any]:
@@ -310,4 +337,38 @@ def breaker_trips(
         ):
             if row.breaker_tripped_at is not None and row.breaker_tripped_at >= since:
                 trips[row.cluster] = trips.get(row.cluster, 0) + 1
+        return trips
+
+
+def fleet_breaker_trips(
+    session_factory: sessionmaker[Session], names: Collection[str], since: datetime
+) -> dict[str, int]:
+    """Fleet-breaker trips since `since` for each of these clusters that takes part in it: a
+    human's reset of a tripped fleet breaker (audited in every cluster) ended one, and a fleet
+    breaker tripped now is one more. A cluster that does not take part was never stopped."""
+    if not names:
+        return {}
+    with session_scope(session_factory) as session:
+        taking_part = _taking_part(session, names)
+        if not taking_part:
+            return {}
+        trips = {
+            cluster: int(n)
+            for cluster, n in session.execute(
+                select(AuditEntry.cluster, func.count())
+                .where(
+                    AuditEntry.cluster.in_(list(taking_part)),
+                    AuditEntry.command == RESET_COMMAND,
+                    AuditEntry.outcome == "done",
+                    AuditEntry.detail.startswith(WAS_TRIPPED, autoescape=True),
+                    AuditEntry.at >= since,
+                )
+                .group_by(AuditEntry.cluster)
+            )
+        }
+        breaker = session.get(FleetBreaker, ROW)
+        tripped_at = breaker.tripped_at if breaker is not None and breaker.tripped else None
+        if tripped_at is not None and tripped_at >= since:
+            for cluster in taking_part:
+                trips[cluster] = trips.get(cluster, 0) + 1
         return trips

@@ -19,6 +19,9 @@ from remediator.store.db import session_scope
 from remediator.store.models import FleetBreaker, FleetFault, FleetNodeCount
 
 ROW = "fleet"
+# The human reset's audit row, in every cluster: the fleet figures count trips from it.
+RESET_COMMAND = "reset-fleet-breaker"
+WAS_TRIPPED = "was tripped: "
 
 
 @dataclass(frozen=True)

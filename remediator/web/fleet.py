@@ -142,13 +142,18 @@ class Fleet:
 
 class ClusterOut(BaseModel):
     name: str
-    in_flight: int
+    in_flight: int = Field(description="open and moving without a human; queued work is not")
+    queued: int = Field(description="held back by a budget, a breaker (the fleet's) or a pause")
     waiting_for_human: int
     held: int
     failed_last_24h: int
     paused: bool
-    breaker: str  # "closed" | "tripped"
+    breaker: str = Field(description="the cluster's own storm breaker: closed or tripped")
     breaker_reason: str | None
+    fleet_breaker_holds: bool = Field(
+        description="the cluster takes part in the fleet breaker, which is tripped: it queues "
+        "every new remediation whatever its own breaker says"
+    )
     controller: str | None
     controller_seen_at: datetime | None
     controller_seen_seconds_ago: float | None
@@ -190,12 +195,14 @@ def cluster_out(figures: ClusterFigures, now: datetime) -> ClusterOut:
     return ClusterOut(
         name=figures.cluster,
         in_flight=figures.in_flight,
+        queued=figures.queued,
         waiting_for_human=figures.waiting_for_human,
         held=figures.held,
         failed_last_24h=figures.failed,
         paused=figures.paused,
         breaker="tripped" if figures.breaker_tripped else "closed",
         breaker_reason=figures.breaker_reason,
+        fleet_breaker_holds=figures.fleet_breaker_holds,
         controller=figures.leader_identity,
         controller_seen_at=seen,
         controller_seen_seconds_ago=(now - seen).total_seconds() if seen else None,

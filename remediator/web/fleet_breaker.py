@@ -17,13 +17,18 @@ from pydantic import BaseModel, Field
 
 from remediator.store.audit import AuditLog
 from remediator.store.clusters import ClusterRegistry
-from remediator.store.fleet_breaker import FleetBreakerStatus, FleetBreakerStore
+from remediator.store.fleet_breaker import (
+    RESET_COMMAND,
+    WAS_TRIPPED,
+    FleetBreakerStatus,
+    FleetBreakerStore,
+)
 from remediator.web import pages
 from remediator.web.access import Reader, web_deps
 from remediator.web.oncall import Asked, asker_for, record_command
 from remediator.web.problems import ERRORS, WebError
 
-COMMAND = "reset-fleet-breaker"
+COMMAND = RESET_COMMAND
 
 
 class FleetBreakerOut(BaseModel):
@@ -96,7 +101,7 @@ def reset(ask: Asked, request: Request, reason: str) -> FleetBreakerStatus:
     store = store_of(request)
     was = store.status()
     status = store.reset(by=ask.principal.actor, reason=reason)
-    detail = f"was tripped: {was.reason}" if was.tripped else "was not tripped"
+    detail = f"{WAS_TRIPPED}{was.reason}" if was.tripped else "was not tripped"
     record_command(ask, COMMAND, "done", reason, detail=detail, target="fleet breaker")
     return status
 

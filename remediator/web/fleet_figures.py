@@ -1,7 +1,7 @@
 """Fleet figures for capacity planning: per cluster, pool and GPU model, the faults, how they
 ended (repaired or replaced, each replacement a spare used), time to repair (median, p90),
-GPU-hours out of service, workload GPU-hours disrupted and storm-breaker trips; a fleet-wide
-daily chart; the same table as JSON and CSV.
+GPU-hours out of service, workload GPU-hours disrupted, storm-breaker and fleet-breaker trips; a
+fleet-wide daily chart; the same table as JSON and CSV.
 
 Grouping is pure (`group_figures`); the groups come per cluster and day from
 store/fleet_rollups (finished days rolled up once, the rest computed from the same
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Annotated
@@ -21,7 +20,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel
 
-from remediator.store.fleet import breaker_trips
+from remediator.store import stats
+from remediator.store.fleet import breaker_trips, fleet_breaker_trips
 from remediator.store.fleet_rollups import Figures, FleetRollups
 from remediator.web import charts, pages
 from remediator.web.access import Reader
@@ -47,6 +47,7 @@ CSV_FIELDS = (
     "gpu_hours_out_of_service",
     "disrupted_workload_gpu_hours",
     "breaker_trips",
+    "fleet_breaker_trips",
 )
 
 
@@ -64,6 +65,8 @@ class FigureOut(BaseModel):
     disrupted_workload_gpu_hours: float
     # The cluster's, repeated on each of its rows: a trip stops a whole cluster, not a pool.
     breaker_trips: int
+    # The fleet breaker's trips while the cluster took part (each stopped it, whole).
+    fleet_breaker_trips: int
 
 
 class DayOut(BaseModel):
@@ -80,15 +83,14 @@ class FleetFiguresOut(BaseModel):
 
 
 def percentile(ordered: Sequence[float], fraction: float) -> float | None:
-    """Nearest-rank percentile of sorted values (no interpolation: every answer is a repair
-    that happened)."""
-    if not ordered:
-        return None
-    rank = max(1, math.ceil(fraction * len(ordered)))
-    return ordered[rank - 1]
+    """As each cluster's overview computes it (interpolated between the nearest repairs), so
+    the two pages agree: the median of 10 and 30 minutes is 20, not the lower one."""
+    return stats.percentile(ordered, fraction) if ordered else None
 
 
-def group_figures(figures: Figures, trips: Mapping[str, int], now: datetime) -> list[FigureOut]:
+def group_figures(
+    figures: Figures, trips: Mapping[str, int], fleet_trips: Mapping[str, int], now: datetime
+) -> list[FigureOut]:
     rows = []
     for (cluster, pool, model), g in sorted(figures.groups.items()):
         repairs = sorted(g.repairs)  # once for both percentiles: a month is ~400,000
@@ -106,6 +108,7 @@ def group_figures(figures: Figures, trips: Mapping[str, int], now: datetime) -> 
                 gpu_hours_out_of_service=round(g.lost(now), 3),
                 disrupted_workload_gpu_hours=round(g.disrupted(now), 3),
                 breaker_trips=trips.get(cluster, 0),
+                fleet_breaker_trips=fleet_trips.get(cluster, 0),
             )
         )
     return rows
@@ -146,10 +149,11 @@ def make_figures_router(fleet: Fleet) -> APIRouter:
         start = datetime.combine(now.date() - timedelta(days=days - 1), time.min, UTC)
         figures = rollups.figures(names, start.date(), now)
         trips = breaker_trips(queries.session_factory, names, start)
+        fleet_trips = fleet_breaker_trips(queries.session_factory, names, start)
         return FleetFiguresOut(
             since=start,
             until=now,
-            rows=group_figures(figures, trips, now),
+            rows=group_figures(figures, trips, fleet_trips, now),
             daily=daily(figures),
         )
 

@@ -20,6 +20,7 @@ from remediator.signals.model import Signal, SignalKind
 from remediator.store import db
 from remediator.store.audit import AuditLog, AuditQuery
 from remediator.store.clusters import ClusterRegistry
+from remediator.store.fleet_breaker import FleetBreakerStore
 from remediator.store.records import NewRemediation
 from remediator.store.repository import Repository, quarantine_spans
 from remediator.web.auth import fingerprint
@@ -306,7 +307,7 @@ def test_fleet_figures_per_cluster_pool_and_model_as_json_csv_and_page(shared: S
     assert csv_text.status_code == 200 and csv_text.headers["content-type"].startswith("text/csv")
     lines = csv_text.text.splitlines()
     assert lines[0].startswith("cluster,pool,gpu_model,faults,repaired,replaced")
-    assert f"alpha,train,{h100},1,0,1,1,1800.0,1800.0,4.0,0.0,0" in lines
+    assert f"alpha,train,{h100},1,0,1,1,1800.0,1800.0,4.0,0.0,0,0" in lines
     only = shared.client.get("/api/v1/fleet/figures?cluster=bravo", headers=auth).json()
     assert {r["cluster"] for r in only["rows"]} == {"bravo"}
     page = shared.client.get("/fleet/figures", headers=auth)
@@ -467,3 +468,63 @@ def test_commands_refused_for_a_tokens_cluster_scope_are_audited_under_that_clus
         assert row.detail == "your token is not for cluster bravo"
     state = shared.repos["bravo"].controller_status()
     assert not state.paused and state.breaker_tripped
+
+
+def _fleet_breaker_over(shared: Shared, *taking_part: str) -> FleetBreakerStore:
+    """The fleet breaker, with these clusters taking part (their controllers report a size)."""
+    store = FleetBreakerStore(db.make_session_factory(shared.engine), shared.clock)
+    for cluster in taking_part:
+        store.record(cluster, 10, (), T0, shared.clock.now())
+    return store
+
+
+def test_under_a_tripped_fleet_breaker_fleet_shows_queued_work_and_the_stop(
+    shared: Shared,
+) -> None:
+    """Work the fleet breaker queued is queued, not in flight; a taking-part cluster whose own
+    breaker is closed is shown stopped by the fleet breaker, not "closed"."""
+    store = _fleet_breaker_over(shared, "alpha", "bravo")
+    store.trip(reason="12 of 20 fleet nodes newly faulted", by_cluster="bravo")
+    held = "fleet breaker tripped: 12 of 20 fleet nodes newly faulted"
+    shared.repos["alpha"].create(
+        _new("a-gpu-7"), actor="controller alpha-0", queued="breaker", hold_reason=held
+    )
+    auth = _auth(FLEET_OPERATOR)
+    items = {
+        c["name"]: c for c in shared.client.get("/api/v1/clusters", headers=auth).json()["items"]
+    }
+    alpha, bravo, charlie = items["alpha"], items["bravo"], items["charlie"]
+    assert (alpha["in_flight"], alpha["queued"]) == (1, 1)
+    assert (alpha["breaker"], alpha["fleet_breaker_holds"]) == ("closed", True)
+    assert (bravo["breaker"], bravo["fleet_breaker_holds"]) == ("tripped", True)
+    assert (charlie["breaker"], charlie["fleet_breaker_holds"]) == ("closed", False)
+    page = shared.client.get("/fleet", headers=auth).text
+    row = page.split('<tr data-cluster="alpha">')[1].split("</tr>")[0]
+    assert 'data-label="queued">1<' in row and 'data-label="in flight">1<' in row
+    assert "stopped by the fleet breaker" in row and ">closed<" not in row
+    charlie_row = page.split('<tr data-cluster="charlie">')[1].split("</tr>")[0]
+    assert ">closed<" in charlie_row
+
+
+def test_fleet_figures_count_fleet_breaker_trips_of_the_clusters_taking_part(
+    shared: Shared,
+) -> None:
+    """One trip a human reset and one standing now, for each cluster that takes part."""
+    store = _fleet_breaker_over(shared, "alpha", "bravo")
+    auth = _auth(FLEET_OPERATOR)
+    store.trip(reason="a storm", by_cluster="alpha")
+    reset = shared.client.post(
+        "/api/v1/fleet/breaker/reset", headers=auth, json={"reason": "a bad driver, rolled back"}
+    )
+    assert reset.status_code == 200, reset.text
+    again = shared.client.post(
+        "/api/v1/fleet/breaker/reset", headers=auth, json={"reason": "not tripped: no trip"}
+    )
+    assert again.status_code == 200, again.text
+    shared.clock.advance(60)
+    store.trip(reason="another storm", by_cluster="bravo")
+    rows = shared.client.get("/api/v1/fleet/figures?days=7", headers=auth).json()["rows"]
+    trips = {r["cluster"]: (r["breaker_trips"], r["fleet_breaker_trips"]) for r in rows}
+    assert trips == {"alpha": (0, 2), "bravo": (1, 2)}
+    csv_text = shared.client.get("/api/v1/fleet/figures.csv?days=7", headers=auth).text
+    assert csv_text.splitlines()[0].endswith(",breaker_trips,fleet_breaker_trips")
