@@ -465,7 +465,11 @@ def replay(
         candidates: list[Decision | RemediationRecord] = [*decisions, *queued.values()]
         admission = admit(
             candidates,
-            cluster_state(inventory, [*fencing, *queued.values()]),
+            cluster_state(
+                inventory,
+                [*fencing, *queued.values()],
+                {p.name: p.scope for p in policies.policies},
+            ),
             policies.settings,
             breaker,
             now,

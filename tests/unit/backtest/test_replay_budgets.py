@@ -142,3 +142,45 @@ def test_the_text_names_the_cluster_and_readings_and_a_removal_is_before(
     assert len(body["removed"]) == 3
     for item in body["removed"]:
         assert "after" not in item and item["before"]["policy"] == "off-bus"
+
+
+RACK_POLICIES = """
+policies:
+  - name: rack-off-bus
+    description: XID 79 on a tray of an NVL72 rack
+    why: the rack's NVLink domain is one unit
+    match: {kind: xid, codes: [79]}
+    scope: domain
+    actions: [{action: cordon}, {action: replace}]
+"""
+
+
+def test_a_rack_wide_remediation_takes_its_rack_out_as_in_the_controller(tmp_path: Path) -> None:
+    """With `max_domains_out: 1`, a rack-wide replacement of rack 0 (0 to 10) holds rack 1's
+    fault at minute 1 until 10, as the controller's intake does (it passes the policies' scopes
+    to `cluster_state`). Without the scopes the replay took it for a tray remediation: one
+    tray is under the rack's own budget, so rack 0 was not out and rack 1 went in at once."""
+    directory = tmp_path / "racks"
+    directory.mkdir()
+    (directory / "p.yaml").write_text(RACK_POLICIES)
+    (directory / "settings.yaml").write_text(
+        "max_concurrent: 10\nmax_domains_out: 1\n"
+        "max_unhealthy: {per_pool: {percent: 100}, cluster: {percent: 100}}\n"
+        "storm_breaker: {enabled: false}\n"
+    )
+    trays = {f"r{rack}-t{tray}": f"rack{rack}.1" for rack in (0, 1) for tray in range(4)}
+    nodes = [
+        NodeChange(at(-1), name, True, "p", {"nvidia.com/gpu.clique": clique}, True, False)
+        for name, clique in trays.items()
+    ]
+    history = [
+        RealRemediation(
+            node, "rack-off-bus", "p", at(start), at(start + 10), "succeeded", LADDER, False
+        )
+        for node, start in (("r0-t0", 0), ("r1-t0", 1))
+    ]
+    recording = record([fault("r0-t0", 0), fault("r1-t0", 1)], nodes, history)
+    result = replay(recording, [(T0, load_policy_dir(directory))])
+    assert holds(result) == [("r1-t0", at(1))]
+    r1 = next(o for o in result.opened if o.node == "r1-t0")
+    assert r1.admitted_at == at(10)
