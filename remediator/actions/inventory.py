@@ -104,8 +104,17 @@ class Inventory:
         return tuple(p for p in self.infiniband if p.state == "Active" and p.rate != want)
 
     def identity(self) -> list[dict[str, Any]]:
+        """Each GPU as the hardware ledger records it (ledger/inventory.py)."""
         return [
-            {"index": g.index, "uuid": g.uuid, "serial": g.serial, "pci_bus_id": g.pci_bus_id}
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "serial": g.serial,
+                "pci_bus_id": g.pci_bus_id,
+                "model": g.name,
+                "vbios": g.vbios,
+                "driver": g.driver,
+            }
             for g in self.gpus
         ]
 

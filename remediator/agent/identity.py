@@ -1,8 +1,9 @@
 """The hardware the agent runs on, for the controller's ledger (issue #28): the machine's DMI
 serial (/sys/class/dmi/id/product_serial, root-readable on most boards) and each GPU's board
-serial and VBIOS from `nvidia-smi --query-gpu=serial,uuid,pci.bus_id,vbios_version
---format=csv` when nvidia-smi is present. Read once: none of it changes while the node is up.
-It travels as labels on the agent's XID signals (`dmi_serial`, `gpu_serial`, `vbios`) and in the
+serial, VBIOS and driver from `nvidia-smi --query-gpu=serial,uuid,pci.bus_id,vbios_version,
+driver_version --format=csv` when nvidia-smi is present. Read once: none of it changes while the
+node is up (a driver upgrade restarts the agent with the node). It travels as labels on the
+agent's XID signals (`dmi_serial`, `gpu_serial`, `vbios`, `driver`) and in the
 heartbeat: whole on the first one and whenever the controller's answer asks (`send_hardware`),
 else as a 16-hex digest (docs/agent.md), so the controller knows a machine before its first
 fault (a quarantined host reinstalled under a new node name is fenced on arrival) at the cost
@@ -57,6 +58,8 @@ class HostIdentity:
             found["gpu_serial"] = gpu.serial
         if gpu is not None and gpu.vbios:
             found["vbios"] = gpu.vbios
+        if gpu is not None and gpu.driver:
+            found["driver"] = gpu.driver
         return found
 
 
@@ -86,7 +89,7 @@ def read_identity(
 def host_hardware(identity: HostIdentity, driver: Mapping[str, GpuInfo]) -> HostHardware:
     """What the heartbeat says of the host: the DMI serial and every GPU with a UUID, the
     driver's (UUID, PCI address, minor number, model) joined by PCI address with nvidia-smi's
-    (board serial, VBIOS); a GPU only nvidia-smi lists is kept too."""
+    (board serial, VBIOS, driver version); a GPU only nvidia-smi lists is kept too."""
     gpus: list[GpuIdentity] = []
     for key, info in sorted(driver.items()):
         smi = identity.gpus.get(key)
@@ -101,6 +104,7 @@ def host_hardware(identity: HostIdentity, driver: Mapping[str, GpuInfo]) -> Host
                 serial=_fit(smi.serial if smi is not None else None, 64),
                 model=_fit(info.model, 128),
                 vbios=_fit(smi.vbios if smi is not None else None, 64),
+                driver=_fit(smi.driver if smi is not None else None, 64),
             )
         )
     gpus.extend(

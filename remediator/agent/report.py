@@ -15,6 +15,8 @@ from remediator.signals.xid import KernelXid
 SOURCE = "agent"
 MAX_GPU_INDEX = 1023
 MAX_LABEL = 200
+# The kernel's line as read: a printk record holds at most 1,024 bytes (LOG_LINE_MAX).
+MAX_LINE = 1024
 
 
 def _gpu_fields(gpu: GpuInfo | None, uuid: str | None) -> dict[str, Any]:
@@ -35,8 +37,11 @@ def xid_signal(
     observed_at: datetime,
     hardware: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`hardware`: the machine's and GPU's serials and VBIOS (agent/identity.py), as labels."""
+    """`hardware`: the machine's and GPU's serials, VBIOS and driver (agent/identity.py), as
+    labels; `line`: the kernel's line whole, for the RMA evidence (rma/bundle.py)."""
     labels = {"pci": xid.pci, "message": xid.message[:MAX_LABEL]}
+    if xid.line:
+        labels["line"] = xid.line[:MAX_LINE]
     labels.update({k: v[:MAX_LABEL] for k, v in (hardware or {}).items()})
     if xid.pid is not None:
         labels["pid"] = str(xid.pid)

@@ -69,12 +69,13 @@ def _known(value: str | None) -> str | None:
     return value
 
 
-SMI_QUERY = "serial,uuid,pci.bus_id,vbios_version"
+SMI_QUERY = "serial,uuid,pci.bus_id,vbios_version,driver_version"
 
 
 def parse_smi_csv(text: str) -> list[GpuIdentity]:
-    """`nvidia-smi --query-gpu=serial,uuid,pci.bus_id,vbios_version --format=csv`: a header
-    line, then one line per GPU, fields separated by `, `. Rows without a UUID are skipped."""
+    """`nvidia-smi --query-gpu=serial,uuid,pci.bus_id,vbios_version,driver_version
+    --format=csv`: a header line, then one line per GPU, fields separated by `, `; columns found
+    by the header's names, so an older query's CSV reads too. Rows without a UUID are skipped."""
     rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
     if not rows:
         return []
@@ -93,6 +94,7 @@ def parse_smi_csv(text: str) -> list[GpuIdentity]:
                 pci_bus_id=pci(fields.get("pci.bus_id")),
                 serial=_known(fields.get("serial")),
                 vbios=_known(fields.get("vbios_version")),
+                driver=_known(fields.get("driver_version")),
             )
         )
     return found
@@ -194,4 +196,5 @@ def _gpu_fields(gpu: GpuIdentity) -> dict[str, Any]:
         "serial": gpu.serial,
         "model": gpu.model,
         "vbios": gpu.vbios,
+        "driver": gpu.driver,
     }

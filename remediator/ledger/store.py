@@ -192,12 +192,15 @@ class _NodePicture:
     Each PCI address and each index names at most one entry (a later entry takes it from an
     earlier one), as two dicts keyed by them did; an entry named by neither is dropped. Slot
     objects in two dicts per node were ~2 KB a node at 8 GPUs; these tuples are a few hundred
-    bytes beside the UUIDs, and the nodes of one hardware layout share `pcis` and `indexes`."""
+    bytes beside the UUIDs, and the nodes of one hardware layout share `pcis` and `indexes`.
+    `facts` is a fingerprint (`facts_of`) of what the ledger holds of the GPUs' serials, models,
+    VBIOS and drivers, so a report of the same facts is one comparison, not a read."""
 
-    __slots__ = ("indexes", "machine", "pcis", "since", "uuids")
+    __slots__ = ("facts", "indexes", "machine", "pcis", "since", "uuids")
 
     def __init__(self, machine: str | None = None) -> None:
         self.machine = machine
+        self.facts: int | None = None
         self.uuids: tuple[GpuKey, ...] = ()  # see `_key`
         self.pcis: tuple[str | None, ...] = ()
         self.indexes: tuple[int | None, ...] = ()
@@ -236,6 +239,7 @@ class _NodePicture:
 
     def clear(self) -> None:
         self.uuids, self.pcis, self.indexes, self.since = (), (), (), ()
+        self.facts = None
 
     def _keep(self, entries: list[tuple[GpuKey, str | None, int | None, datetime]]) -> None:
         # In one order whatever order the GPUs came in (agents send them by UUID): shared layouts.
@@ -248,6 +252,17 @@ class _NodePicture:
         self.indexes = _shared(tuple(e[2] for e in kept))
         times = tuple(e[3] for e in kept)
         self.since = times[0] if times and times.count(times[0]) == len(times) else times
+
+
+def facts_of(gpus: Iterable[GpuIdentity]) -> int:
+    """One int for the GPUs' facts (serial, model, VBIOS, driver), whatever their order: the
+    same for the same report, and for a report of what the ledger holds."""
+    return hash(tuple(sorted((g.uuid, *(getattr(g, f) or "" for f in _GPU_FIELDS)) for g in gpus)))
+
+
+def _fingerprint(picture: _NodePicture | None, gpus: list[GpuIdentity]) -> None:
+    if picture is not None:
+        picture.facts = facts_of(gpus)
 
 
 def _placement(row: LedgerPlacement) -> Placement:
@@ -383,12 +398,16 @@ class _Writes:
         )
         return was
 
+    def _row(self, session: Session, uuid: str) -> dict[str, Any] | None:
+        row = self.gpus.get(uuid)
+        if row is None and uuid in self._inserted:  # named twice in one transaction
+            found = session.execute(_gpu_rows([uuid])).one()
+            row = self.gpus[uuid] = dict(found._mapping)
+        return row
+
     def gpu(self, session: Session, gpu: GpuIdentity, at: datetime) -> bool:
         """Record the sighting in the GPU's row; True when the GPU had one."""
-        row = self.gpus.get(gpu.uuid)
-        if row is None and gpu.uuid in self._inserted:  # named twice in one transaction
-            found = session.execute(_gpu_rows([gpu.uuid])).one()
-            row = self.gpus[gpu.uuid] = dict(found._mapping)
+        row = self._row(session, gpu.uuid)
         if row is None:
             row = {"uuid": gpu.uuid, "first_seen_at": at, "last_seen_at": at}
             row |= {name: getattr(gpu, name) for name in _GPU_FIELDS}
@@ -398,6 +417,14 @@ class _Writes:
         now |= {name: getattr(gpu, name) or row[name] for name in _GPU_FIELDS}
         self._update(_GPUS, gpu.uuid, row, now)
         return True
+
+    def facts(self, session: Session, gpu: GpuIdentity) -> None:
+        """What the report says of a GPU that stays where it sat (a driver upgraded, nvidia-smi
+        read at last): each fact it names, written when it differs; one it lacks is kept."""
+        row = self._row(session, gpu.uuid)
+        if row is not None:
+            now = {name: getattr(gpu, name) or row[name] for name in _GPU_FIELDS}
+            self._update(_GPUS, gpu.uuid, row, now)
 
     def _update(self, table: Table, key: str, row: dict[str, Any], now: dict[str, Any]) -> None:
         if any(row[name] != value for name, value in now.items()):
@@ -464,19 +491,34 @@ class Ledger:
             )
             for name, machine in session.execute(machines.execution_options(yield_per=_LOAD_ROWS)):
                 self._nodes.setdefault(name, _NodePicture()).machine = machine
-            placed = select(
-                LedgerPlacement.node,
-                LedgerPlacement.gpu_uuid,
-                LedgerPlacement.pci_bus_id,
-                LedgerPlacement.gpu_index,
-                LedgerPlacement.from_at,
-            ).where(LedgerPlacement.cluster == self.cluster, LedgerPlacement.to_at.is_(None))
-            for name, uuid, address, index, since in session.execute(
+            placed = (
+                select(
+                    LedgerPlacement.node,
+                    LedgerPlacement.gpu_uuid,
+                    LedgerPlacement.pci_bus_id,
+                    LedgerPlacement.gpu_index,
+                    LedgerPlacement.from_at,
+                    *_GPU_COLUMNS,
+                )
+                .join(LedgerGpu, LedgerGpu.uuid == LedgerPlacement.gpu_uuid)
+                .where(LedgerPlacement.cluster == self.cluster, LedgerPlacement.to_at.is_(None))
+                .order_by(LedgerPlacement.node)
+            )
+            # The facts of one node at a time (rows come by node): its fingerprint when it ends.
+            reading: tuple[_NodePicture | None, list[GpuIdentity]] = (None, [])
+            for name, uuid, address, index, since, serial, model, vbios, driver in session.execute(
                 placed.execution_options(yield_per=_LOAD_ROWS)
             ):
                 key = _key(uuid)
-                self._nodes.setdefault(name, _NodePicture()).put(key, address, index, since)
+                picture = self._nodes.setdefault(name, _NodePicture())
+                picture.put(key, address, index, since)
                 self._where[key] = name
+                if reading[0] is not picture:
+                    _fingerprint(*reading)
+                    reading = (picture, [])
+                known = GpuIdentity(uuid, serial=serial, model=model, vbios=vbios, driver=driver)
+                reading[1].append(known)
+            _fingerprint(*reading)
             self._loaded = True
         return self._nodes.setdefault(node, _NodePicture())
 
@@ -595,6 +637,7 @@ class Ledger:
                 for node, (gpus, at) in wanted.items()
                 if node in moved
                 or (picture := self._nodes.get(node)) is None
+                or picture.facts != facts_of(gpus)
                 or not all(self._unchanged(picture, g) for g in gpus)
             }
             if not moved and not changed:
@@ -627,6 +670,9 @@ class Ledger:
                     for gpu in gpus:
                         if not self._unchanged(picture, gpu):
                             conflicts.extend(self._place(session, picture, node, gpu, at, writes))
+                        else:
+                            writes.facts(session, gpu)
+                    picture.facts = facts_of(gpus)
                 writes.write(session)
         return conflicts
 

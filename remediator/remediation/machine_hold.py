@@ -4,9 +4,10 @@ remediation): this holds the hardware, whatever node name it has next, until an 
 
 It watches committed transitions (the service's `on_transition`, so each is seen once, after it
 is on the timeline): a replacement takes a machine out (a strike), a validation verdict is
-linked to the machine and the GPUs it names (a failure is a strike), a diagnosis verdict to the
-GPUs it names. When the strikes reach `machine_hold.count` within `machine_hold.within` the
-machine is quarantined in the ledger and held where its provider keeps it:
+linked to the machine and the GPUs it names (a failure is a strike) and its inventory gives the
+GPUs' serials, VBIOS and driver (ledger/inventory.py), a diagnosis verdict to the GPUs it names.
+When the strikes reach `machine_hold.count` within `machine_hold.within` the machine is
+quarantined in the ledger and held where its provider keeps it:
 
 * Cluster API: the Machine and the Metal3 BareMetalHost marked (providers/clusterapi.py);
 * bare metal, the node-pool HTTP API: the node is left fenced: the uncordon and verify steps
@@ -41,6 +42,7 @@ from remediator.ledger.hold import (
     hold_due,
 )
 from remediator.ledger.identity import machine_id, rank
+from remediator.ledger.inventory import inventory_gpus
 from remediator.ledger.store import VALIDATE, Ledger
 from remediator.policy.schema import MachineHoldSettings
 from remediator.providers import clusterapi
@@ -221,6 +223,9 @@ class MachineHolds:
             node = str(detail.get("node") or record.new_node or record.node)
             passed = seen.action == "validate_done"
             machine = self._machine(node, now)
+            # Its nvidia-smi inventory: the GPUs' serials, VBIOS and driver (passed or not).
+            if gpus := inventory_gpus(detail):
+                self._ledger.observe_gpus(node, gpus, now)
             checks = [c for c in detail.get("checks") or () if isinstance(c, Mapping)]
             self._verdicts(record, node, machine, VALIDATE, passed, detail, _dcgm_failures(checks))
             if not passed and machine is not None:

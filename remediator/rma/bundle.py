@@ -1,7 +1,8 @@
 """The evidence bundle a vendor asks for with an RMA: the hardware's identity (serials and
-versions), where it sat when (placements), the XID lines, the DCGM diagnostics' JSON and the
-remediation timelines. Built once when the case opens and kept on it, so the evidence survives
-the node (a replaced machine's history is gone from the cluster); pure: values in, values out.
+versions), where it sat when (placements), the kernel's XID lines, the DCGM diagnostics that
+failed (rma/diagnostics.py) and the remediation timelines. Built once when the case opens and
+kept on it, so the evidence survives the node (a replaced machine's history is gone from the
+cluster); pure: values in, values out.
 
 The webhook gets it as JSON; the console hands it out as one tar.gz with a file per part."""
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from remediator.rma.diagnostics import failing_runs
 from remediator.signals.model import Signal
 from remediator.store.records import RemediationRecord
 
@@ -27,8 +29,6 @@ PARTS: dict[str, str] = {
     "diagnostics": "dcgm-diagnostics.json",
     "timelines": "timelines.json",
 }
-# Timeline actions whose detail holds DCGM's diagnostics output (actions/diagnose.py).
-DIAGNOSTIC_ACTIONS = frozenset({"diagnose_done", "diagnose_failed", "diagnose_held"})
 # Labels the exporters and the agent put on a signal that identify the GPU and its software.
 IDENTITY_LABELS = (
     "UUID",
@@ -39,7 +39,15 @@ IDENTITY_LABELS = (
     "driver_version",
     "DCGM_FI_DRIVER_VERSION",
     "Hostname",
+    "dmi_serial",
 )
+# The agent's names for the same (agent/report.py), reported under the names above.
+AGENT_LABELS = {
+    "gpu_serial": "serial",
+    "vbios": "vbios_version",
+    "driver": "driver_version",
+    "pci": "pci_bus_id",
+}
 
 
 @dataclass(frozen=True)
@@ -51,16 +59,18 @@ class Hardware:
 
 
 def xid_line(signal: Signal) -> str:
-    """The kernel's own line when the source kept it, else the fact in the kernel's shape."""
-    message = signal.labels.get("message") or signal.labels.get("line")
-    if message:
-        return f"{signal.observed_at.isoformat()} {signal.node} {message}"
+    """The kernel's own line when the source read one (the agent's `line`), as
+    `journalctl -k -o short-iso` prints it: `TIME NODE kernel: NVRM: Xid (PCI:…): 79, …`. A
+    signal without one (DCGM exporter's) is its facts, never dressed up as a kernel line."""
+    at = f"{signal.observed_at.isoformat()} {signal.node}"
+    line = signal.labels.get("line")
+    if line:
+        return f"{at} kernel: {line}"
     gpu = "" if signal.gpu is None else f" gpu={signal.gpu}"
     uuid = "" if signal.gpu_uuid is None else f" uuid={signal.gpu_uuid}"
-    return (
-        f"{signal.observed_at.isoformat()} {signal.node} {signal.kind.value} {signal.code}"
-        f"{gpu}{uuid} source={signal.source}"
-    )
+    message = signal.labels.get("message") or signal.labels.get("err_msg")
+    text = f": {message}" if message else ""
+    return f"{at} {signal.kind.value} {signal.code}{gpu}{uuid} source={signal.source}{text}"
 
 
 def _signal_identity(signals: Iterable[Signal], gpu_index: int | None) -> dict[str, str]:
@@ -70,10 +80,11 @@ def _signal_identity(signals: Iterable[Signal], gpu_index: int | None) -> dict[s
             continue
         if signal.gpu_uuid and "uuid" not in found:
             found["uuid"] = signal.gpu_uuid
-        for label in IDENTITY_LABELS:
+        named = [(label, label) for label in IDENTITY_LABELS] + list(AGENT_LABELS.items())
+        for label, name in named:
             value = signal.labels.get(label)
-            if value and label not in found:
-                found[label] = value
+            if value and name not in found:
+                found[name] = value
     return found
 
 
@@ -114,17 +125,7 @@ def build(
         (s for s in signals if s.kind.value == "xid" or s.kind.value == "sxid"),
         key=lambda s: s.observed_at,
     )
-    diagnostics = [
-        {
-            "remediation_id": r.id,
-            "at": e.at.isoformat(),
-            "action": e.action,
-            "result": dict(e.detail),
-        }
-        for r in remediations
-        for e in r.events
-        if e.action in DIAGNOSTIC_ACTIONS
-    ]
+    gpu_uuid = str(case.get("hardware_id")) if case.get("target") == "gpu" else None
     return {
         "format": "remediator-rma-bundle/1",
         "built_at": built_at.isoformat(),
@@ -135,7 +136,7 @@ def build(
         },
         "placements": [dict(p) for p in hardware.placements],
         "xid": [xid_line(s) for s in xids],
-        "diagnostics": diagnostics,
+        "diagnostics": failing_runs(remediations, gpu_uuid, gpu_index),
         "timelines": [_timeline(r) for r in remediations],
     }
 

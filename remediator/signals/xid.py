@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -695,7 +695,9 @@ def lookup(code: int) -> XidInfo | None:
 
 @dataclass(frozen=True, slots=True)
 class KernelXid:
-    """One XID reported in the kernel log; `pci` is `DDDD:BB:DD` as the driver prints it."""
+    """One XID reported in the kernel log; `pci` is `DDDD:BB:DD` as the driver prints it.
+    `line` is the whole line it was read from: the evidence a vendor asks for (an RMA's
+    xid.log), kept out of comparisons (the same XID whatever surrounded it)."""
 
     pci: str
     code: int
@@ -704,6 +706,7 @@ class KernelXid:
     process: str | None = None
     gpu_instance: int | None = None
     compute_instance: int | None = None
+    line: str = field(default="", compare=False)
 
 
 # NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u][ GPU-CI:%02u]): %d, [pid=%s, name=%s, ]%s
@@ -751,11 +754,15 @@ def parse_kernel_line(line: str) -> KernelXid | None:
             process=_process(match["name"]),
             gpu_instance=int(gi) if gi is not None else None,
             compute_instance=int(ci) if ci is not None else None,
+            line=line.strip(),
         )
     match = _FALLEN_OFF.search(line)
     if match:
         return KernelXid(
-            pci=match["pci"].lower(), code=FALLEN_OFF_THE_BUS, message=match["message"]
+            pci=match["pci"].lower(),
+            code=FALLEN_OFF_THE_BUS,
+            message=match["message"],
+            line=line.strip(),
         )
     return None
 

@@ -61,7 +61,7 @@ TEXT = r"^[^\x00-\x1f\x7f]+$"
 
 class GpuIn(BaseModel):
     """One GPU as the agent read it: the driver's UUID, PCI address and minor number, model;
-    nvidia-smi's board serial and VBIOS when it ran."""
+    nvidia-smi's board serial, VBIOS and driver version when it ran."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -73,6 +73,7 @@ class GpuIn(BaseModel):
     serial: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
     model: str | None = Field(default=None, min_length=1, max_length=128, pattern=TEXT)
     vbios: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
+    driver: str | None = Field(default=None, min_length=1, max_length=64, pattern=TEXT)
 
     def identity(self) -> GpuIdentity:
         return GpuIdentity(
@@ -82,6 +83,7 @@ class GpuIn(BaseModel):
             serial=self.serial,
             model=self.model,
             vbios=self.vbios,
+            driver=self.driver,
         )
 
 

@@ -12,12 +12,17 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from remediator.agent import report
+from remediator.agent.gpus import GpuInfo
+from remediator.agent.identity import HostIdentity
 from remediator.clock import FakeClock, utcnow
 from remediator.kube.client import KubeClient
+from remediator.ledger.identity import GpuIdentity
 from remediator.model.states import State
 from remediator.providers.http import HttpNodePoolProvider
 from remediator.remediation.service import RemediationService
@@ -25,7 +30,10 @@ from remediator.rma.book import RmaBook
 from remediator.rma.bundle import PARTS
 from remediator.rma.webhook import RmaWebhook
 from remediator.settings import RmaSettings
-from remediator.signals.model import Signal, SignalKind
+from remediator.signals.model import Signal
+from remediator.signals.xid import parse_kernel_line
+from remediator.sim.node.hardware import pci_bus_id
+from remediator.sim.node.kernel_log import xid_line
 from remediator.store import db
 from remediator.store.records import NewRemediation
 from remediator.store.repository import Repository
@@ -35,8 +43,12 @@ from tests.integration.rma_support import TicketSystem
 
 NODE = "a100-infer-0000"
 UUID = "GPU-3f2a9c1e-7b4d-4e8a-9c0f-1a2b3c4d5e6f"
-XID_LINE = "NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus."
+# The line the simulated kernel logs for an XID 79 of GPU 2 (sim/node/kernel_log.py).
+XID_LINE = xid_line(pci_bus_id(2), 79, "GPU has fallen off the bus.", None, "")
+SERIAL, VBIOS, DRIVER = "1652823054567", "92.00.45.00.06", "550.127.08"
 DCGM = {"version": "3.3.5", "DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware"}]}}
+FAILED_TESTS = [{"test": "GPU Memory", "gpu": "2", "status": "Fail"}]
+PASSED_TESTS = [{"test": "GPU Memory", "gpu": "2", "status": "Pass"}]
 
 
 @pytest.fixture
@@ -79,20 +91,20 @@ def store(
 
 
 def xid(repository: Repository) -> Signal:
-    return Signal(
-        node=NODE,
-        kind=SignalKind.XID,
-        source="agent",
-        observed_at=repository.now(),
-        gpu=2,
-        gpu_uuid=UUID,
-        code=79,
-        labels={"message": XID_LINE, "serial": "1652823054567", "vbios_version": "96.00.89.00.01"},
+    """The XID as the node's agent sends it: the kernel's line read, its GPU from the driver, the
+    board serial, VBIOS and driver from nvidia-smi."""
+    kernel = parse_kernel_line(XID_LINE)
+    assert kernel is not None
+    gpu = GpuInfo(kernel.pci, 2, UUID, "NVIDIA A100-SXM4-80GB")
+    identity = HostIdentity(
+        gpus={kernel.pci: GpuIdentity(UUID, kernel.pci, 2, SERIAL, vbios=VBIOS, driver=DRIVER)}
     )
+    sent = report.xid_signal(NODE, kernel, gpu, UUID, repository.now(), identity.labels(kernel.pci))
+    return Signal.model_validate(sent)
 
 
-def earlier_diagnosis(repository: Repository) -> int:
-    """The same GPU's earlier remediation on this node, whose DCGM diagnostics failed."""
+def diagnosis(repository: Repository, result: str, detail: dict[str, Any]) -> int:
+    """The same GPU's earlier remediation on this node, ending with DCGM's diagnostics."""
     record = repository.create(
         NewRemediation(
             node=NODE,
@@ -103,14 +115,18 @@ def earlier_diagnosis(repository: Repository) -> int:
         ),
         actor="controller-0",
     )
-    walk = (
+    walk = [
         (State.DETECTED, State.QUARANTINED, "started", {}),
         (State.QUARANTINED, State.DRAINING, "quarantine_done", {}),
         (State.DRAINING, State.DIAGNOSING, "drain_done", {}),
-        (State.DIAGNOSING, State.FAILED, "diagnose_failed", {"reason": "level 2", "dcgm": DCGM}),
-    )
-    for before, after, action, detail in walk:
-        repository.transition(record.id, before, after, action=action, actor="c", detail=detail)
+    ]
+    if result == "failed":
+        walk.append((State.DIAGNOSING, State.FAILED, "diagnose_failed", detail))
+    else:
+        walk.append((State.DIAGNOSING, State.UNCORDONING, "diagnose_done", detail))
+        walk.append((State.UNCORDONING, State.SUCCEEDED, "uncordon_done", {}))
+    for before, after, action, facts in walk:
+        repository.transition(record.id, before, after, action=action, actor="c", detail=facts)
     return record.id
 
 
@@ -123,7 +139,12 @@ def test_the_rma_step_opens_a_case_the_api_moves_and_the_console_shows(
     sim = sim_factory(nodes=2, provision_delay=0.3)
     kube = kube_for(sim)
     repository, clock, url = store(kube)
-    earlier = earlier_diagnosis(repository)
+    # The GPU's first fault passed DCGM and went back; its second failed: the evidence.
+    passed = diagnosis(repository, "done", {"result": "passed", "tests": PASSED_TESTS})
+    clock.advance(60)
+    earlier = diagnosis(
+        repository, "failed", {"reason": "level 2", "dcgm": DCGM, "tests": FAILED_TESTS}
+    )
     settings = RmaSettings(webhook_url=tickets.url, retry_base_seconds=1, retry_max_seconds=2)
     webhook = RmaWebhook(settings)
     service = RemediationService(
@@ -164,7 +185,7 @@ def test_the_rma_step_opens_a_case_the_api_moves_and_the_console_shows(
     assert tickets.got.wait(60)
     (posted,) = tickets.bodies
     assert posted["event"] == "rma.opened" and posted["case"]["hardware_id"] == UUID
-    assert posted["bundle"]["xid"] and XID_LINE in posted["bundle"]["xid"][0]
+    assert posted["bundle"]["xid"] and posted["bundle"]["xid"][0].endswith(f" {XID_LINE}")
     assert book.get(case_id).webhook_state == "delivered"
 
     # A second remediation of the same GPU finds its case open: no second case.
@@ -190,15 +211,21 @@ def test_the_rma_step_opens_a_case_the_api_moves_and_the_console_shows(
             case = json.loads(part("case.json"))
             assert (case["id"], case["hardware_id"], case["node"]) == (case_id, UUID, NODE)
             hardware = json.loads(part("hardware.json"))
-            assert hardware["reported_by_signals"]["uuid"] == UUID
-            assert hardware["reported_by_signals"]["serial"] == "1652823054567"
-            assert hardware["reported_by_signals"]["vbios_version"] == "96.00.89.00.01"
-            assert XID_LINE in part("xid.log")
-            (diagnosis,) = json.loads(part("dcgm-diagnostics.json"))
-            assert diagnosis["remediation_id"] == earlier
-            assert diagnosis["result"]["dcgm"] == DCGM
+            reported = hardware["reported_by_signals"]
+            assert (reported["uuid"], reported["serial"]) == (UUID, SERIAL)
+            assert (reported["vbios_version"], reported["driver_version"]) == (VBIOS, DRIVER)
+            assert reported["pci_bus_id"] == "0000:3a:00"
+            # The kernel's own lines, each whole, as `journalctl -k -o short-iso` prints them.
+            lines = part("xid.log").splitlines()
+            assert len(lines) == 3
+            assert all(line.endswith(f" {NODE} kernel: {XID_LINE}") for line in lines)
+            # The failing run is the evidence; the passing one is on its timeline only.
+            (failing,) = json.loads(part("dcgm-diagnostics.json"))
+            assert (failing["remediation_id"], failing["action"]) == (earlier, "diagnose_failed")
+            assert failing["result"]["dcgm"] == DCGM
+            assert failing["failed_tests"] == [{"test": "GPU Memory", "gpu": "2", "status": "Fail"}]
             timelines = json.loads(part("timelines.json"))
-            assert {t["remediation_id"] for t in timelines} == {record.id, earlier}
+            assert {t["remediation_id"] for t in timelines} == {record.id, earlier, passed}
             assert isinstance(json.loads(part("placements.json")), list)
 
         for status in ("acknowledged", "shipped"):

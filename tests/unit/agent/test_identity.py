@@ -11,11 +11,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from remediator.agent import report
-from remediator.agent.identity import SMI_COMMAND, read_identity
+from remediator.agent.follow import Entry
+from remediator.agent.gpus import GpuInfo
+from remediator.agent.identity import SMI_COMMAND, host_hardware, read_identity
+from remediator.agent.runner import Agent, AgentConfig
+from remediator.ledger.identity import pci
 from remediator.ledger.store import Ledger
 from remediator.signals.model import Signal
 from remediator.signals.xid import parse_kernel_line
+from remediator.sim.node import driver
+from remediator.sim.node import smi as sim_nvidia_smi
+from remediator.sim.node.hardware import DEFAULT_MODEL, build_profile
 from remediator.store import db
+from remediator.web.agents import HeartbeatIn
 
 UUID = "GPU-6b3a0c1e-1f0e-4a7c-9d2b-3c5e7f9a1b2c"
 SMI = (
@@ -75,3 +83,58 @@ def test_the_ledger_learns_the_machine_and_the_gpus_serials(
     assert (life.gpu.serial, life.gpu.vbios) == ("1654922004133", "96.00.74.00.01")
     assert life.placements[-1].machine_id == "dmi:SN-4821"
     engine.dispose()
+
+
+def test_nvidia_smis_driver_travels_with_the_board_serial_and_vbios(tmp_path: Path) -> None:
+    """The simulator's nvidia-smi answers the agent's own query: the driver version is read
+    with the board serial and VBIOS, sent in the heartbeat the push API takes, and labelled on
+    the XID."""
+    profile = build_profile("gpu-a1", "uid-1", 0, DEFAULT_MODEL, 2)
+
+    def sim_smi(command: Sequence[str]) -> str:
+        answer = sim_nvidia_smi.query(command, profile, [0, 1])
+        assert answer.exit_code == 0, answer.output
+        return answer.output
+
+    identity = read_identity(tmp_path / "absent", SMI_COMMAND, sim_smi)
+    gpu = profile.gpu(1)
+    key = pci(gpu.pci_bus_id)
+    assert key is not None
+    host = host_hardware(identity, {key: GpuInfo(key, 1, gpu.uuid, profile.model)})
+    sent = next(g for g in host.wire()["gpus"] if g["uuid"] == gpu.uuid)
+    assert (sent["serial"], sent["vbios"], sent["driver"]) == (
+        gpu.serial,
+        profile.vbios_version,
+        profile.driver_version,
+    )
+    body = report.heartbeat("gpu-a1", "a", "1", T0, {}, host, whole=True)
+    taken = HeartbeatIn.model_validate(body).hardware
+    assert taken is not None
+    assert {g.uuid: g.driver for g in taken.host().gpus}[gpu.uuid] == profile.driver_version
+    assert identity.labels(key)["driver"] == profile.driver_version
+
+
+def test_the_xid_signal_carries_the_kernel_line_the_agent_read(tmp_path: Path) -> None:
+    """The whole line as the kernel logged it (what an RMA's xid.log shows), not only the
+    text after the code."""
+    root = tmp_path / "host"
+    driver.attach(root, DEFAULT_MODEL, UUID, "00000000:2A:00.0", 3)
+    agent = Agent(
+        AgentConfig(
+            node="gpu-a1",
+            controller_url="http://127.0.0.1:9",
+            state_dir=tmp_path / "state",
+            driver_dir=root / driver.GPUS_DIR,
+            dmi_serial_file=tmp_path / "absent",
+            smi_command=None,
+            boot_id_file=tmp_path / "no-boot-id",
+        )
+    )
+    try:
+        (sent,) = agent.handle([Entry("1", LINE, T0.timestamp())])
+    finally:
+        agent.client.close()
+        agent.queue.close()
+    assert sent["labels"]["line"] == LINE
+    assert sent["labels"]["message"] == "GPU has fallen off the bus."
+    assert Signal.model_validate(sent).labels["line"] == LINE

@@ -75,9 +75,8 @@ def test_missing_gpus() -> None:
 
 
 def test_reports_are_signals_the_controller_accepts() -> None:
-    xid = parse_kernel_line(
-        "NVRM: Xid (PCI:0000:18:00 GPU-I:01 GPU-CI:02): 94, pid=4242, name=python, Contained"
-    )
+    line = "NVRM: Xid (PCI:0000:18:00 GPU-I:01 GPU-CI:02): 94, pid=4242, name=python, Contained"
+    xid = parse_kernel_line(line)
     assert xid is not None
     body = xid_signal("node-a", xid, GpuInfo("0000:18:00", 0, "GPU-1234"), None, NOW)
     signal = Signal.model_validate(body)
@@ -94,6 +93,7 @@ def test_reports_are_signals_the_controller_accepts() -> None:
         "process": "python",
         "gpu_instance": "1",
         "compute_instance": "2",
+        "line": line,
     }
     unmapped = Signal.model_validate(xid_signal("node-a", xid, None, "GPU-from-log", NOW))
     assert unmapped.gpu is None and unmapped.gpu_uuid == "GPU-from-log"
