@@ -34,7 +34,14 @@ NAMESPACES = (
     "training",
     "inference",
     "eval",
+    "remediator",
 )
+# The node agent's DaemonSet as deploy/ names and labels it: the controller watches its pods.
+AGENT_LABELS = {
+    "app.kubernetes.io/name": "remediator",
+    "app.kubernetes.io/instance": "remediator",
+    "app.kubernetes.io/component": "agent",
+}
 INFERENCE_TAINT = {"key": "simcloud.io/dedicated", "value": "inference", "effect": "NoSchedule"}
 POOL_TAINTS: dict[str, list[Obj]] = {INFER_POOL: [INFERENCE_TAINT]}
 GANG_SIZES = (16, 8, 32, 4, 8, 16, 2, 4)
@@ -93,6 +100,18 @@ def daemonset(name: str, namespace: str, image: str, port: int | None) -> Obj:
             },
         },
     }
+
+
+def agent_daemonset() -> Obj:
+    """The node agent on every GPU node (deploy/base/agent-daemonset.yaml): its pods are what
+    the controller judges an agent's liveness by (model/agent_liveness.py)."""
+    ds = daemonset("remediator-agent", "remediator", "remediator:0.1.0", None)
+    ds["metadata"]["labels"] = dict(AGENT_LABELS)
+    ds["spec"]["selector"] = {"matchLabels": dict(AGENT_LABELS)}
+    template = ds["spec"]["template"]
+    template["metadata"]["labels"] = dict(AGENT_LABELS)
+    template["spec"]["containers"][0]["name"] = "agent"
+    return ds
 
 
 def _training(index: int, size: int, nodes: list[str], gpus: int) -> Workload:
@@ -313,6 +332,7 @@ def plan(nodes: int, gpus_per_node: int = 8) -> FleetPlan:
             "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.19",
             20257,
         ),
+        agent_daemonset(),
     ]
     return FleetPlan(
         nodes=[(n, TRAIN_POOL) for n in train] + [(n, INFER_POOL) for n in infer],

@@ -2,8 +2,10 @@
 
 `POST /v1/faults` breaks a node the way hardware breaks: an XID on a GPU, a GPU overheating, an
 NVLink error burst, an InfiniBand link down or symbol errors, a node condition, a GPU gone from
-the node; `clear` repairs it. The telemetry shows it at the next scrape, and the Node object
-changes where a real cluster's would (conditions; allocatable GPUs when one is lost).
+the node, a pod's containers crash-looping or failing readiness (`container`, as the kubelet
+reports them: the node agent's pod, say); `clear` repairs it. The telemetry shows it at the next
+scrape, and the Node object changes where a real cluster's would (conditions; allocatable GPUs
+when one is lost).
 A degraded NVLink fabric (`nvlink_slow`, a bandwidth fraction) and a driver or VBIOS that differs
 from the pool's (`versions`) change the machine's hardware profile (sim/node/hardware.py), which
 the host programs report (a driver change also relabels the Node, as GPU feature discovery
@@ -145,6 +147,17 @@ class RowRemapPendingFault(_Fault):
     gpu: int = Field(ge=0)
 
 
+class ContainerFault(_Fault):
+    """The containers of the node's pods that `selector` picks misbehave, reported as the
+    kubelet reports it: `crash` exits with an error after each start and is restarted with the
+    kubelet's back-off (restartCount, CrashLoopBackOff); `unready` runs but fails readiness;
+    `none` ends it. `clear` of the node ends it too."""
+
+    type: Literal["container"]
+    selector: str = Field(min_length=1, max_length=1024)
+    behaviour: Literal["crash", "unready", "none"]
+
+
 class ClearFault(_Fault):
     """Without `gpu`, the whole node: GPUs, links and injected conditions."""
 
@@ -163,6 +176,7 @@ Fault = Annotated[
     | NvlinkSlowFault
     | VersionsFault
     | RowRemapPendingFault
+    | ContainerFault
     | ClearFault,
     Field(discriminator="type"),
 ]
@@ -279,6 +293,10 @@ class FaultCluster(Protocol):
     def set_node_condition(
         self, node: str, type: str, status: str, reason: str = "", message: str = ""
     ) -> None: ...
+
+    def set_container_fault(self, node: str, selector: str, behaviour: str | None) -> int: ...
+
+    def clear_container_faults(self, node: str) -> None: ...
 
 
 class Arrivals(Protocol):
@@ -410,6 +428,15 @@ class FaultInjector:
         if isinstance(fault, RowRemapPendingFault):
             tel.row_remap_pending(node, fault.gpu)
             return f"row remap pending a GPU reset on node {node} GPU {fault.gpu}"
+        if isinstance(fault, ContainerFault):
+            behaviour = None if fault.behaviour == "none" else fault.behaviour
+            try:
+                pods = self._cluster.set_container_fault(node, fault.selector, behaviour)
+            except ApiError as exc:
+                raise BadFault(400, "invalid_fault", exc.message) from exc
+            return (
+                f"containers of {pods} pod(s) on node {node} ({fault.selector}): {fault.behaviour}"
+            )
         tel.clear(node, fault.gpu)
         if fault.gpu is None:
             tel.hardware.repair(node)
@@ -418,6 +445,7 @@ class FaultInjector:
         allocatable = self._sync_allocatable(node)
         if fault.gpu is not None:
             return f"cleared node {node} GPU {fault.gpu}; allocatable {GPU_RESOURCE} {allocatable}"
+        self._cluster.clear_container_faults(node)
         with self._lock:
             injected = self._conditions.pop(node, {})
         for condition in sorted(injected):

@@ -344,10 +344,66 @@ def running(pod: Obj, ip: str, now: datetime) -> None:
 
 
 def ready_again(pod: Obj, now: datetime) -> None:
-    """The kubelet reports its running containers ready again (after its node came back)."""
+    """The kubelet reports its running containers ready again (after its node came back, or a
+    readiness probe passing again)."""
+    status = pod.setdefault("status", {})
+    _set_conditions(status, now, Ready=("True", ""), ContainersReady=("True", ""))
+    for container in status.get("containerStatuses") or []:
+        if "running" in container.get("state", {}):
+            container["ready"] = True
+
+
+def unready(pod: Obj, now: datetime) -> None:
+    """Its containers run but fail their readiness probe."""
+    status = pod.setdefault("status", {})
     _set_conditions(
-        pod.setdefault("status", {}), now, Ready=("True", ""), ContainersReady=("True", "")
+        status,
+        now,
+        Ready=("False", "ContainersNotReady"),
+        ContainersReady=("False", "ContainersNotReady"),
     )
+    for container in status.get("containerStatuses") or []:
+        container["ready"] = False
+
+
+def crashed(pod: Obj, now: datetime, backoff: float) -> None:
+    """Its containers exited with an error (restartPolicy Always): shown terminated until the
+    kubelet restarts them, or waiting in CrashLoopBackOff while it backs off, the exit kept as
+    `lastState`, as the kubelet reports both."""
+    status = pod.setdefault("status", {})
+    unready(pod, now)
+    for container in status.get("containerStatuses") or []:
+        started = container.get("state", {}).get("running", {}).get("startedAt", rfc3339(now))
+        exit_ = {
+            "exitCode": 1,
+            "reason": "Error",
+            "startedAt": started,
+            "finishedAt": rfc3339(now),
+            "containerID": container.get("containerID", ""),
+        }
+        container["lastState"] = {"terminated": exit_}
+        container["started"] = False
+        if backoff > 0:
+            container["state"] = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {backoff:g}s restarting failed container="
+                    f"{container['name']} pod={pod['metadata']['name']}_"
+                    f"{pod['metadata'].get('namespace', '')}({pod['metadata'].get('uid', '')})",
+                }
+            }
+        else:
+            container["state"] = {"terminated": dict(exit_)}
+
+
+def restarted(pod: Obj, now: datetime) -> None:
+    """The kubelet started the crashed containers again: one more restart each."""
+    status = pod.setdefault("status", {})
+    for container in status.get("containerStatuses") or []:
+        container["restartCount"] = int(container.get("restartCount", 0)) + 1
+        container["state"] = {"running": {"startedAt": rfc3339(now)}}
+        container["started"] = True
+    ready_again(pod, now)
 
 
 def node_lost(pod: Obj, now: datetime) -> None:

@@ -45,6 +45,7 @@ from remediator.sim.kube.api.kobj import (
     rfc3339,
     selector_matches,
 )
+from remediator.sim.kube.api.selectors import parse_label_selector
 from remediator.sim.kube.api.store import Conflict, NotFound, Obj, ObjectStore, WatchEvent
 from remediator.sim.kube.controllers import builders
 from remediator.sim.kube.controllers.context import (
@@ -254,6 +255,33 @@ class SimCluster:
                     del spec["taints"]
 
             self.store.mutate("nodes", "", node, change)
+
+    def set_container_fault(self, node: str, selector: str, behaviour: str | None) -> int:
+        """Make the containers of the node's pods `selector` picks crash on each start
+        ("crash") or fail readiness ("unready"); None ends it. The pods it picks now."""
+        picked = parse_label_selector(selector)
+        with self._lock:
+            faults = self._ctx.container_faults.setdefault(node, {})
+            if behaviour is None:
+                faults.pop(selector, None)
+            else:
+                faults[selector] = (picked, behaviour)
+            if not faults:
+                del self._ctx.container_faults[node]
+            pods = [
+                p
+                for p in self._ctx.index.pods_on_node(node)
+                if picked.matches(p["metadata"].get("labels"))
+            ]
+            for pod in pods:
+                self._ctx.queues.pods[key_of(pod)] = None
+            return len(pods)
+
+    def clear_container_faults(self, node: str) -> None:
+        with self._lock:
+            for pod in self._ctx.index.pods_on_node(node):
+                self._ctx.queues.pods[key_of(pod)] = None
+            self._ctx.container_faults.pop(node, None)
 
     def set_program_runner(self, runner: ProgramRunner) -> None:
         """What containers that run host programs (reset, diagnostics, reboot) do."""

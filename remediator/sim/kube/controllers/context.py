@@ -12,6 +12,7 @@ from datetime import datetime
 
 from remediator.clock import Clock
 from remediator.sim.kube.api.kobj import is_terminal, name_suffix
+from remediator.sim.kube.api.selectors import LabelSelector
 from remediator.sim.kube.api.store import AlreadyExists, Obj, ObjectStore
 from remediator.sim.kube.controllers import builders
 from remediator.sim.kube.controllers.index import ClusterIndex, Key
@@ -96,9 +97,19 @@ class SimContext:
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     programs: ProgramRunner | None = None
     logs: dict[Key, str] = field(default_factory=dict)  # output of containers that exited
+    # node → (pods picked by a label selector, what their containers do: crash or unready)
+    container_faults: dict[str, dict[str, tuple[LabelSelector, str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.addresses = PodAddresses(self.store)
+
+    def container_fault(self, pod: Obj) -> str | None:
+        """What an injected fault makes this pod's containers do, if any."""
+        faults = self.container_faults.get(pod.get("spec", {}).get("nodeName") or "")
+        if not faults:
+            return None
+        labels = pod["metadata"].get("labels")
+        return next((what for sel, what in faults.values() if sel.matches(labels)), None)
 
     def after(self, due: datetime, kind: str, arg: object) -> None:
         heapq.heappush(self._timers, (due, next(self._seq), kind, arg))

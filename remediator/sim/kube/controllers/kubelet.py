@@ -1,6 +1,8 @@
 """The simulated kubelets: admit bound pods (GPUs within the node's, for a pod bound by
 `nodeName` that no scheduler weighed) and start them, run graceful termination (SIGTERM, exit
-after the workload's own shutdown time, SIGKILL at the grace deadline), answer checkpoint requests.
+after the workload's own shutdown time, SIGKILL at the grace deadline), answer checkpoint requests,
+and play an injected container fault as the real one reports it (a crash loop with its back-off,
+restartCount and CrashLoopBackOff; a failing readiness probe).
 
 Level-triggered like the real one: `sync(pod)` looks at the pod as stored and at what this
 kubelet already did for it (its `Runtime`), and takes the next step that is due; timers only
@@ -37,6 +39,8 @@ from remediator.sim.kube.controllers.context import POD, ProgramRun, SimContext
 DEFAULT_STARTUP_SECONDS = 0.5
 DEFAULT_SHUTDOWN_SECONDS = 1.0
 SANDBOX_RETRY = timedelta(seconds=10)  # the kubelet retries a failed pod sandbox on its sync loop
+CRASH_RUN = timedelta(seconds=1)  # how long a crashing container runs before it exits
+BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # the kubelet's crash back-off, doubling (seconds)
 
 
 @dataclass
@@ -48,6 +52,9 @@ class Runtime:
     kill_at: datetime | None = None
     checkpoint: tuple[str, datetime] | None = None  # (request seen, when to answer)
     program: tuple[datetime, ProgramRun] | None = None  # a host program: when it exits
+    crash_at: datetime | None = None  # a crashing container's next exit
+    restart_at: datetime | None = None  # when the kubelet starts a crashed container again
+    crashes: int = 0
 
 
 class Kubelets:
@@ -76,6 +83,14 @@ class Kubelets:
         if pod.get("status", {}).get("phase") != "Running":
             if node_status == "True":
                 self._start(pod, node, rt, now)
+            return
+        fault = self._ctx.container_fault(pod)
+        if node_status == "True" and self._crash_loop(pod, rt, fault, now):
+            return
+        if fault == "unready" and node_status == "True":
+            if is_ready(pod):
+                ns, name = key_of(pod)
+                self._write(ns, name, pod, lambda p: builders.unready(p, now))
             return
         if not is_ready(pod) and node_status == "True":
             ns, name = key_of(pod)
@@ -160,6 +175,54 @@ class Kubelets:
         self.forget(pod["metadata"]["uid"])
         if run.then is not None:
             run.then()
+
+    # -- crash loops -------------------------------------------------------------------------
+
+    def _crash_loop(self, pod: Obj, rt: Runtime, fault: str | None, now: datetime) -> bool:
+        """Containers that exit with an error CRASH_RUN after each start, restarted with the
+        kubelet's back-off: at once the first time, then 10 s doubling to 5 min, waiting in
+        CrashLoopBackOff meanwhile. Once the fault is gone the next start stays up. True while
+        this pod is in the loop (nothing else to do for it)."""
+        if fault != "crash":
+            rt.crash_at = None
+        if rt.restart_at is None and rt.crash_at is None and fault != "crash":
+            return False
+        ns, name = key_of(pod)
+        host = pod["spec"]["nodeName"]
+        if rt.restart_at is not None:
+            if now >= rt.restart_at:
+                rt.restart_at = None
+                self._write(ns, name, pod, lambda p: builders.restarted(p, now))
+                names = builders.container_names(pod)
+                self._ctx.record(pod, "Started", f"Started container {names}", host=host)
+                if fault == "crash":
+                    rt.crash_at = now + CRASH_RUN
+                    self._ctx.after(rt.crash_at, POD, (ns, name))
+            return True
+        if rt.crash_at is None:
+            rt.crash_at = now + CRASH_RUN
+            self._ctx.after(rt.crash_at, POD, (ns, name))
+            return True
+        if now < rt.crash_at:
+            return True
+        rt.crash_at = None
+        rt.crashes += 1
+        backoff = (
+            0.0 if rt.crashes == 1 else min(BACKOFF_MAX, BACKOFF_START * 2 ** (rt.crashes - 2))
+        )
+        self._write(ns, name, pod, lambda p: builders.crashed(p, now, backoff))
+        if backoff:
+            self._ctx.record(
+                pod,
+                "BackOff",
+                f"Back-off restarting failed container {builders.container_names(pod)} in pod "
+                f"{name}_{ns}({pod['metadata'].get('uid', '')})",
+                type_="Warning",
+                host=host,
+            )
+        rt.restart_at = now + timedelta(seconds=backoff)
+        self._ctx.after(rt.restart_at, POD, (ns, name))
+        return True
 
     # -- checkpoints -------------------------------------------------------------------------
 
