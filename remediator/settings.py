@@ -222,6 +222,12 @@ class AgentIntakeSettings(BaseModel):
     # the replica ~1 ms of CPU at such rates (a new connection each, caches cold): 10 a second
     # is ~1 % of a core, and the idle controller's other work ~0.7 %.
     heartbeat_budget_per_second: float = Field(default=10.0, gt=0)
+    # The agents' DaemonSet pods (deploy/ labels them so): the kubelet's readiness and restarts
+    # tell a crash-looping agent at once and a dead one once its pod has not been Ready for
+    # `pod_not_ready_seconds`, at any fleet size (model/agent_liveness.py, docs/agent.md). ""
+    # leaves liveness to heartbeats alone.
+    pod_selector: str = "app.kubernetes.io/name=remediator,app.kubernetes.io/component=agent"
+    pod_not_ready_seconds: float = Field(default=30.0, gt=0, le=3600)
 
 
 class ArchiveSettings(BaseModel):

@@ -43,6 +43,7 @@ from remediator.errors import NotFoundError, RemediatorError
 from remediator.fences.derive import failed_machine, validated_nodes
 from remediator.fences.marks import FenceIdentity
 from remediator.fences.owner import FenceOwner
+from remediator.kube.agent_pods import AgentPods, liveness_judge
 from remediator.kube.client import KubeClient
 from remediator.kube.informer import NodeInformer
 from remediator.kube.leader import LeaderElector, default_identity
@@ -298,6 +299,13 @@ class Controller:
             flush_seconds=settings.agents.heartbeat_flush_seconds,
             budget_per_second=settings.agents.heartbeat_budget_per_second,
             also_flush=self.hardware.flush,
+        )
+        # The agents' DaemonSet pods, on every replica (each answers the API): liveness in
+        # seconds at any fleet size, where heartbeats at the budget's period take 50 minutes.
+        self.agent_pods = (
+            AgentPods(self.kube, settings.agents.pod_selector, self.clock)
+            if settings.agents.pod_selector
+            else None
         )
         self.admission = Admission(limits_from(settings))
         self.sources: list[Source] = (
@@ -865,7 +873,13 @@ class Controller:
         rows = [*self.repository.list_open(), *failed.rows]
         fencing = [r for r in (self.repository.get(row.id) for row in rows) if r is not None]
         now = self.clock.now()
-        self.metrics.agents(self.heartbeats.statuses(), now, self.heartbeats.silent_after)
+        judge = liveness_judge(
+            self.agent_pods,
+            now,
+            silent_after=self.heartbeats.silent_after,
+            not_ready_after=timedelta(seconds=self.settings.agents.pod_not_ready_seconds),
+        )
+        self.metrics.agents(self.heartbeats.statuses(), judge)
         self.metrics.refresh(fencing, self.repository.controller_status(), now)
         self.metrics.fleet_breaker_tripped.set(1 if self.fleet_breaker.status().tripped else 0)
 
@@ -909,6 +923,7 @@ class Controller:
             machine_hold=self.machine_holds.hold_on,
             fences=self.fences,
             fences_changed=lambda: wake(self._scheduler, "reconcile"),
+            agent_pods=self.agent_pods,
         )
 
     def start_web(self) -> str:
@@ -944,6 +959,8 @@ class Controller:
         self.claim_identity()
         self.policies.reload_if_changed()
         self.nodes.start()
+        if self.agent_pods is not None:
+            self.agent_pods.start()
         if serve_web:
             self.start_web()
         if self.elector is not None:
@@ -997,6 +1014,8 @@ class Controller:
         if self.rma_webhook is not None:
             self.rma_webhook.close()
         self.nodes.stop()
+        if self.agent_pods is not None:
+            self.agent_pods.stop()
         self.kube.close()
         self.engine.dispose()
 

@@ -4,11 +4,12 @@ deploy/ query exactly these."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from remediator.model.agent_liveness import Judge
 from remediator.model.states import OPEN, State
 from remediator.policy.budget import HoldCause
 from remediator.remediation.journal import entered_at
@@ -44,21 +45,25 @@ class AgentGauges:
 
     def __init__(self) -> None:
         self.statuses: Sequence[AgentStatus] = ()
-        self.now: datetime | None = None
-        self.silent_after = timedelta(0)
+        self.judge: Judge | None = None
 
     def exposition(self) -> bytes:
         up = [_HEAD_UP]
         age = [_HEAD_AGE]
         silent = 0
-        now, after = self.now, self.silent_after
-        if now is not None:
-            for status in self.statuses:
-                node = _label(status.node)
-                is_silent = status.silent(now, after)
+        judge = self.judge
+        if judge is not None:
+            statuses = {status.node: status for status in self.statuses}
+            for name in judge.nodes(statuses):
+                node = _label(name)
+                status = statuses.get(name)
+                seen_at = status.seen_at if status is not None else None
+                is_silent = not judge.verdict(name, seen_at).alive
                 silent += is_silent
                 up.append(f'remediator_agent_up{{node="{node}"}} {0.0 if is_silent else 1.0}\n')
-                seconds = max(0.0, (now - status.seen_at).total_seconds())
+                if seen_at is None:
+                    continue
+                seconds = max(0.0, (judge.now - seen_at).total_seconds())
                 age.append(f'remediator_agent_heartbeat_age_seconds{{node="{node}"}} {seconds}\n')
         count = f"{_HEAD_SILENT}remediator_agents_silent {float(silent)}\n"
         return "".join((*up, *age, count)).encode()
@@ -70,12 +75,16 @@ def _head(name: str, documentation: str) -> str:
 
 _HEAD_UP = _head(
     "remediator_agent_up",
-    "1 while the node's agent sends heartbeats; 0 when silent (node health unknown).",
+    "1 while the node's agent reports; 0 when silent, crash-looping or not deployed (node "
+    "health unknown).",
 )
 _HEAD_AGE = _head(
     "remediator_agent_heartbeat_age_seconds", "Seconds since the node agent's last heartbeat."
 )
-_HEAD_SILENT = _head("remediator_agents_silent", "Node agents that stopped sending heartbeats.")
+_HEAD_SILENT = _head(
+    "remediator_agents_silent",
+    "Node agents not reporting: silent, crash-looping (their pod) or not deployed.",
+)
 
 
 def _label(value: str) -> str:
@@ -279,12 +288,10 @@ class ControllerMetrics:
         self.policy_set_info.clear()
         self.policy_set_info.labels(commit or "", content_hash).set(1)
 
-    def agents(
-        self, statuses: Sequence[AgentStatus], now: datetime, silent_after: timedelta
-    ) -> None:
-        """Per node: up or silent, and the heartbeat's age; agents never seen have no series."""
-        self._agents.statuses, self._agents.now = statuses, now
-        self._agents.silent_after = silent_after
+    def agents(self, statuses: Sequence[AgentStatus], judge: Judge) -> None:
+        """Per node: up (reporting) or not (silent, crash-looping, not deployed), and the
+        heartbeat's age; a node with neither a heartbeat nor an agent pod has no series."""
+        self._agents.statuses, self._agents.judge = statuses, judge
 
     def agents_exposition(self) -> bytes:
         """The agents' series as text, for /metrics after the registry's."""

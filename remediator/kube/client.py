@@ -300,7 +300,12 @@ class KubeClient:
             stream.release_conn()
 
     def _open_watch(
-        self, path: str, resource_version: str, timeout_seconds: int, what: str
+        self,
+        path: str,
+        resource_version: str,
+        timeout_seconds: int,
+        what: str,
+        label_selector: str | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """The open watch stream (bookmarks on); the read timeout outlasts the server's own end
         of the stream. A 410 at open is ResourceExpired."""
@@ -309,6 +314,7 @@ class KubeClient:
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
+            *([("labelSelector", label_selector)] if label_selector else []),
         ]
         if self._limiter is not None:
             self._limiter.take()
@@ -526,6 +532,36 @@ class KubeClient:
             query=[("labelSelector", label_selector)],
         )
         return [Pod.from_json(item) for item in data.get("items") or ()]
+
+    def list_pods_versioned(
+        self, label_selector: str, page_size: int = LIST_PAGE_SIZE
+    ) -> tuple[list[JSON], str]:
+        """Every pod of every namespace with this label, as the server sends them, and the
+        list's resourceVersion a watch picks up from; paged like the nodes."""
+        pods: list[JSON] = []
+        token = ""
+        while True:
+            query = [("labelSelector", label_selector), ("limit", str(page_size))]
+            if token:
+                query.append(("continue", token))
+            what = f"list pods labelled {label_selector}"
+            data = self._call("GET", "/api/v1/pods", what, query=query)
+            pods.extend(data.get("items") or ())
+            meta = data.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                return pods, str(meta.get("resourceVersion") or "")
+
+    def watch_pods(
+        self, resource_version: str, label_selector: str, timeout_seconds: int = 300
+    ) -> WatchStream:
+        """Open a watch on the pods with this label (every namespace) after `resource_version`;
+        as `watch_nodes`."""
+        what = f"watch pods labelled {label_selector}"
+        stream = self._open_watch(
+            "/api/v1/pods", resource_version, timeout_seconds, what, label_selector
+        )
+        return WatchStream(stream, what)
 
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[Pod]:
         query = [("labelSelector", label_selector)] if label_selector else []

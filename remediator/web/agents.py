@@ -31,7 +31,7 @@ from remediator.signals.admission import Lane, Refusal, retry_after
 from remediator.signals.wire import Number, WireTime
 from remediator.store.heartbeats import HeartbeatBook
 from remediator.web.access import Deps, Pusher, Reader
-from remediator.web.agent_views import AgentOut, Liveness, agent_out
+from remediator.web.agent_views import AgentOut, agents_out
 from remediator.web.deps import WebDeps
 from remediator.web.problems import ERRORS
 from remediator.web.schemas import ErrorOut
@@ -221,11 +221,9 @@ def make_agents_router() -> APIRouter:
 
     @router.get("/api/v1/agents")
     def agents(deps: Deps, _principal: Reader) -> list[AgentOut]:
-        """Every node agent that ever reported, silent ones first."""
-        assert deps.heartbeats is not None
-        now, after = deps.clock.now(), deps.heartbeats.silent_after
-        found = [agent_out(s, now, after) for s in deps.heartbeats.statuses()]
-        return sorted(found, key=lambda a: (a.liveness is Liveness.REPORTING, a.node))
+        """Every node agent that ever reported or has a pod, those not reporting (silent,
+        crash-looping, not deployed) first, each with the reason."""
+        return agents_out(deps)[1]
 
     return router
 

@@ -11,7 +11,7 @@ from typing import Any
 from remediator.model.states import State
 from remediator.store.records import QuarantineSpan, RemediationRecord
 from remediator.web import views
-from remediator.web.agent_views import agent_out
+from remediator.web.agent_views import agents_out
 from remediator.web.deps import WebDeps
 from remediator.web.pending import pending_command
 from remediator.web.schemas import (
@@ -185,13 +185,6 @@ def policies_out(deps: WebDeps) -> PoliciesOut:
     )
 
 
-def silent_after(deps: WebDeps) -> timedelta:
-    """The book's bound (it grows with the period a large fleet is asked for)."""
-    if deps.heartbeats is not None:
-        return deps.heartbeats.silent_after
-    return timedelta(seconds=deps.settings.agent_silent_after_seconds)
-
-
 def recent_spans(deps: WebDeps, now: datetime) -> tuple[QuarantineSpan, ...]:
     """The quarantines the overview's GPU-hours count: those that began in GPU_HOURS_WINDOW."""
     return deps.repository.quarantine_spans(since=now - GPU_HOURS_WINDOW)
@@ -201,12 +194,8 @@ def overview_out(deps: WebDeps, spans: tuple[QuarantineSpan, ...] | None = None)
     """`spans`: `recent_spans` at this `now`, when the caller has read them already."""
     now = deps.clock.now()
     overview = deps.repository.overview()
-    assert deps.heartbeats is not None  # create_app fills it in
-    # Only the silent agents are shown one by one: building every agent's row cost ~0.1 s at
-    # 10,000 agents for a count.
-    statuses = deps.heartbeats.statuses()
-    after = silent_after(deps)
-    silent = [agent_out(a, now, after) for a in statuses if a.silent(now, after)]
+    # Only the agents not reporting are shown one by one (silent, crash-looping, not deployed).
+    reporting, silent = agents_out(deps, alive=False)
     counts = overview.by_state
     lost = views.gpu_hours_lost(recent_spans(deps, now) if spans is None else spans, now)
     return OverviewOut(
@@ -222,7 +211,7 @@ def overview_out(deps: WebDeps, spans: tuple[QuarantineSpan, ...] | None = None)
         spares_saved=overview.by_outcome.get("repaired", 0),
         controller=ControllerOut.of(deps.repository.controller_status()),
         sources=[SourceOut.model_validate(s) for s in deps.repository.source_health()],
-        agents_reporting=len(statuses) - len(silent),
+        agents_reporting=reporting,
         silent_agents=silent,
         gpu_hours_out_of_service_by_policy={
             policy: round(hours, 3) for policy, hours in lost.by_policy.items()

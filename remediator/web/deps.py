@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from remediator.clock import Clock, SystemClock
 from remediator.errors import PolicyError
 from remediator.fences.owner import FenceOwner
+from remediator.kube.agent_pods import AgentPods
 from remediator.kube.objects import Node, Pod
 from remediator.ledger.sightings import HardwareSightings
 from remediator.policy.loader import PolicySet
@@ -99,3 +100,6 @@ class WebDeps:
     # None: this console cannot tell. `fences_changed` wakes the leader's pass after a command.
     fences: FenceOwner | None = None
     fences_changed: Callable[[], None] = _nothing_to_refresh
+    # The agents' DaemonSet pods as the kubelets report them (kube/agent_pods.py): with them a
+    # dead or crash-looping agent is known in seconds; None: liveness from heartbeats alone.
+    agent_pods: AgentPods | None = None

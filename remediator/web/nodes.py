@@ -12,8 +12,7 @@ from remediator.kube.objects import Node
 from remediator.store import cursor as cursors
 from remediator.store.records import RemediationFilter, SignalEntry
 from remediator.web import console, views
-from remediator.web.agent_views import agent_out
-from remediator.web.console import silent_after
+from remediator.web.agent_views import agent_out, judge_of
 from remediator.web.deps import WebDeps
 from remediator.web.paging import fetch_page
 from remediator.web.problems import WebError
@@ -154,9 +153,11 @@ def node_out(deps: WebDeps, name: str, now: datetime, query: NodeQuery) -> NodeO
     successors = repo.list(RemediationFilter(node=name), limit=NODE_PAGE).rows
     assert deps.heartbeats is not None  # create_app fills it in
     agent = deps.heartbeats.status(name)
+    judge = judge_of(deps)
+    has_agent = agent is not None or (judge.watching and name in judge.sights)
     return NodeOut(
         node=name,
-        agent=agent_out(agent, now, silent_after(deps)) if agent else None,
+        agent=agent_out(name, agent, judge) if has_agent else None,
         repeat_offender=recent >= nth,
         remediations_in_window=recent,
         repeat_rule=f"{nth} remediations within {views.format_duration(within.total_seconds())}",

@@ -4,17 +4,24 @@ shown as unknown on the console, the API and /metrics."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
-from datetime import timedelta
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediator.controller.metrics import ControllerMetrics
+from remediator.kube.agent_pods import AgentPods, liveness_judge
+from remediator.kube.client import KubeClient
+from remediator.model.agent_liveness import PodGone
+from remediator.settings import AgentIntakeSettings
+from tests.fixtures.sim import SimHandle
 from tests.fixtures.web import (
     OPERATOR_TOKEN,
     PUSH_TOKEN,
@@ -137,7 +144,13 @@ def test_a_silent_agent_is_unknown_on_console_api_and_metrics(console: Console) 
     assert "1 reporting" in overview and 'href="/nodes/gpu-node-01"' in overview
 
     metrics = ControllerMetrics(CollectorRegistry())
-    metrics.agents(console.repository.agent_statuses(), console.clock.now(), timedelta(seconds=60))
+    judge = liveness_judge(
+        None,
+        console.clock.now(),
+        silent_after=timedelta(seconds=60),
+        not_ready_after=timedelta(seconds=30),
+    )
+    metrics.agents(console.repository.agent_statuses(), judge)
     console.deps.scrape_extra = metrics.agents_exposition  # as the controller wires it
     exposed = client.get("/metrics").text
     samples = {
@@ -161,3 +174,95 @@ def test_the_overview_names_twenty_silent_agents_and_counts_the_rest(console: Co
     assert overview.count('<span class="badge bad">silent</span>') == 20
     assert "and 2 more silent" in overview
     assert len(client.get("/api/v1/overview", headers=READER).json()["silent_agents"]) == 22
+
+
+def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_agent_pods_tell_a_crash_looping_dead_or_removed_agent_in_seconds(
+    console: Console, sim_factory: Callable[..., SimHandle]
+) -> None:
+    """The real simulator's kubelets report the agents' DaemonSet pods; the controller's watch of
+    them (under the shipped RBAC) decides liveness long before a heartbeat would be missed."""
+    sim = sim_factory(nodes=4)
+    nodes = sim.kubectl("get", "nodes", "-o", "name").split()
+    crashing, unready, quiet, mute = (n.removeprefix("node/") for n in nodes)
+    # The judge's clock is the wall clock the kubelets stamp, moved on by hand past the bounds.
+    console.clock.advance((datetime.now(UTC) - console.clock.now()).total_seconds())
+    settings = AgentIntakeSettings()
+    kube = KubeClient.from_kubeconfig(sim.controller_kubeconfig)
+    pods = AgentPods(kube, settings.pod_selector, console.clock)
+    pods.start()
+    try:
+        assert pods.wait_synced(30)
+        console.deps.agent_pods = pods
+        client = TestClient(console.app)
+        for node in (crashing, unready, quiet):
+            answer = client.post("/api/v1/agents/heartbeat", json=_heartbeat(node), headers=PUSH)
+            assert answer.status_code == 200, answer.text
+
+        def agents() -> dict[str, dict[str, Any]]:
+            listed = client.get("/api/v1/agents", headers=READER).json()
+            return {a["node"]: a for a in listed}
+
+        before = agents()
+        assert {before[n]["liveness"] for n in (crashing, unready, quiet)} == {"reporting"}
+        # An agent pod that never sent a heartbeat is listed: its pod is Ready.
+        assert before[mute]["liveness"] == "reporting" and before[mute]["seen_at"] is None
+        assert before[mute]["reason"].endswith("Ready; no heartbeat yet")
+
+        def inject(node: str, behaviour: str) -> None:
+            fault = {
+                "type": "container",
+                "node": node,
+                "selector": settings.pod_selector,
+                "behaviour": behaviour,
+            }
+            answer = httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=10)
+            assert answer.status_code == 200, answer.text
+
+        inject(crashing, "crash")
+        inject(unready, "unready")
+        _until(
+            "the crash loop is seen",
+            lambda: agents()[crashing]["liveness"] == "crash-looping",
+        )
+        found = agents()
+        assert found[crashing]["node_health"] == "unknown"
+        reason = found[crashing]["reason"]
+        assert "CrashLoopBackOff after 1 restarts (last exit: Error, exit 1)" in reason
+        assert found[crashing]["pod"]["waiting"] == "CrashLoopBackOff"
+        _until("the unready pod is seen", lambda: agents()[unready]["pod"]["ready"] is False)
+        assert agents()[unready]["liveness"] == "reporting"  # briefly not Ready: a restart
+        console.clock.advance(31)  # past pod_not_ready_seconds; heartbeats 31 s old, not late
+        found = agents()
+        assert found[unready]["liveness"] == "silent"
+        assert "not Ready for 31 s (running, not ready)" in found[unready]["reason"]
+        assert found[quiet]["liveness"] == "reporting"
+        assert [a["node"] for a in client.get("/api/v1/agents", headers=READER).json()][:2] == (
+            sorted([crashing, unready])
+        )
+        page = client.get(f"/nodes/{crashing}", headers=READER).text
+        assert "Agent crash-looping" in page and "<strong>unknown</strong>" in page
+        overview = client.get("/api/v1/overview", headers=READER).json()
+        assert {a["node"] for a in overview["silent_agents"]} == {crashing, unready}
+
+        # The DaemonSet taken away: every agent pod goes, none replaces it.
+        sim.kubectl("delete", "daemonset", "remediator-agent", "-n", "remediator", "--wait=false")
+        _until("the agent pods are gone", lambda: isinstance(pods.sight(quiet), PodGone))
+        console.clock.advance(31)
+        found = agents()
+        assert found[quiet]["liveness"] == "not-deployed"
+        assert found[quiet]["reason"].endswith(
+            "and not replaced: the DaemonSet no longer runs on this node"
+        )
+        assert found[quiet]["pod"]["deleted"] is True
+        assert pods.lists == 1  # one LIST, then the watch: no request per agent
+    finally:
+        pods.stop()
+        kube.close()

@@ -9,9 +9,20 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediator.controller.metrics import ControllerMetrics
+from remediator.model.agent_liveness import AgentPod, Judge
 from remediator.store.records import AgentStatus
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
+
+
+def judge(**pods: AgentPod) -> Judge:
+    return Judge(
+        NOW,
+        silent_after=timedelta(seconds=60),
+        not_ready_after=timedelta(seconds=30),
+        sights=pods,
+        watching=bool(pods),
+    )
 
 
 def parsed(metrics: ControllerMetrics) -> dict[tuple[str, str | None], float]:
@@ -30,7 +41,7 @@ def test_each_agent_is_up_or_silent_with_its_age_and_odd_names_are_escaped() -> 
         AgentStatus("gpu-node-1", "a", "1", NOW, NOW - timedelta(seconds=12.5)),
         AgentStatus(odd, "a", "1", NOW, NOW - timedelta(seconds=90)),
     )
-    metrics.agents(statuses, NOW, timedelta(seconds=60))
+    metrics.agents(statuses, judge())
     assert parsed(metrics) == {
         ("remediator_agent_up", "gpu-node-1"): 1.0,
         ("remediator_agent_up", odd): 0.0,
@@ -43,4 +54,20 @@ def test_each_agent_is_up_or_silent_with_its_age_and_odd_names_are_escaped() -> 
 def test_before_any_snapshot_only_the_count_is_written() -> None:
     assert parsed(ControllerMetrics(CollectorRegistry())) == {
         ("remediator_agents_silent", None): 0.0
+    }
+
+
+def test_an_agent_pod_decides_up_whatever_its_heartbeat_says() -> None:
+    """A crash-looping pod is down though its last heartbeat is recent; a Ready pod that has
+    not sent one yet is up, with no age."""
+    metrics = ControllerMetrics(CollectorRegistry())
+    statuses = (AgentStatus("gpu-node-1", "a", "1", NOW, NOW - timedelta(seconds=5)),)
+    looping = AgentPod("remediator/agent-a", False, NOW, 3, waiting="CrashLoopBackOff")
+    fresh = AgentPod("remediator/agent-b", True, NOW - timedelta(seconds=3), 0)
+    metrics.agents(statuses, judge(**{"gpu-node-1": looping, "gpu-node-2": fresh}))
+    assert parsed(metrics) == {
+        ("remediator_agent_up", "gpu-node-1"): 0.0,
+        ("remediator_agent_up", "gpu-node-2"): 1.0,
+        ("remediator_agent_heartbeat_age_seconds", "gpu-node-1"): 5.0,
+        ("remediator_agents_silent", None): 1.0,
     }
