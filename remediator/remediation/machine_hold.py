@@ -223,9 +223,7 @@ class MachineHolds:
             node = str(detail.get("node") or record.new_node or record.node)
             passed = seen.action == "validate_done"
             machine = self._machine(node, now)
-            # Its nvidia-smi inventory: the GPUs' serials, VBIOS and driver (passed or not).
-            if gpus := inventory_gpus(detail):
-                self._ledger.observe_gpus(node, gpus, now)
+            self._inventory(node, detail, now)
             checks = [c for c in detail.get("checks") or () if isinstance(c, Mapping)]
             self._verdicts(record, node, machine, VALIDATE, passed, detail, _dcgm_failures(checks))
             if not passed and machine is not None:
@@ -237,6 +235,21 @@ class MachineHolds:
             self._verdicts(
                 record, node, self._machine(node, now), "diagnose", passed, detail, tests
             )
+
+    def _inventory(self, node: str, detail: Mapping[str, Any], now: datetime) -> None:
+        """The validation's nvidia-smi inventory: the GPUs' serials, VBIOS and driver (passed or
+        not), before the verdicts that name them. Its failure is logged, never in the way of
+        the verdicts and the strike decision after it."""
+        if gpus := inventory_gpus(detail):
+            try:
+                self._ledger.observe_gpus(node, gpus, now)
+            except SQLAlchemyError as exc:
+                log.warning(
+                    "hardware ledger: inventory of %s not recorded: %s",
+                    node,
+                    exc,
+                    extra={"node": node},
+                )
 
     def _verdicts(
         self,
