@@ -152,6 +152,34 @@ def rank(machine: str | None) -> int:
 
 DMI_RANK = 1
 
+# A machine the controller's own replacement brought under a name whose providerID outlives its
+# trays (the node-pool API keeps a slot's name and providerID; Metal3's, Cluster API's): the
+# providerID's id, this mark, the remediation and which of its replacements (`brought_by`).
+BROUGHT_MARK = "::replacement-"
+
+
+def lineage(machine: str) -> str:
+    """The id the Node's providerID gives, for a machine `brought_by` a replacement; any other
+    machine is its own."""
+    return machine.split(BROUGHT_MARK, 1)[0]
+
+
+def brought_by(machine: str, remediation_id: int, replacement: int) -> str:
+    """The machine the `replacement`th replacement of remediation `remediation_id` brought under
+    the name `machine` (a providerID's id) stood for: new hardware the providerID cannot tell
+    from its predecessor, known as new because the controller itself asked for it."""
+    return f"{lineage(machine)}{BROUGHT_MARK}{remediation_id}.{replacement}"
+
+
+def behind(known: str | None, own: str | None) -> str | None:
+    """The machine behind a node from what the ledger knows of it (`known`) and what its Node
+    says (`own`, `machine_id`): the ledger's when it is a machine a replacement brought under
+    this providerID (the Node cannot tell it from the tray before), else the higher-ranked one,
+    the Node's on a tie (a recreated instance's Node is fresher)."""
+    if known is not None and own is not None and lineage(known) == own:
+        return known
+    return own if rank(own) >= rank(known) else known
+
 
 @dataclass(frozen=True, slots=True)
 class HostHardware:

@@ -25,6 +25,7 @@ from remediator.ledger.identity import (
     GpuIdentity,
     HostHardware,
     dmi_serial,
+    lineage,
     machine_id,
     pci,
     rank,
@@ -307,10 +308,14 @@ def _chunks(keys: Sequence[str], size: int = 500) -> list[Sequence[str]]:
 def _news(picture: _NodePicture | None, machine: str) -> bool:
     """Whether `machine` behind the node is news to its picture (None: not loaded yet): another
     id of no lower rank (identity.rank: a cloud's instance id, then the agent's DMI serial, then
-    a providerID)."""
+    a providerID), and not the providerID of a machine a replacement brought there
+    (identity.brought_by: the Node cannot tell it from the tray before)."""
     if picture is None:
         return True
-    return picture.machine != machine and rank(machine) >= rank(picture.machine)
+    known = picture.machine
+    if known is not None and lineage(known) == machine:
+        return False
+    return known != machine and rank(machine) >= rank(known)
 
 
 def signal_pci(signal: Signal) -> str | None:

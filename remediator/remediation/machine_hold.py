@@ -41,13 +41,13 @@ from remediator.ledger.hold import (
     fences_due,
     hold_due,
 )
-from remediator.ledger.identity import machine_id, rank
+from remediator.ledger.identity import behind, brought_by, lineage, machine_id, rank
 from remediator.ledger.inventory import inventory_gpus
 from remediator.ledger.store import VALIDATE, Ledger
 from remediator.policy.schema import MachineHoldSettings
 from remediator.providers import clusterapi
 from remediator.remediation.service import TransitionSeen
-from remediator.remediation.steps.context import replaced_node
+from remediator.remediation.steps.context import replaced_node, replacements
 from remediator.store.records import RemediationRecord
 from remediator.store.repository import Repository
 
@@ -125,10 +125,11 @@ class MachineHolds:
     def _behind(self, node: Node) -> str | None:
         """The Node's own id when it is a cloud's instance id (fresher than the picture when an
         instance was just recreated under the name); else the agent's DMI serial in the ledger's
-        picture (the bare-metal truth); else the Node's providerID, or the picture."""
-        known = self._ledger.machine_of(node.name)
-        own = machine_id(node.provider_id, node.annotations)
-        return own if rank(own) >= rank(known) else known
+        picture (the bare-metal truth); else the Node's providerID, or the picture: the machine a
+        replacement brought under a providerID that outlives its trays (identity.behind)."""
+        return behind(
+            self._ledger.machine_of(node.name), machine_id(node.provider_id, node.annotations)
+        )
 
     # --- what the nodes tell -------------------------------------------------------------------
 
@@ -211,14 +212,19 @@ class MachineHolds:
             return
         if seen.action == "replace_done":
             node = replaced_node(seen.before)
+            earlier = replacements(seen.before)
             # The machine taken out: the one the remediation was opened on (the name may
-            # already stand for the new instance), or the new machine that failed validation.
+            # already stand for the new instance), or the new machine that failed validation
+            # (the one the last replacement brought, under whatever name).
             opened_on = self._ledger.machines_of_remediations([record.id]).get(record.id)
-            machine = opened_on if node == record.node and opened_on else self._machine(node, now)
+            first = node == record.node and not earlier
+            machine = opened_on if first and opened_on else self._machine(node, now)
             if machine is not None:
                 facts = {"new_node": record.new_node, "policy": record.policy}
                 self._ledger.link_replacement(record.id, node, machine, now, facts)
                 self._decide(machine, node, record, now)
+            if record.new_node == node:
+                self._brought(record, node, machine, earlier + 1, now)
         elif seen.action in ("validate_done", "validate_failed"):
             node = str(detail.get("node") or record.new_node or record.node)
             passed = seen.action == "validate_done"
@@ -235,6 +241,39 @@ class MachineHolds:
             self._verdicts(
                 record, node, self._machine(node, now), "diagnose", passed, detail, tests
             )
+
+    def _brought(
+        self,
+        record: RemediationRecord,
+        node: str,
+        replaced: str | None,
+        replacement: int,
+        now: datetime,
+    ) -> None:
+        """A replacement that kept the node's name: when nothing but a providerID names the
+        machine (the node-pool API's tray comes back in its slot under the slot's name and
+        providerID), what joined is new hardware the controller asked for, so a machine of its
+        own (identity.brought_by), not the tray before with its strikes and reboots. A cloud's
+        instance id or the agent's DMI serial tells the new machine apart by itself."""
+        try:
+            found = self._kube.get_node(node)
+            own = machine_id(found.provider_id, found.annotations)
+            provider_id: str | None = found.provider_id or None
+        except NotFoundError:
+            own = lineage(replaced) if replaced is not None else None
+            provider_id = None
+        if own is None or rank(own) != 0 or (replaced is not None and rank(replaced) != 0):
+            return
+        new = brought_by(own, record.id, replacement)
+        self._ledger.observe_machine(node, new, now, provider_id=provider_id)
+        log.info(
+            "%s: replacement %d of remediation #%d brought machine %s",
+            node,
+            replacement,
+            record.id,
+            new,
+            extra={"remediation_id": record.id, "node": node},
+        )
 
     def _inventory(self, node: str, detail: Mapping[str, Any], now: datetime) -> None:
         """The validation's nvidia-smi inventory: the GPUs' serials, VBIOS and driver (passed or

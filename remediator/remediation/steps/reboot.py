@@ -16,16 +16,31 @@ from remediator.store.records import EventRecord, RemediationRecord
 DEFAULT_REBOOT_TIMEOUT = 900.0
 
 
+def machine_now(ctx: StepContext, node: str) -> str | None:
+    """The machine behind the node as the ledger knows it (None without a ledger)."""
+    return ctx.hardware.machine_of(node) if ctx.hardware is not None else None
+
+
 def reboots_within(ctx: StepContext, node: str, seconds: float) -> int:
-    """Reboots asked for on this node (by any remediation) within the last `seconds`."""
+    """Reboots asked for of the machine now behind this node (by any remediation) within the
+    last `seconds`. A machine is its hardware: a reboot of the tray a replacement took out of
+    the slot is not this one's. A reboot whose line names no machine (the ledger did not know
+    it) counts by the node's name, as does every reboot when the machine now is unknown."""
     since = ctx.clock.now() - timedelta(seconds=seconds)
+    machine = machine_now(ctx, node)
     count = 0
     for past in ctx.repo.node_history(node).remediations:
         if past.updated_at < since:
             continue
         full = ctx.repo.get(past.id)
         events = full.events if full is not None else ()
-        count += sum(1 for e in events if e.action == "reboot_requested" and e.at >= since)
+        count += sum(
+            1
+            for e in events
+            if e.action == "reboot_requested"
+            and e.at >= since
+            and (machine is None or e.detail.get("machine") in (None, machine))
+        )
     return count
 
 
@@ -62,17 +77,24 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
             done = reboots_within(ctx, record.node, step.window_seconds)
             if done >= step.limit:
                 hours = step.window_seconds / 3600
+                machine = machine_now(ctx, record.node)
+                which = f" (machine {machine})" if machine is not None else ""
                 return Failed(
-                    f"{record.node} was rebooted {done} times within {hours:g}h "
+                    f"{record.node}{which} was rebooted {done} times within {hours:g}h "
                     f"(at most {step.limit}): no reboot loops",
-                    {"node": record.node, "reboots": done, "limit": step.limit},
+                    {"node": record.node, "machine": machine, "reboots": done, "limit": step.limit},
                 )
         node = ctx.kube.get_node(record.node)
         ctx.repo.append_event(
             record.id,
             action="reboot_requested",
             actor=ctx.actor,
-            detail={"node": record.node, "boot_id": node.boot_id, "attempt": attempt},
+            detail={
+                "node": record.node,
+                "boot_id": node.boot_id,
+                "attempt": attempt,
+                "machine": machine_now(ctx, record.node),
+            },
         )
         record = ctx.repo.get(record.id) or record
         requested = reboot_request(record)
