@@ -51,6 +51,8 @@ VALIDATE = "validate"  # a verdict's `step` that makes a failed one a strike
 # Labels that carry a GPU's PCI address: the agent's kernel-log XID, DCGM exporter's.
 PCI_LABELS = ("pci", "pci_bus_id")
 MODEL_LABEL = "modelName"  # DCGM exporter's
+# A link's detail: the GPU's index, while no sighting has named the GPU at it (`_name_index`).
+GPU_INDEX = "gpu_index"
 DMI_LABEL = "dmi_serial"  # the agent's (agent/identity.py), with gpu_serial and vbios
 
 
@@ -318,6 +320,11 @@ def _news(picture: _NodePicture | None, machine: str) -> bool:
     return known != machine and rank(machine) >= rank(known)
 
 
+def _by_index(uuid: str | None, index: int | None) -> dict[str, int]:
+    """A link's `gpu_index` when the GPU is known by its index alone (no UUID yet)."""
+    return {GPU_INDEX: index} if uuid is None and index is not None else {}
+
+
 def signal_pci(signal: Signal) -> str | None:
     for label in PCI_LABELS:
         if label in signal.labels:
@@ -480,6 +487,9 @@ class Ledger:
         self._where: dict[GpuKey, str] = {}  # GPU (`_key`) → the node whose picture holds it
         self._loaded = False
         self._lock = threading.Lock()
+        # (node, GPU index) of this cluster's faults and remediations recorded by the index
+        # alone, whose GPU no sighting has named yet (`_by_index`); None until first read.
+        self._unnamed: set[tuple[str, int]] | None = None
 
     # --- sightings -------------------------------------------------------------------------
 
@@ -745,9 +755,58 @@ class Ledger:
             }
         )
         picture.put(key, gpu.pci_bus_id, gpu.index, at)
+        if gpu.index is not None and (node, gpu.index) in self._by_index(session):
+            self._name_index(session, picture, node, gpu)
         if writes.due():
             writes.write(session)
         return conflicts
+
+    def _by_index(self, session: Session) -> set[tuple[str, int]]:
+        """`_unnamed`, read from the database the first time (a restart keeps what waits)."""
+        if self._unnamed is None:
+            index = LedgerLink.detail[GPU_INDEX].as_integer()
+            rows = session.execute(
+                select(LedgerLink.node, index)
+                .where(
+                    LedgerLink.cluster == self.cluster,
+                    LedgerLink.gpu_uuid.is_(None),
+                    LedgerLink.subject.in_((SIGNAL, REMEDIATION)),
+                    index.is_not(None),
+                )
+                .distinct()
+            )
+            self._unnamed = {(str(node), int(at)) for node, at in rows}
+        return self._unnamed
+
+    def _name_index(
+        self, session: Session, picture: _NodePicture, node: str, gpu: GpuIdentity
+    ) -> None:
+        """The faults and remediations recorded by this GPU's index on the machine now behind
+        the node become the GPU's (a fault before any sighting named it: no agent, no UUID in
+        the signal). Those of another machine under the name stay as they are."""
+        assert gpu.index is not None and self._unnamed is not None
+        machine = picture.machine
+        session.execute(
+            update(LedgerLink)
+            .where(
+                LedgerLink.cluster == self.cluster,
+                LedgerLink.node == node,
+                LedgerLink.gpu_uuid.is_(None),
+                LedgerLink.subject.in_((SIGNAL, REMEDIATION)),
+                LedgerLink.machine_id.is_(None)
+                if machine is None
+                else LedgerLink.machine_id == machine,
+                LedgerLink.detail[GPU_INDEX].as_integer() == gpu.index,
+            )
+            .values(gpu_uuid=gpu.uuid)
+        )
+        self._unnamed.discard((node, gpu.index))
+
+    def _waiting_for_names(self, links: Iterable[tuple[str, int | None]]) -> None:
+        """Links just recorded by GPU index: named by the next sighting of the GPU there."""
+        with self._lock:
+            if self._unnamed is not None:
+                self._unnamed.update((node, index) for node, index in links if index is not None)
 
     # --- linking ---------------------------------------------------------------------------
 
@@ -834,8 +893,9 @@ class Ledger:
         return picture.machine if picture is not None else None
 
     def link_signals(self, signals: Iterable[Signal]) -> None:
-        """One link per signal that names a GPU or sits on a known machine (the caller passes
-        the signals it stores: each fault once per fold window, not every reading)."""
+        """One link per signal that names a GPU (by UUID, or by index until a sighting names
+        it: `_name_index`) or sits on a known machine (the caller passes the signals it stores:
+        each fault once per fold window, not every reading)."""
         rows = [
             LedgerLink(
                 cluster=self.cluster,
@@ -846,15 +906,16 @@ class Ledger:
                 machine_id=self.machine_of(s.node),
                 kind=s.kind.value,
                 code=s.code,
-                detail={"source": s.source},
+                detail={"source": s.source} | _by_index(s.gpu_uuid, s.gpu),
                 at=s.observed_at,
             )
             for s in signals
-            if s.gpu_uuid is not None or self.machine_of(s.node) is not None
+            if s.gpu_uuid is not None or s.gpu is not None or self.machine_of(s.node) is not None
         ]
         if rows:
             with session_scope(self.session_factory, write=True) as session:
                 session.add_all(rows)
+            self._waiting_for_names((r.node, r.detail.get(GPU_INDEX)) for r in rows)
 
     def link_remediation(
         self,
@@ -864,17 +925,21 @@ class Ledger:
         at: datetime,
         detail: dict[str, Any],
     ) -> None:
-        """A remediation tied to each GPU its signals name (the machine when they name none)."""
+        """A remediation tied to each GPU its signals name, by UUID or, until a sighting names
+        it, by index (the machine when they name none)."""
         uuids: list[str | None] = [*sorted({s.gpu_uuid for s in signals if s.gpu_uuid is not None})]
+        indexes = sorted({s.gpu for s in signals if s.gpu_uuid is None and s.gpu is not None})
         machine = self.machine_of(node)
-        if not uuids and machine is None:
+        if not uuids and not indexes and machine is None:
             return
         first = signals[0] if signals else None
         kind = first.kind.value if first is not None else "unknown"
         code = first.code if first is not None else None
+        named = uuids or ([] if indexes else [None])
         self._link(
-            REMEDIATION, remediation_id, node, machine, kind, detail, at, uuids or [None], code
+            REMEDIATION, remediation_id, node, machine, kind, detail, at, named, code, indexes
         )
+        self._waiting_for_names((node, index) for index in indexes)
 
     def link_verdict(
         self,
@@ -910,8 +975,12 @@ class Ledger:
         at: datetime,
         gpu_uuids: Sequence[str | None],
         code: int | None = None,
+        indexes: Sequence[int] = (),
     ) -> None:
-        """One link per GPU named (one without a GPU for `[None]`), in one transaction."""
+        """One link per GPU named (one without a GPU for `[None]`) and per GPU known by its
+        index alone, in one transaction."""
+        named = [(uuid, detail) for uuid in gpu_uuids]
+        named += [(None, detail | _by_index(None, index)) for index in indexes]
         with session_scope(self.session_factory, write=True) as session:
             session.add_all(
                 LedgerLink(
@@ -923,10 +992,10 @@ class Ledger:
                     machine_id=machine,
                     kind=kind,
                     code=code,
-                    detail=detail,
+                    detail=facts,
                     at=at,
                 )
-                for uuid in gpu_uuids
+                for uuid, facts in named
             )
 
     # --- questions -------------------------------------------------------------------------

@@ -232,3 +232,44 @@ def test_a_machine_named_in_heartbeats_shows_its_node_names_before_any_fault(
     page = client.get("/machines/dmi:SN-9", headers=READONLY)
     assert page.status_code == 200 and "Node names over time" in page.text
     assert "(was gpu-node-02)" in page.text
+
+
+def test_a_fault_named_by_gpu_index_only_is_the_gpus_once_its_identity_is_known(
+    client: TestClient, console: Console
+) -> None:
+    """An XID pushed by GPU index (no UUID yet, no agent on the node), taken in and remediated
+    as the intake does, is recorded by machine and index; when the GPU at that index names
+    itself (a DCGM reading, the agent's inventory) the fault and the remediation are its own."""
+    ledger = Ledger(console.repository.session_factory, "test", console.clock)
+    node, uuid, then = (
+        "gpu-node-04",
+        "GPU-4b4b4b4b-0000-4000-8000-000000000004",
+        console.clock.now(),
+    )
+    ledger.observe_machine(node, "aws:i-0def", then, provider_id="aws:///z/i-0def")
+    pushed = Signal(node=node, kind=SignalKind.XID, source="push", observed_at=then, gpu=3, code=48)
+    (taken,) = ledger.resolve([pushed])
+    assert taken.gpu_uuid is None
+    ledger.link_signals([taken])
+    ledger.link_remediation(console.ids["done"], node, [taken], then, {"policy": "xid-48"})
+
+    def faulty() -> list[str]:
+        response = client.get("/api/v1/gpus", params={"min_faults": 1}, headers=READONLY)
+        assert response.status_code == 200, response.text
+        return [g["uuid"] for g in response.json()["gpus"]]
+
+    assert uuid not in faulty()
+    console.clock.advance(600)
+    # Another GPU of the node names itself first: the fault stays with index 3.
+    other = GpuIdentity("GPU-4b4b4b4b-0000-4000-8000-000000000005", "0000:2a:00.0", 1)
+    ledger.observe_gpus(node, [other], console.clock.now())
+    assert uuid not in faulty()
+    ledger.observe_gpus(node, [GpuIdentity(uuid, "0000:5d:00.0", 3)], console.clock.now())
+    assert uuid in faulty() and other.uuid not in faulty()
+    life = client.get(f"/api/v1/gpus/{uuid}", headers=READONLY).json()
+    assert life["gpu"]["faults"] == 1 and life["faults_by_xid"] == {"48": 1}
+    assert [r["remediation_id"] for r in life["remediations"]] == [console.ids["done"]]
+    # A later restart's ledger (its picture loaded from the database) links nothing twice.
+    again = Ledger(console.repository.session_factory, "test", console.clock)
+    again.observe_gpus(node, [GpuIdentity(uuid, "0000:5d:00.0", 3)], console.clock.now())
+    assert client.get(f"/api/v1/gpus/{uuid}", headers=READONLY).json()["gpu"]["faults"] == 1
