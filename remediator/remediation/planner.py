@@ -69,6 +69,9 @@ REPAIR_STATES = frozenset(
     {State.RESETTING_GPU, State.REBOOTING, State.DIAGNOSING, State.VALIDATING}
 )
 DEFAULT_MAX_REPLACEMENTS = 2
+# The engine's own return from a hold whose validation Job the node could not run, once it runs
+# (steps/job_hold.py): the same validation goes on, no new round.
+VALIDATION_JOB_RUNS = "validation_job_runs"
 REPAIRED = "repaired"
 REPLACED = "replaced"
 
@@ -170,6 +173,8 @@ class Situation:
     # replacements this remediation has had.
     new_node: str | None = None
     replacements: int = 0
+    # A hold the engine looks at again (steps/job_hold.py): `outcome` is that look.
+    job_hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,8 @@ Plan = Move | Stay
 def plan(s: Situation) -> Plan:
     if s.permanent_error is not None and s.state in STEP_NAMES:
         return _fail(s, s.permanent_error)
+    if s.state is State.HELD and s.job_hold:
+        return _held_job(s)
     if s.error is not None:
         return _transient(s)
     if s.state is State.DETECTED:
@@ -222,6 +229,21 @@ def _detected(s: Situation) -> Plan:
     if s.approval_required:
         return Move(State.AWAITING_APPROVAL, "approval_requested")
     return Move(State.QUARANTINED, "started", {"ladder": [st.value for st in states]})
+
+
+def _held_job(s: Situation) -> Plan:
+    """A hold the engine looks at again (steps/job_hold.py: a validation Job the node could not
+    run): back to validating once it runs, its reason kept current while it cannot. A look that
+    failed changes nothing: the hold stands as it was, to be looked at again."""
+    outcome = s.outcome
+    if isinstance(outcome, Done):
+        detail = {"result": outcome.detail, **_facts(outcome)}
+        return Move(State.VALIDATING, VALIDATION_JOB_RUNS, detail, {"hold_reason": None})
+    if isinstance(outcome, Held) and outcome.reason != s.hold_reason:
+        detail = {"reason": outcome.reason, **_facts(outcome)}
+        fields = {"hold_reason": outcome.reason}
+        return Stay(HUMAN_POLL_SECONDS, outcome.reason, fields, "hold_reason_changed", detail)
+    return Stay(HUMAN_POLL_SECONDS, s.hold_reason or s.error or "held")
 
 
 def _held_by_opt_out(s: Situation) -> Plan:

@@ -14,6 +14,10 @@ when the thing happens, and the retry time is only the fallback.
 
 Fences outlive steps: the fence owner (remediator/fences/) keeps every fence the store requires
 and lifts one only on a decision this store recorded.
+
+The states that wait for a human get no action, with one exception: a validation held because
+the node could not run its Job is looked at every poll (steps/job_hold.py) and goes back to
+validating by itself once the Job runs, by the same compare-and-set as every move.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from remediator.remediation.journal import entered_at, log_transition
 from remediator.remediation.node_gone import end_gone
 from remediator.remediation.planner import Move, Situation, Stay
 from remediator.remediation.queued_fence import fence_unit, release_unit
-from remediator.remediation.steps import STEPS, StepContext, domain
+from remediator.remediation.steps import STEPS, StepContext, domain, job_hold
 from remediator.remediation.steps.context import DEFAULT_JOBS, replacements, signal_text
 from remediator.remediation.steps.grace import opt_out_released
 from remediator.rma.evidence import HardwareSource
@@ -69,7 +73,8 @@ from remediator.store.repository import Repository
 log = logging.getLogger(__name__)
 
 MAX_MOVES_PER_TICK = 12
-# The states that need no action until a human (or the console) moves them on.
+# The states that need no action until a human (or the console) moves them on (but for the
+# holds steps/job_hold.py looks at again).
 HUMAN_STATES = frozenset({State.AWAITING_APPROVAL, State.HELD, State.FAILED})
 
 
@@ -168,6 +173,8 @@ class RemediationService:
         # Queued remediations found as wanted, at the version looked at: the same version is the
         # same row, so its next poll needs no read (2,000 queued were 1,000 reads a second).
         self._settled: dict[int, int] = {}
+        # Holds found not to be looked at again (job_hold.rechecks), at the version looked at.
+        self._plain_holds: dict[int, int] = {}
         # Node → the remediation waiting on it: a watch event there ends that wait at once.
         self._waiting_on: dict[str, int] = {}
         self._waiting_guard = threading.Lock()
@@ -212,8 +219,11 @@ class RemediationService:
         wall = self._clock.now()
         listed = self._repo.list_open()
         self._settled = {r.id: v for r in listed if (v := self._settled.get(r.id)) is not None}
+        self._plain_holds = {
+            r.id: v for r in listed if (v := self._plain_holds.get(r.id)) is not None
+        }
         for record in listed:
-            if record.state in HUMAN_STATES or self._due.get(record.id, 0.0) > now:
+            if not self._may_look(record) or self._due.get(record.id, 0.0) > now:
                 continue
             if record.state is State.QUEUED and self._settled.get(record.id) == record.version:
                 self._due[record.id] = now + planner.HUMAN_POLL_SECONDS
@@ -235,6 +245,20 @@ class RemediationService:
                 self._due[record.id] = now + planner.MAX_BACKOFF_SECONDS
             ticked += 1
         return ticked
+
+    def _may_look(self, record: RemediationRecord) -> bool:
+        """Not a state that waits for a human, or a hold not yet found plain at this version."""
+        if record.state is State.HELD:
+            return self._plain_holds.get(record.id) != record.version
+        return record.state not in HUMAN_STATES
+
+    def _looks_again(self, record: RemediationRecord) -> bool:
+        """A hold looked at every poll (job_hold.rechecks, read from the full timeline); any
+        other is remembered as plain until its row moves."""
+        if job_hold.rechecks(record):
+            return True
+        self._plain_holds[record.id] = record.version
+        return False
 
     def next_due_in(self) -> float | None:
         """Seconds until the earliest waiting remediation is due; None when none waits."""
@@ -273,7 +297,11 @@ class RemediationService:
                 if record is None or record.state in (State.SUCCEEDED, State.CANCELLED):
                     self._forget(remediation_id)
                     return record
-                if record.state in HUMAN_STATES or not self._may_act():
+                if record.state in HUMAN_STATES and not (
+                    record.state is State.HELD and self._looks_again(record)
+                ):
+                    return record
+                if not self._may_act():
                     return record
                 if record.state is State.QUEUED:
                     self._while_queued(record)
@@ -382,6 +410,7 @@ class RemediationService:
             hold_reason=record.hold_reason,
             new_node=record.new_node,
             replacements=replacements(record),
+            job_hold=job_hold.rechecks(record),
         )
         try:
             outcome, opt_out = self._act(record, ladder)
@@ -402,6 +431,8 @@ class RemediationService:
         check). The opt-out check follows a done quarantine: the opt-out hold is ours."""
         if record.state is State.HELD_BY_OPT_OUT:
             return None, self._check_opt_out(record)
+        if record.state is State.HELD:
+            return job_hold.recheck(record, self._steps), None
         executor = STEPS.get(record.state)
         if executor is None:
             return None, None

@@ -7,7 +7,9 @@ the real programs' output formats (dcgmi, all_reduce_perf, nvidia-smi, ibstat):
 - a validation Job whose log holds none of the checks' sections (an operator's template that
   runs something else) fails every check with the log's tail, never passes;
 - with `nccl_pair` on, a pool with no validated node skips the two-node check and says so, and
-  the next remediation pairs its new machine with the first one's, which passed by then."""
+  the next remediation pairs its new machine with the first one's, which passed by then;
+- a validation Job the node cannot schedule holds with the node's reason, kept current, and the
+  remediation goes on by itself with the same Job once the node lets it run."""
 
 from __future__ import annotations
 
@@ -306,3 +308,41 @@ def test_a_validation_job_the_node_cannot_schedule_holds_with_the_schedulers_rea
     assert not actions(done.events, "validate_failed") and done.new_node is None
     fenced = engine.node(node)
     assert fenced is not None and fenced["spec"].get("unschedulable") is True
+
+
+def test_a_validation_job_held_unschedulable_goes_on_once_the_node_lets_it_run(
+    started: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """#39 item 15: the hold of a Job the node could not run is looked at again every poll: its
+    reason follows what still keeps the pod off, and once the pod runs the same Job is followed
+    to its verdict (no second Job, no second `validation_started`), as if never held."""
+    template = tmp_path / "job.yaml"
+    template.write_text(SCHEDULED)
+    engine = started(REPAIR, repair={"job_template": template})
+    node = pool_node(engine.sim)
+    engine.sim.kubectl("taint", "node", node, "dedicated=training:NoSchedule")
+    engine.push(xid(node, code=74))
+    held = engine.wait_state(node, State.SUCCEEDED, State.FAILED, State.HELD, timeout=300)
+    assert held.state is State.HELD, (held.error, held.hold_reason)
+    assert "taint dedicated=training:NoSchedule" in (held.hold_reason or "")
+
+    engine.sim.kubectl("taint", "node", node, "lab=gpu:NoSchedule")
+    wait_for(
+        lambda: "lab=gpu:NoSchedule" in ((engine.of_node(node) or held).hold_reason or ""),
+        60,
+        "the hold's reason to name the second taint",
+    )
+    engine.sim.kubectl("taint", "node", node, "dedicated=training:NoSchedule-")
+    engine.sim.kubectl("taint", "node", node, "lab=gpu:NoSchedule-")
+    done = engine.wait_state(node, State.SUCCEEDED, State.FAILED, timeout=120)
+    assert done.state is State.SUCCEEDED and done.outcome == "repaired", done.error
+
+    resumed = actions(done.events, "validation_job_runs")
+    assert [(e.from_state, e.to_state) for e in resumed] == [(State.HELD, State.VALIDATING)]
+    (job,) = actions(done.events, "validation_started")
+    (passed,) = actions(done.events, "validate_done")
+    assert {c["check"] for c in passed.detail["checks"]} == {"inventory", "dcgm", "nccl"}
+    listed = engine.sim.kubectl(
+        "get", "jobs", "-A", "-l", f"remediator.io/remediation-id={done.id}", "-o", "name"
+    ).split()
+    assert listed == [f"job.batch/{job.detail['job']}"], listed

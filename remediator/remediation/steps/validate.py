@@ -16,12 +16,15 @@ Resumable from the timeline alone: the Job is named after the remediation and th
 its `validation_started` line says when it was started; a check whose `validation_check` line
 exists since the step was entered is not judged again. A Job the node cannot run
 (unschedulable, refused by the kubelet) holds the step with that reason: it says nothing about
-the machine's health."""
+the machine's health. That hold is looked at again every poll (steps/job_hold.py): once the pod
+runs, the remediation comes back here (`validation_job_runs`), which is not a new round: the
+same Job and lines are followed, only the timeouts count afresh from the return."""
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +38,8 @@ from remediator.kube.objects import GPU_RESOURCE, Node, Pod, Taint, pod_gpus
 from remediator.model.gpus import GPU_PRODUCT_LABEL
 from remediator.model.states import State
 from remediator.policy.ladder import LadderStep
+from remediator.remediation.journal import entered_at
+from remediator.remediation.planner import VALIDATION_JOB_RUNS
 from remediator.remediation.steps import domain
 from remediator.remediation.steps.context import StepContext
 from remediator.store.records import EventRecord, RemediationRecord
@@ -52,9 +57,36 @@ def validated_node(record: RemediationRecord) -> str:
     return record.new_node or record.node
 
 
+def _entries(record: RemediationRecord) -> list[EventRecord]:
+    """The entries into VALIDATING that start a validation: not the engine's return from a hold
+    once the held Job could run (that one follows the Job already started)."""
+    return [
+        e
+        for e in record.events
+        if e.to_state is State.VALIDATING and e.action != VALIDATION_JOB_RUNS
+    ]
+
+
 def round_of(record: RemediationRecord) -> int:
-    """Which validation of this remediation this is (each entry into VALIDATING runs a new Job)."""
-    return max(0, sum(1 for e in record.events if e.to_state is State.VALIDATING) - 1)
+    """Which validation of this remediation this is (each entry into VALIDATING runs a new Job,
+    but for the return of a held Job that could run after all)."""
+    return max(0, len(_entries(record)) - 1)
+
+
+@dataclass(frozen=True)
+class Since:
+    """`lines`: the entry whose Job and timeline lines this validation follows; `clock`: the
+    last entry, automatic returns included, which the timeouts count from (time spent held
+    waiting for the node to take the Job never fails the machine)."""
+
+    lines: datetime
+    clock: datetime
+
+
+def since(record: RemediationRecord) -> Since:
+    entries = _entries(record)
+    last = entered_at(record, State.VALIDATING)
+    return Since(entries[-1].at if entries else last, last)
 
 
 def _since_entry(
@@ -82,7 +114,7 @@ def run(record: RemediationRecord, step: LadderStep, ctx: StepContext) -> Outcom
             f"dry run: would validate {what} ({', '.join(checks.enabled())}; DCGM level {level})",
             {"dry_run": True, "node": node},
         )
-    started = ctx.entered(record)
+    started = since(record)
     timeout = step.timeout_seconds or DEFAULT_TIMEOUT
     under_test = trays or (node,)
     outcomes = [
@@ -154,7 +186,7 @@ def _validate_node(
     checks: Checks,
     node: str,
     level: int,
-    started: datetime,
+    started: Since,
     timeout: float,
     suffix: str,
 ) -> Outcome:
@@ -167,7 +199,7 @@ def _validate_node(
     }
     joined = _joined(ctx, node)
     if joined is None:
-        if (ctx.clock.now() - started).total_seconds() > timeout:
+        if (ctx.clock.now() - started.clock).total_seconds() > timeout:
             return Failed(f"{node} did not turn Ready within {timeout:.0f}s", facts)
         return Waiting(f"waiting for {node} to be Ready for its validation", ctx.repair_poll, facts)
     fenced = ctx.fences.fence(node, ctx.why(record, f"validating {node}"))
@@ -175,7 +207,7 @@ def _validate_node(
         return fenced
     judged: dict[str, Mapping[str, Any]] = {
         str(e.detail.get("check")): e.detail
-        for e in _since_entry(record, started, CHECK_DONE, node)
+        for e in _since_entry(record, started.lines, CHECK_DONE, node)
     }
     if any(c not in judged for c in checks.enabled()):
         ran = _run_job(record, ctx, checks, joined, node, level, started, timeout, judged, suffix)
@@ -245,7 +277,7 @@ def _run_job(
     node_obj: Node,
     node: str,
     level: int,
-    started: datetime,
+    started: Since,
     timeout: float,
     judged: Mapping[str, Mapping[str, Any]],
     suffix: str,
@@ -255,7 +287,7 @@ def _run_job(
     runs in the same Job. The two-node check's peer is chosen once, when the Job starts (its
     line keeps it); with none, the check is recorded as skipped and the Job runs without it."""
     name = job_name(STEP, str(record.id), round_of(record), suffix)
-    begun = _since_entry(record, started, STARTED, node)
+    begun = _since_entry(record, started.lines, STARTED, node)
     lines: dict[str, Mapping[str, Any]] = dict(judged)
     pair = checks.nccl_pair and burnin.NCCL_PAIR not in judged
     if begun:
@@ -282,7 +314,7 @@ def _run_job(
         )
         began_at = ctx.clock.now()
     else:
-        began_at = begun[0].at
+        began_at = max(begun[0].at, started.clock)
     job = render_job(
         ctx.jobs,
         name=name,
@@ -293,11 +325,7 @@ def _run_job(
     )
     run, blocked = _follow(ctx, run_job(ctx.kube, ctx.jobs, job))
     if blocked:
-        why = not_here(job, node_obj, ctx.kube.list_pods_on_node(node))
-        return Held(
-            f"validation Job cannot run on {node}: {why or blocked}",
-            {"node": node, "job": name, "unschedulable": blocked, "blocked_by": why or None},
-        )
+        return cannot_run(job, node_obj, ctx.kube.list_pods_on_node(node), blocked)
     pending = [c for c in checks.enabled() if c not in lines]
     if run.state is JobState.RUNNING:
         waited = (ctx.clock.now() - began_at).total_seconds()
@@ -335,6 +363,17 @@ def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
             log = ctx.kube.read_pod_log(ctx.jobs.namespace, pod.name)
             return JobRun(run.name, state, pod.exit_code, log), ""
     return run, ""
+
+
+def cannot_run(job: Mapping[str, Any], node: Node, on_node: Sequence[Pod], blocked: str) -> Held:
+    """The hold of a Job the node cannot run: in the node's own terms when they explain it,
+    else the scheduler's or the kubelet's (`blocked`)."""
+    why = not_here(job, node, on_node)
+    name = str(job.get("metadata", {}).get("name", ""))
+    return Held(
+        f"validation Job cannot run on {node.name}: {why or blocked}",
+        {"node": node.name, "job": name, "unschedulable": blocked, "blocked_by": why or None},
+    )
 
 
 def _tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
