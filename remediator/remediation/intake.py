@@ -71,8 +71,9 @@ from remediator.remediation.planned import (
     same_moment,
 )
 from remediator.remediation.suppression import suppressed_by
-from remediator.signals.dedup import DedupKey, SignalFolder
+from remediator.signals.dedup import SignalFolder
 from remediator.signals.model import Signal, SignalKind
+from remediator.signals.repeats import StoredRows
 from remediator.signals.screen import Dropped, screen
 from remediator.signals.sources.node_conditions import is_abnormal
 from remediator.store.archive import ArchiveUnavailable, NodeSnapshot, SignalArchive
@@ -84,6 +85,7 @@ from remediator.store.records import (
     RemediationRecord,
 )
 from remediator.store.repository import OpenRemediationExists, Repository
+from remediator.store.signal_counts import recount
 
 log = logging.getLogger(__name__)
 
@@ -433,8 +435,7 @@ class Intake:
         self._archive = archive
         self._actor = actor
         self._folder = SignalFolder(fold_window)
-        self._fold_window = fold_window
-        self._last_stored: dict[DedupKey, datetime] = {}
+        self._stored = StoredRows(fold_window)
         self._opened: list[Decision] = []
         self._linked: set[int] = set()  # ids of signals linked to a waiting plan this cycle
         self._eval_state = EvalState()
@@ -1043,22 +1044,21 @@ class Intake:
 
     def _store(self, signals: Sequence[Signal], linked: set[int], now: datetime) -> None:
         """Keep the node pages' record without a row per reading per cycle: each (node, GPU,
-        kind, code) at most once per fold window, readings included; the signals a new
-        remediation carries are stored with it instead."""
-        horizon = now - self._fold_window
-        self._last_stored = {k: at for k, at in self._last_stored.items() if at > horizon}
-        keep: list[Signal] = []
-        for signal in signals:
-            key = signal.dedup_key
-            if id(signal) in linked or key in self._last_stored:
-                continue
-            self._last_stored[key] = now
-            keep.append(signal)
+        kind, code) at most once per fold window, readings included, the later ones counted
+        onto that row (signals/repeats.py); the signals a new remediation carries are stored
+        with it instead."""
+        self._stored.expire(now)
+        keep = [
+            s
+            for s in signals
+            if id(s) not in linked and self._stored.take(s, self._said.get(id(s), ("", None)), now)
+        ]
         if keep:
-            said = [self._said.get(id(s), ("", None))[1] for s in keep]
+            said = [self._stored.text_of(s) for s in keep]
             self._repo.insert_signals(keep, dispositions=said)
             if self._ledger is not None:
                 self._ledger.link_signals(keep)
+        recount(self._repo.session_factory, self._repo.cluster, self._stored.changed())
 
     def _fencing(self) -> tuple[RemediationRecord, ...]:
         """Remediations that hold their node: the open ones and the failed ones (a failed step
