@@ -41,7 +41,7 @@ from pydantic import SecretStr
 
 from remediator.controller.app import Controller
 from remediator.settings import LeaderElectionSettings, ProviderSettings, Settings, WebSettings
-from remediator.sim.launch import SimHandle, start_sim
+from remediator.sim.launch import AGENT_ACCOUNT, SimHandle, start_sim
 from remediator.sim.node import driver
 from remediator.sim.node.hosts import BOOT_ID, KMSG
 from remediator.sim.node.kernel_log import KernelLog, xid_line
@@ -145,6 +145,20 @@ def agent_command(node: str, host: Path, url: str, state: Path, *extra: str) -> 
     ]
 
 
+def kube_access(sim: SimHandle, workdir: Path) -> list[str]:
+    """The agents read their Nodes as the agent's ServiceAccount, over the simulator's TLS."""
+    token = workdir / "agent-token"
+    token.write_text(sim.service_accounts[AGENT_ACCOUNT]["token"])
+    return [
+        "--kube-url",
+        sim.kube_url,
+        "--kube-token-file",
+        str(token),
+        "--kube-ca-file",
+        str(sim.kube_ca),
+    ]
+
+
 def start_agents(
     sim: SimHandle, nodes: Sequence[str], url: str, workdir: Path
 ) -> list[subprocess.Popen[bytes]]:
@@ -153,7 +167,7 @@ def start_agents(
     procs = []
     for node in nodes:
         command = agent_command(
-            node, sim.node_root / node, url, workdir / "agents" / node, "--kube-url", sim.kube_url
+            node, sim.node_root / node, url, workdir / "agents" / node, *kube_access(sim, workdir)
         )
         with (workdir / f"agent-{node}.log").open("ab") as log:
             procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))

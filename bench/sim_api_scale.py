@@ -47,7 +47,7 @@ def measure(workdir: Path, nodes: int, runs: int) -> tuple[dict[str, float], dic
     start = time.perf_counter()
     handle: SimHandle = start_sim(workdir, nodes=nodes)
     ready = time.perf_counter() - start
-    http = httpx.Client(base_url=handle.kube_url, timeout=60)
+    http = handle.kube_http(timeout=60)
     try:
         handle.kubectl("get", "nodes")  # warm kubectl's discovery cache, as a user's would be
         samples: dict[str, list[float]] = {

@@ -168,9 +168,7 @@ class NodeWatch:
     def __init__(self, kube: Any, journal: Journal, stop: threading.Event) -> None:
         self.journal = journal
         self.stop = stop
-        self.client = httpx.Client(
-            base_url=kube.url, headers=kube.headers, timeout=httpx.Timeout(10.0, read=30.0)
-        )
+        self.client = kube.http(httpx.Timeout(10.0, read=30.0))
         self.state: dict[str, Seen] = {}
         self.removals: list[Removal] = []
         self.lock = threading.Lock()

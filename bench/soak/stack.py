@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from bench.soak.database import Postgres, sqlite_database
 from remediator.demo.slurm_jobs import submit_demo_jobs
@@ -147,12 +146,15 @@ class Kube:
     kubectl would send): the checker's view of Kubernetes, never the controller's."""
 
     def __init__(self, sim: SimHandle) -> None:
-        config = yaml.safe_load(sim.kubeconfig.read_text())
-        token = config["users"][0]["user"]["token"]
-        self.url = sim.kube_url
-        self.headers = {"Authorization": f"Bearer {token}", "User-Agent": "soak-checker"}
-        self._client = httpx.Client(base_url=self.url, headers=self.headers, timeout=10.0)
+        self._sim = sim
+        self._client = self.http(10.0)
         self._lock = threading.Lock()
+
+    def http(self, timeout: float | httpx.Timeout) -> httpx.Client:
+        """A client of its own (token, CA), for a reader on another thread."""
+        client = self._sim.kube_http(timeout)
+        client.headers["User-Agent"] = "soak-checker"
+        return client
 
     def get(self, path: str, **params: str) -> dict[str, Any]:
         with self._lock:

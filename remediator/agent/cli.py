@@ -68,6 +68,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--kube-url", help="Kubernetes API (default: in-cluster)")
     parser.add_argument("--kube-token-file", type=Path, help="token for --kube-url")
+    parser.add_argument(
+        "--kube-ca-file", type=Path, help="CA bundle to verify an https --kube-url by"
+    )
     parser.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--presence-interval", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--queue-capacity", type=int, default=10_000, metavar="SIGNALS")
@@ -131,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     kube = None
     if args.kube_url:
         token = args.kube_token_file.read_text().strip() if args.kube_token_file else None
-        kube = KubeAccess(args.kube_url, token, None)
+        ca_file = str(args.kube_ca_file) if args.kube_ca_file else None
+        kube = KubeAccess(args.kube_url, token, ca_file)
     pci_dir = args.host_root / "sys/bus/pci/devices"
     try:
         config = AgentConfig(

@@ -250,7 +250,7 @@ class FleetDemo(Demo):
         self._thread(f"{name}-status", StatusReporter(console, token, self._teller(name)).run)
         if opts.faults:
             scenario = ScenarioRunner(
-                urls["kube_url"],
+                kubeconfig,
                 urls["inject_url"],
                 # The clusters take turns: the fleet sees a fault every interval, not N.
                 interval=opts.fault_interval * len(self.names),

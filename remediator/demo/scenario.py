@@ -22,11 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from remediator.sim.fleet import INFER_POOL, TRAIN_POOL
+from remediator.sim.kube.access import kube_http
 from remediator.sim.kube.api.kobj import OPT_OUT_LABEL, POOL_LABEL
 
 log = logging.getLogger(__name__)
@@ -400,7 +402,7 @@ class ScenarioRunner:
 
     def __init__(
         self,
-        kube_url: str,
+        kubeconfig: Path,
         inject_url: str,
         *,
         interval: float,
@@ -409,7 +411,8 @@ class ScenarioRunner:
         slurm_jobs: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self._slurm_jobs = slurm_jobs
-        self._kube = kube_url.rstrip("/")
+        # The admin's: its server, token and (with the simulator's RBAC, so TLS) CA.
+        self._kubeconfig = kubeconfig
         self._inject = inject_url.rstrip("/")
         self._interval = interval
         self._rng = random.Random(seed)
@@ -419,9 +422,9 @@ class ScenarioRunner:
         self.episodes: list[Episode] = []
 
     def fleet(self, client: httpx.Client) -> Fleet:
-        nodes = _check(client.get(f"{self._kube}/api/v1/nodes"), "list nodes")
+        nodes = _check(client.get("/api/v1/nodes"), "list nodes")
         pods = _check(
-            client.get(f"{self._kube}/api/v1/pods", params={"labelSelector": OPT_OUT_LABEL}),
+            client.get("/api/v1/pods", params={"labelSelector": OPT_OUT_LABEL}),
             "list opt-out pods",
         )
         return Fleet.from_json(nodes.get("items") or [], pods.get("items") or [])
@@ -433,7 +436,7 @@ class ScenarioRunner:
             _check(client.post(f"{self._inject}/v1/nodepool-faults", json=rule), "spare capacity")
 
     def run(self, stop: threading.Event) -> None:
-        with httpx.Client(timeout=10.0) as client:
+        with kube_http(self._kubeconfig, timeout=10.0) as client:
             try:
                 self.prepare(client)
             except (httpx.HTTPError, ScenarioError) as exc:
@@ -495,7 +498,7 @@ class ScenarioRunner:
             )
             log.info("node pool: %s", answer.get("message"))
         elif isinstance(step, Create):
-            _check(client.post(f"{self._kube}{step.path}", json=dict(step.body)), "create")
+            _check(client.post(step.path, json=dict(step.body)), "create")
         elif isinstance(step, AwaitPod):
             self._await_pod(client, step, stop)
         else:
@@ -503,7 +506,7 @@ class ScenarioRunner:
 
     def _await_pod(self, client: httpx.Client, step: AwaitPod, stop: threading.Event) -> None:
         deadline = time.monotonic() + POD_WAIT_SECONDS
-        url = f"{self._kube}/api/v1/namespaces/{step.namespace}/pods"
+        url = f"/api/v1/namespaces/{step.namespace}/pods"
         while not stop.is_set():
             pods = _check(client.get(url, params={"labelSelector": step.selector}), "list pods")
             for pod in pods.get("items") or []:

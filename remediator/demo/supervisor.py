@@ -394,7 +394,7 @@ class Demo:
         self._thread("status", StatusReporter(console, token, self.say).run)
         if opts.faults:
             scenario = ScenarioRunner(
-                urls["kube_url"],
+                kubeconfig,
                 urls["inject_url"],
                 interval=opts.fault_interval,
                 seed=opts.seed,

@@ -15,6 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from remediator.sim.kube.access import kube_http
+
 
 class KubectlError(RuntimeError):
     """Stock kubectl exited non-zero; the message carries its stderr."""
@@ -23,6 +27,7 @@ class KubectlError(RuntimeError):
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 READY_TIMEOUT = 240.0
 CONTROLLER_ACCOUNT = "remediator/remediator"
+AGENT_ACCOUNT = "remediator/remediator-agent"  # the node agent DaemonSet's
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # The shipped RBAC (`sim serve --rbac` with no directory): present in a checkout.
 DEFAULT_RBAC = DEPLOY / "base"
@@ -46,6 +51,9 @@ class SimHandle:
         # The `slurm` object of the ready file (with --slurm): the controller's `slurm:`.
         self.slurm: dict[str, Any] | None = ready.get("slurm")
         self.kubeconfig = workdir / "kubeconfig"
+        # With RBAC the API server speaks TLS: the CA (PEM) its kubeconfigs carry, as a file.
+        ca = ready.get("kube_ca")
+        self.kube_ca = Path(ca) if ca else None
         self.log_path = workdir / "sim.log"
         # With RBAC: "namespace/name" of each bound ServiceAccount → {"token", "kubeconfig"}.
         self.service_accounts: dict[str, dict[str, str]] = dict(ready.get("service_accounts") or {})
@@ -57,13 +65,24 @@ class SimHandle:
         account = self.service_accounts.get(CONTROLLER_ACCOUNT)
         return Path(account["kubeconfig"]) if account else self.kubeconfig
 
-    def kubectl(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
-        """Run stock kubectl against this simulator; stdout, or raise with stderr on failure."""
+    def kube_http(self, timeout: float | httpx.Timeout = 10.0) -> httpx.Client:
+        """An httpx client for the API server as the admin kubeconfig has it (token, CA)."""
+        return kube_http(self.kubeconfig, timeout)
+
+    def kubectl(
+        self,
+        *args: str,
+        timeout: float = 120.0,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> str:
+        """Run stock kubectl against this simulator (as the admin, or as `kubeconfig` says);
+        stdout, or raise with stderr on failure."""
         done = subprocess.run(
             [
                 KUBECTL,
                 "--kubeconfig",
-                str(self.kubeconfig),
+                str(kubeconfig or self.kubeconfig),
                 "--cache-dir",
                 str(self.workdir / "kubectl-cache"),
                 *args,

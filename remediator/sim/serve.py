@@ -1,6 +1,8 @@
 """`remediator sim serve`: the whole simulated cluster in one process — the Kubernetes API, the
 cloud node-pool API, the telemetry endpoint and fault injection, each on its own loopback port —
-plus the kubeconfig and a ready file that tests and demos wait for.
+plus the kubeconfig and a ready file that tests and demos wait for. With `--rbac` the Kubernetes
+API speaks TLS (a CA made at start, in every kubeconfig it writes), as a real apiserver does: stock
+kubectl sends a kubeconfig's token over TLS only.
 
 Each uvicorn server runs in its own thread (uvicorn only installs signal handlers on the main
 thread), so the main thread owns SIGINT/SIGTERM and stops them all together.
@@ -8,11 +10,14 @@ thread), so the main thread owns SIGINT/SIGTERM and stops them all together.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
 import signal
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -27,9 +32,11 @@ from starlette.types import ASGIApp
 
 from remediator.sim import fleet, nvl72
 from remediator.sim.kube.api.faults import KubeFaultMiddleware, KubeFaults
-from remediator.sim.kube.api.rbac import Rbac, RbacMiddleware, load_manifests
+from remediator.sim.kube.api.rbac import Rbac, load_manifests
+from remediator.sim.kube.api.rbac_http import RbacMiddleware
 from remediator.sim.kube.api.server import create_kube_app
 from remediator.sim.kube.api.store import ObjectStore
+from remediator.sim.kube.api.tls import ServingCert, issue
 from remediator.sim.kube.controllers.cluster import SimCluster
 from remediator.sim.launch import DEFAULT_RBAC, DEPLOY
 from remediator.sim.node.gfd import version_labels
@@ -81,16 +88,21 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket) -> str:
+def url_of(sock: socket.socket, scheme: str = "http") -> str:
     host, port = sock.getsockname()[:2]
-    return f"http://{host}:{port}"
+    return f"{scheme}://{host}:{port}"
 
 
-def kubeconfig(server: str, token: str, namespace: str = "default") -> dict[str, object]:
+def kubeconfig(
+    server: str, token: str, namespace: str = "default", ca_pem: bytes | None = None
+) -> dict[str, object]:
+    cluster: dict[str, str] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {"server": server}}],
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
         "users": [{"name": CONTEXT, "user": {"token": token}}],
         "contexts": [
             {
@@ -117,7 +129,10 @@ class AppServers:
     def __init__(self) -> None:
         self._servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def start(self, app: ASGIApp, sock: socket.socket) -> None:
+    def start(
+        self, app: ASGIApp, sock: socket.socket, tls: tuple[Path, Path] | None = None
+    ) -> None:
+        """`tls`: the certificate chain and key files to serve HTTPS with."""
         # Clients keep connections idle between retries (kubectl drain waits 5 s after a 429);
         # uvicorn's 5 s default would close them under a POST in flight, which Go reports as
         # EOF and does not retry. A real API server keeps idle connections far longer.
@@ -128,6 +143,8 @@ class AppServers:
             access_log=False,
             timeout_keep_alive=KEEP_ALIVE,
             timeout_graceful_shutdown=2,
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
         )
         server = uvicorn.Server(config)
         thread = threading.Thread(
@@ -149,10 +166,17 @@ class AppServers:
         return all(thread.is_alive() for _, thread in self._servers)
 
 
-def wait_answering(urls: list[str], deadline: float, alive: Callable[[], bool]) -> None:
-    """Until every URL answers HTTP at all (any status: the point is that it is serving)."""
+def wait_answering(
+    urls: list[str],
+    deadline: float,
+    alive: Callable[[], bool],
+    ca_pem: bytes | None = None,
+) -> None:
+    """Until every URL answers HTTP at all (any status: the point is that it is serving);
+    HTTPS ones verified against `ca_pem`."""
     pending = list(urls)
-    with httpx.Client(timeout=2.0) as client:
+    verify = ssl.create_default_context(cadata=ca_pem.decode()) if ca_pem else True
+    with httpx.Client(timeout=2.0, verify=verify) as client:
         while pending:
             if not alive():
                 raise RuntimeError("a server thread died during start-up")
@@ -190,6 +214,15 @@ def load_rbac(options: ServeOptions) -> Rbac | None:
         else []
     )
     return Rbac.from_objects(load_manifests(options.rbac, components), "remediator")
+
+
+def write_serving_files(cert: ServingCert, directory: Path) -> tuple[Path, Path]:
+    """The chain and key files uvicorn loads (it takes paths only); the key readable by us only."""
+    chain, key = directory / "apiserver.crt", directory / "apiserver.key"
+    chain.write_bytes(cert.cert_pem)
+    key.touch(mode=0o600)
+    key.write_bytes(cert.key_pem)
+    return chain, key
 
 
 def serve(options: ServeOptions) -> int:
@@ -234,7 +267,7 @@ def serve(options: ServeOptions) -> int:
     }
     apps: dict[str, ASGIApp] = {
         "kube_url": KubeFaultMiddleware(
-            RbacMiddleware(create_kube_app(cluster), rbac, kube_faults.refused),
+            RbacMiddleware(create_kube_app(cluster), rbac, kube_faults.refused, admin_token=token),
             kube_faults,
             lambda: cluster.store.resource_version,
         ),
@@ -243,6 +276,13 @@ def serve(options: ServeOptions) -> int:
         "inject_url": cloud.inject,
     }
     urls = {key: url_of(sock) for key, sock in socks.items()}
+    # RBAC means tokens, and kubectl sends a token only over TLS.
+    serving = issue(options.host) if rbac else None
+    private = tempfile.TemporaryDirectory(prefix="remediator-sim-tls-") if serving else None
+    tls = write_serving_files(serving, Path(private.name)) if serving and private else None
+    if serving:
+        urls["kube_url"] = url_of(socks["kube_url"], "https")
+    ca_pem = serving.ca_pem if serving else None
     provider: dict[str, object] = {"type": "http", "url": urls["nodepool_url"]}
     servers = AppServers()
     cluster.start(options.tick_interval)
@@ -273,8 +313,16 @@ def serve(options: ServeOptions) -> int:
             provider = gce.provider(urls["gce_url"])
         extra = slurm.start() if slurm else {}
         for key, sock in socks.items():
-            servers.start(apps[key], sock)
-        write_atomically(options.kubeconfig, yaml.safe_dump(kubeconfig(urls["kube_url"], token)))
+            servers.start(apps[key], sock, tls if key == "kube_url" else None)
+        ca_file: dict[str, str] = {}
+        if ca_pem:
+            ca_path = options.kubeconfig.with_name("kube-ca.crt")
+            write_atomically(ca_path, ca_pem.decode())
+            ca_file["kube_ca"] = str(ca_path)
+        write_atomically(
+            options.kubeconfig,
+            yaml.safe_dump(kubeconfig(urls["kube_url"], token, ca_pem=ca_pem)),
+        )
         probes = [
             urls["kube_url"] + "/version",
             urls["nodepool_url"] + "/",
@@ -282,18 +330,19 @@ def serve(options: ServeOptions) -> int:
             urls["metrics_url"] + "/",
             urls["inject_url"] + "/",
         ]
-        wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive)
+        wait_answering(probes, time.monotonic() + READY_TIMEOUT, servers.alive, ca_pem)
         node_root = {"node_root": str(options.node_root)} if options.node_root else {}
         # Each bound ServiceAccount's token and a kubeconfig that uses it.
         accounts: dict[str, object] = {}
         for account, account_token in (rbac.accounts() if rbac else {}).items():
             namespace, name = account.split("/", 1)
             path = options.kubeconfig.with_name(f"kubeconfig-{namespace}-{name}")
-            config = kubeconfig(urls["kube_url"], account_token, namespace)
+            config = kubeconfig(urls["kube_url"], account_token, namespace, ca_pem)
             write_atomically(path, yaml.safe_dump(config))
             accounts[account] = {"token": account_token, "kubeconfig": str(path)}
         ready = {
             **urls,
+            **ca_file,
             **node_root,
             "provider": provider,
             "cloud": options.cloud,
@@ -310,6 +359,8 @@ def serve(options: ServeOptions) -> int:
     finally:
         options.ready_file.unlink(missing_ok=True)
         servers.stop()
+        if private:
+            private.cleanup()
         for stop_cloud in stops:
             stop_cloud()
         cluster.stop()

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from remediator.sim.launch import AGENT_ACCOUNT
 from tests.fixtures.sim import SimHandle
 from tests.fixtures.web import PUSH_TOKEN, free_port
 from tests.integration.engine_support import ControllerProcess
@@ -102,6 +103,20 @@ def sim(sim_factory: Callable[..., SimHandle], tmp_path: Path) -> SimHandle:
     return sim_factory(nodes=4, node_root=tmp_path / "nodes")
 
 
+def kube_access(sim: SimHandle, workdir: Path) -> list[str]:
+    """The agent reads its Node as its own ServiceAccount, as its DaemonSet pod would."""
+    token = workdir / "agent-token"
+    token.write_text(sim.service_accounts[AGENT_ACCOUNT]["token"])
+    return [
+        "--kube-url",
+        sim.kube_url,
+        "--kube-token-file",
+        str(token),
+        "--kube-ca-file",
+        str(sim.kube_ca),
+    ]
+
+
 def start_agent(sim: SimHandle, node: str, url: str, workdir: Path) -> subprocess.Popen[bytes]:
     assert sim.node_root is not None
     host = sim.node_root / node
@@ -122,8 +137,7 @@ def start_agent(sim: SimHandle, node: str, url: str, workdir: Path) -> subproces
                 str(host),
                 "--kmsg",
                 str(host / "dev/kmsg"),
-                "--kube-url",
-                sim.kube_url,
+                *kube_access(sim, workdir),
                 "--heartbeat-interval",
                 "0.5",
                 "--presence-interval",

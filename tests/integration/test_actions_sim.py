@@ -373,10 +373,11 @@ def test_a_blocked_drain_names_the_budget_and_its_numbers(sim: SimHandle, kube: 
 
 class ForbidBudgets(ThreadingHTTPServer):
     """A loopback front for the simulator that answers the PDB list as an API server without
-    the RBAC rule would (403), and passes every other request through."""
+    the RBAC rule would (403), and passes every other request through, with the caller's
+    token, over the simulator's TLS."""
 
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
+    def __init__(self, sim: SimHandle) -> None:
+        self.upstream = sim.kube_http()
         super().__init__(("127.0.0.1", 0), _ForbidHandler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
 
@@ -395,13 +396,13 @@ class _ForbidHandler(BaseHTTPRequestHandler):
             self._answer(403, json.dumps({**status, "message": message, "code": 403}).encode())
             return
         length = int(self.headers.get("Content-Length") or 0)
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
-        upstream = httpx.request(
+        relayed = ("content-type", "accept", "authorization")
+        headers = {k: v for k, v in self.headers.items() if k.lower() in relayed}
+        upstream = self.server.upstream.request(
             self.command,
-            self.server.upstream + self.path,
+            self.path,
             content=self.rfile.read(length) if length else None,
             headers=headers,
-            timeout=10,
         )
         self._answer(upstream.status_code, upstream.content)
 
@@ -423,7 +424,7 @@ def test_an_unreadable_budget_list_keeps_the_eviction_message(
 ) -> None:
     place_web_pods(sim, kube, min_available=2)
     assert isinstance(quarantine(kube, SPARE, WHY), Done)
-    front = ForbidBudgets(sim.kube_url)
+    front = ForbidBudgets(sim)
     thread = threading.Thread(target=front.serve_forever, daemon=True)
     thread.start()
     try:
@@ -450,6 +451,7 @@ def test_an_unreadable_budget_list_keeps_the_eviction_message(
     finally:
         front.shutdown()
         front.server_close()
+        front.upstream.close()
 
 
 def test_drain_of_a_node_without_kubelet_holds_then_forces(

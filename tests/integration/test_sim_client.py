@@ -168,7 +168,7 @@ def test_watch_single_object_by_field_selector(core: Any) -> None:
 
 
 def test_watch_with_invalid_resource_version_reports_error(cluster: SimHandle) -> None:
-    with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:
+    with cluster.kube_http() as http:
         answer = http.get("/api/v1/nodes", params={"watch": "1", "resourceVersion": "-5"})
     assert answer.status_code == 200
     event = json.loads(answer.text.splitlines()[0])
@@ -295,7 +295,7 @@ def test_events_create_and_list(core: Any) -> None:
 
 
 def test_errors_are_status_objects(cluster: SimHandle) -> None:
-    with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:
+    with cluster.kube_http() as http:
         node = http.get("/api/v1/nodes").json()["items"][0]["metadata"]["name"]
         cases = [
             (http.get("/api/v1/nodes/nope"), 404, "NotFound"),
@@ -353,7 +353,7 @@ def test_errors_are_status_objects(cluster: SimHandle) -> None:
 
 
 def test_malformed_delete_options_are_400_and_touch_nothing(cluster: SimHandle) -> None:
-    with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:
+    with cluster.kube_http() as http:
         pods = http.get(
             "/api/v1/pods", params={"labelSelector": "app.kubernetes.io/component=inference"}
         ).json()
@@ -380,7 +380,7 @@ def test_malformed_delete_options_are_400_and_touch_nothing(cluster: SimHandle) 
 
 def test_table_for_kubectl(cluster: SimHandle) -> None:
     accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-    with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:
+    with cluster.kube_http() as http:
         table = http.get("/api/v1/nodes", headers={"Accept": accept}).json()
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]][:5] == [
@@ -407,7 +407,7 @@ def test_delete_pod_is_graceful(core: Any) -> None:
 
 def test_yaml_bodies_are_accepted(cluster: SimHandle) -> None:
     manifest = b"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: from-yaml\n"
-    with httpx.Client(base_url=cluster.kube_url, timeout=10) as http:
+    with cluster.kube_http() as http:
         created = http.post(
             "/api/v1/namespaces", content=manifest, headers={"Content-Type": "application/yaml"}
         )
@@ -417,8 +417,9 @@ def test_yaml_bodies_are_accepted(cluster: SimHandle) -> None:
 
 def test_serve_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     handle = start_sim(tmp_path / "short-lived", nodes=1)
-    assert httpx.get(handle.kube_url + "/version", timeout=10).json()["major"] == "1"
+    with handle.kube_http() as http:
+        assert http.get("/version").json()["major"] == "1"
     assert handle.stop() == 0
     assert not (handle.workdir / "ready.json").exists()
-    with pytest.raises(httpx.TransportError):
-        httpx.get(handle.kube_url + "/version", timeout=2)
+    with pytest.raises(httpx.TransportError), handle.kube_http(timeout=2) as http:
+        http.get("/version")

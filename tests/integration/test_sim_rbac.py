@@ -1,22 +1,27 @@
 """RBAC in the simulator, through the official `kubernetes` client: the controller's own
 ServiceAccount token is held to the shipped deploy/ roles (403 with the apiserver's Status body
 otherwise), SelfSubjectAccessReview answers as the real authorizer does, and the admin kubeconfig
-(and so stock kubectl) stays unrestricted."""
+stays unrestricted. Stock kubectl with an issued ServiceAccount kubeconfig is held to the same
+roles (the simulator serves TLS with its CA in every kubeconfig, so kubectl sends the token), and
+a request without a token is system:anonymous."""
 
 from __future__ import annotations
 
 import json
+import re
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from remediator.kube import rbac
-from remediator.sim.launch import CONTROLLER_ACCOUNT, DEPLOY
+from remediator.sim.launch import CONTROLLER_ACCOUNT, DEPLOY, KubectlError
 from tests.fixtures.sim import SimHandle, start_sim
 
 pytestmark = pytest.mark.integration
@@ -141,3 +146,71 @@ def test_rbac_from_another_directory(tmp_path: Path) -> None:
         assert review(api, group="", resource="nodes", verb="patch").status.allowed is False
     finally:
         handle.stop()
+
+
+def test_stock_kubectl_with_the_controllers_kubeconfig_is_held_to_its_roles(
+    cluster: SimHandle,
+) -> None:
+    kubeconfig = cluster.controller_kubeconfig
+    assert yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"].startswith(
+        "https://"
+    )
+    names = cluster.kubectl("get", "nodes", "-o", "name", kubeconfig=kubeconfig).split()
+    assert len(names) == 2
+    node = names[0].removeprefix("node/")
+    with pytest.raises(KubectlError) as refused:
+        cluster.kubectl("delete", "node", node, kubeconfig=kubeconfig)
+    assert (
+        f'Error from server (Forbidden): nodes "{node}" is forbidden: User "{USER}" cannot '
+        'delete resource "nodes" in API group "" at the cluster scope'
+    ) in str(refused.value)
+    assert cluster.kubectl("get", "node", node, "-o", "name").strip() == f"node/{node}"
+    can_i = {
+        ("patch", "nodes"): "yes",
+        ("create", "pods", "--subresource=eviction", "-A"): "yes",
+        ("delete", "nodes"): "no",
+        ("list", "secrets", "-A"): "no",
+        ("get", "/version"): "yes",
+    }
+    for question, expected in can_i.items():
+        answer = cluster.kubectl("auth", "can-i", *question, kubeconfig=kubeconfig, check=False)
+        assert answer.splitlines()[0] == expected, (question, answer)
+
+
+def test_kubectl_auth_can_i_list_shows_the_accounts_rules(cluster: SimHandle) -> None:
+    table = cluster.kubectl("auth", "can-i", "--list", kubeconfig=cluster.controller_kubeconfig)
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()[1:]]
+    resources = {(row[0], row[2], row[3]) for row in rows if len(row) == 4}
+    assert {
+        ("nodes", "[]", "[get list watch patch]"),
+        ("pods/eviction", "[]", "[create]"),
+        ("leases.coordination.k8s.io", "[]", "[create]"),
+        ("leases.coordination.k8s.io", "[remediator-leader]", "[get update]"),
+        ("namespaces", "[kube-system]", "[get]"),
+        ("selfsubjectaccessreviews.authorization.k8s.io", "[]", "[create]"),
+    } <= resources
+    assert not any(name.startswith("secrets") for name, _, _ in resources)
+    assert ["[/version]", "[]", "[get]"] in rows  # what every authenticated user may read
+    # In another namespace the leader-election Role does not reach.
+    elsewhere = cluster.kubectl(
+        "auth", "can-i", "--list", "-n", "default", kubeconfig=cluster.controller_kubeconfig
+    )
+    assert "leases" not in elsewhere and "nodes" in elsewhere
+
+
+def test_a_request_without_a_token_is_anonymous(cluster: SimHandle) -> None:
+    assert cluster.kube_ca is not None
+    verify = ssl.create_default_context(cafile=cluster.kube_ca)
+    with httpx.Client(base_url=cluster.kube_url, verify=verify, timeout=10) as http:
+        assert http.get("/version").json()["major"] == "1"
+        listed = http.get("/api/v1/nodes")
+        assert listed.status_code == 403
+        assert listed.json()["message"] == (
+            'nodes is forbidden: User "system:anonymous" cannot list resource "nodes" in API '
+            'group "" at the cluster scope'
+        )
+        assert http.get("/api").status_code == 403
+        unknown = http.get("/api/v1/nodes", headers={"Authorization": "Bearer not-issued"})
+        assert (unknown.status_code, unknown.json()["reason"]) == (401, "Unauthorized")
+    with cluster.kube_http() as admin:
+        assert len(admin.get("/api/v1/nodes").json()["items"]) == 2

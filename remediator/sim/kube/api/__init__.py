@@ -6,4 +6,5 @@ eviction that the API server enforces.
 
 Left out: protobuf request bodies are answered 415 (JSON and YAML only); no deletecollection and
 no exec, attach or `kubectl logs` subresources; no StatefulSets; deleting a namespace does not
-cascade to what is in it; no authentication or authorization (loopback only)."""
+cascade to what is in it. Authentication (tokens) and RBAC only with `sim serve --rbac`, which
+also serves TLS (rbac.py, rbac_http.py, tls.py); without it every request is the admin's."""

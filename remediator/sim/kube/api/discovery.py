@@ -126,13 +126,22 @@ RESOURCES: tuple[Resource, ...] = (
         subresources=("status",),
     ),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
-    # Answered by the RBAC middleware (rbac.py), never stored.
+    # Answered by the RBAC middleware (rbac_http.py), never stored.
     Resource(
         "authorization.k8s.io",
         "v1",
         "selfsubjectaccessreviews",
         "",
         "SelfSubjectAccessReview",
+        False,
+        verbs=("create",),
+    ),
+    Resource(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "",
+        "SelfSubjectRulesReview",
         False,
         verbs=("create",),
     ),

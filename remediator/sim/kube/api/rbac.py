@@ -1,54 +1,74 @@
 """RBAC for the simulated API server: ClusterRoles, Roles and their bindings, loaded from
-manifests (the project's own deploy/ by default), enforced for requests that carry a
-ServiceAccount token this simulator issued, and asked through `SelfSubjectAccessReview`.
+manifests (the project's own deploy/ by default) and decided as the real authorizer does.
 
-The rules are the real authorizer's: a ClusterRoleBinding grants its ClusterRole everywhere, a
-RoleBinding grants its Role (or a ClusterRole) in its own namespace; a rule matches on API group,
-resource (`pods/eviction` for a subresource), verb and, when it names any, the object's name
-(never a create or a list, which name no object). Every authenticated user may read discovery
-and `/version` and create a SelfSubjectAccessReview (the bootstrap roles system:discovery and
-system:basic-user). A refusal is the apiserver's 403 `Status`. A request with no token, or one
-this simulator did not issue for a ServiceAccount (the admin kubeconfig's), is served as before:
-unrestricted.
+A ClusterRoleBinding grants its ClusterRole everywhere, a RoleBinding grants its Role (or a
+ClusterRole) in its own namespace; a rule matches on API group, resource (`pods/eviction` for a
+subresource), verb and, when it names any, the object's name (never a create or a list, which
+name no object); non-resource URLs (`/version`, `/api/*`) only through ClusterRoleBindings. The
+apiserver's bootstrap roles are always there: every user, anonymous too, may read `/version` and
+the health paths (system:public-info-viewer); every authenticated one discovery
+(system:discovery) and its own access and rules reviews (system:basic-user). Members of
+system:masters (the admin kubeconfig's user) are allowed everything. rbac_http.py applies this to
+requests.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from remediator.sim.kube.api.faults import USER_KEY, RequestInfo, request_info
-
-SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 _RBAC = "rbac.authorization.k8s.io/v1"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+MASTERS = "system:masters"
 
 
 @dataclass(frozen=True)
 class Rule:
-    groups: frozenset[str]
-    resources: frozenset[str]
-    verbs: frozenset[str]
-    names: frozenset[str] = frozenset()
+    """One PolicyRule, its lists in the manifest's order (a rules review returns them so)."""
+
+    groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    names: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()  # nonResourceURLs: a rule has these or resources, not both
 
     def allows(self, group: str, resource: str, verb: str, name: str) -> bool:
-        if not (self.groups & {group, "*"} and self.verbs & {verb, "*"}):
+        if not (_has(self.groups, group) and _has(self.verbs, verb)):
             return False
         sub = resource.partition("/")[2]
-        if not self.resources & {resource, "*", *((f"*/{sub}",) if sub else ())}:
+        if not (_has(self.resources, resource) or (sub and f"*/{sub}" in self.resources)):
             return False
         return not self.names or name in self.names
+
+    def allows_path(self, path: str, verb: str) -> bool:
+        return _has(self.verbs, verb) and any(
+            url == path or url == "*" or (url.endswith("*") and path.startswith(url[:-1]))
+            for url in self.urls
+        )
+
+    def to_review(self) -> dict[str, list[str]]:
+        """The ResourceRule or NonResourceRule of a SelfSubjectRulesReview."""
+        if self.urls:
+            return {"verbs": list(self.verbs), "nonResourceURLs": list(self.urls)}
+        return {
+            "verbs": list(self.verbs),
+            "apiGroups": list(self.groups),
+            "resources": list(self.resources),
+            **({"resourceNames": list(self.names)} if self.names else {}),
+        }
+
+
+def _has(values: tuple[str, ...], value: str) -> bool:
+    return value in values or "*" in values
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,14 @@ class User:
             ),
         )
 
+    @property
+    def is_service_account(self) -> bool:
+        return self.name.startswith("system:serviceaccount:")
+
+
+ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
+ADMIN = User("kubernetes-admin", (MASTERS, "system:authenticated"))
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -84,26 +112,81 @@ class Decision:
     reason: str = ""
 
 
+_PUBLIC_INFO = ("/healthz", "/livez", "/readyz", "/version", "/version/")
+BOOTSTRAP_ROLES: dict[str, tuple[Rule, ...]] = {
+    "system:public-info-viewer": (Rule((), (), ("get",), urls=_PUBLIC_INFO),),
+    "system:discovery": (
+        Rule(
+            (),
+            (),
+            ("get",),
+            urls=("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", *_PUBLIC_INFO),
+        ),
+    ),
+    "system:basic-user": (
+        Rule(("authentication.k8s.io",), ("selfsubjectreviews",), ("create",)),
+        Rule(
+            ("authorization.k8s.io",),
+            ("selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+            ("create",),
+        ),
+    ),
+}
+_AUTHENTICATED = (("Group", "system:authenticated", ""),)
+BOOTSTRAP_BINDINGS = (
+    Binding(
+        "ClusterRoleBinding",
+        "system:public-info-viewer",
+        "",
+        "ClusterRole",
+        "system:public-info-viewer",
+        (*_AUTHENTICATED, ("Group", "system:unauthenticated", "")),
+    ),
+    Binding(
+        "ClusterRoleBinding",
+        "system:discovery",
+        "",
+        "ClusterRole",
+        "system:discovery",
+        _AUTHENTICATED,
+    ),
+    Binding(
+        "ClusterRoleBinding",
+        "system:basic-user",
+        "",
+        "ClusterRole",
+        "system:basic-user",
+        _AUTHENTICATED,
+    ),
+)
+# What a rules review shows for system:masters (cluster-admin's rules).
+_EVERYTHING = (Rule(("*",), ("*",), ("*",)), Rule((), (), ("*",), urls=("*",)))
+
+
 def _rules(role: dict[str, Any]) -> tuple[Rule, ...]:
     return tuple(
         Rule(
-            frozenset(r.get("apiGroups") or ()),
-            frozenset(r.get("resources") or ()),
-            frozenset(r.get("verbs") or ()),
-            frozenset(r.get("resourceNames") or ()),
+            tuple(r.get("apiGroups") or ()),
+            tuple(r.get("resources") or ()),
+            tuple(r.get("verbs") or ()),
+            tuple(r.get("resourceNames") or ()),
+            () if r.get("resources") else tuple(r.get("nonResourceURLs") or ()),
         )
         for r in role.get("rules") or ()
-        if r.get("resources")
+        if r.get("resources") or r.get("nonResourceURLs")
     )
 
 
 @dataclass
 class Rbac:
-    """The loaded roles and bindings, and the ServiceAccount tokens issued for their subjects."""
+    """The loaded roles and bindings (after the bootstrap ones), and the ServiceAccount tokens
+    issued for their subjects."""
 
-    cluster_roles: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+    cluster_roles: dict[str, tuple[Rule, ...]] = field(
+        default_factory=lambda: dict(BOOTSTRAP_ROLES)
+    )
     roles: dict[tuple[str, str], tuple[Rule, ...]] = field(default_factory=dict)
-    bindings: list[Binding] = field(default_factory=list)
+    bindings: list[Binding] = field(default_factory=lambda: list(BOOTSTRAP_BINDINGS))
     tokens: dict[str, User] = field(default_factory=dict)
 
     @classmethod
@@ -152,9 +235,11 @@ class Rbac:
             return user.name == name
         return kind == "Group" and name in user.groups
 
-    def authorize(
-        self, user: User, group: str, resource: str, verb: str, namespace: str, name: str
-    ) -> Decision:
+    def _grants(
+        self, user: User, namespace: str
+    ) -> Iterable[tuple[Binding, tuple[str, str, str], tuple[Rule, ...]]]:
+        """Each binding that reaches `user` in `namespace` ("" only the cluster-wide ones), the
+        subject that named the user, and the rules of its role."""
         for binding in self.bindings:
             if binding.namespace and binding.namespace != namespace:
                 continue
@@ -165,18 +250,43 @@ class Rbac:
                 rules = self.cluster_roles.get(binding.role, ())
             else:
                 rules = self.roles.get((binding.namespace, binding.role), ())
+            yield binding, subject, rules
+
+    def authorize(
+        self, user: User, group: str, resource: str, verb: str, namespace: str, name: str
+    ) -> Decision:
+        if MASTERS in user.groups:
+            return Decision(True)
+        for binding, subject, rules in self._grants(user, namespace):
             if any(rule.allows(group, resource, verb, name) for rule in rules):
-                who = {
-                    "ServiceAccount": f'ServiceAccount "{subject[2]}/{subject[1]}"',
-                    "User": f'User "{subject[1]}"',
-                }.get(subject[0], f'Group "{subject[1]}"')
-                where = f' in namespace "{binding.namespace}"' if binding.namespace else ""
-                return Decision(
-                    True,
-                    f'RBAC: allowed by {binding.kind} "{binding.name}{where}" of '
-                    f'{binding.role_kind} "{binding.role}" to {who}',
-                )
+                return Decision(True, _allowed_by(binding, subject))
         return Decision(False)
+
+    def authorize_path(self, user: User, path: str, verb: str) -> Decision:
+        """A non-resource request (discovery, `/version`, health): ClusterRoleBindings only."""
+        if MASTERS in user.groups:
+            return Decision(True)
+        for binding, subject, rules in self._grants(user, ""):
+            if any(rule.allows_path(path, verb) for rule in rules):
+                return Decision(True, _allowed_by(binding, subject))
+        return Decision(False)
+
+    def rules_of(self, user: User, namespace: str) -> tuple[Rule, ...]:
+        """Everything `user` may do in `namespace`, rule by rule: a SelfSubjectRulesReview."""
+        granted = [rule for _, _, rules in self._grants(user, namespace) for rule in rules]
+        return (*(_EVERYTHING if MASTERS in user.groups else ()), *granted)
+
+
+def _allowed_by(binding: Binding, subject: tuple[str, str, str]) -> str:
+    who = {
+        "ServiceAccount": f'ServiceAccount "{subject[2]}/{subject[1]}"',
+        "User": f'User "{subject[1]}"',
+    }.get(subject[0], f'Group "{subject[1]}"')
+    where = f' in namespace "{binding.namespace}"' if binding.namespace else ""
+    return (
+        f'RBAC: allowed by {binding.kind} "{binding.name}{where}" of '
+        f'{binding.role_kind} "{binding.role}" to {who}'
+    )
 
 
 def load_manifests(path: Path, extra_components: Iterable[Path] = ()) -> list[dict[str, Any]]:
@@ -213,183 +323,3 @@ def _kustomize_with(base: Path, components: list[Path]) -> list[dict[str, Any]]:
         }
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
         return _kustomize(Path(tmp))
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers") or ():
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return ""
-
-
-def _group(path: str) -> str:
-    parts = [p for p in path.split("/") if p]
-    return parts[1] if len(parts) >= 3 and parts[0] == "apis" else ""
-
-
-def forbidden(user: User, info: RequestInfo, group: str, path: str) -> dict[str, Any]:
-    """The apiserver's 403 Status for an RBAC refusal."""
-    if info.resource is None:
-        message = f'forbidden: User "{user.name}" cannot {info.verb} path "{path}"'
-        details: dict[str, Any] = {}
-    else:
-        base = info.resource.partition("/")[0]
-        qualified = f"{base}.{group}" if group else base
-        where = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
-        reason = (
-            f'User "{user.name}" cannot {info.verb} resource "{info.resource}" in API group '
-            f'"{group}" {where}'
-        )
-        subject = f'{qualified} "{info.name}"' if info.name else qualified
-        message = f"{subject} is forbidden: {reason}"
-        details = {
-            **({"name": info.name} if info.name else {}),
-            **({"group": group} if group else {}),
-            "kind": base,
-        }
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "Forbidden",
-        "details": details,
-        "code": 403,
-    }
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    raw = json.dumps(body, separators=(",", ":")).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(raw)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": raw})
-
-
-class RbacMiddleware:
-    """In front of the API server (behind the fault middleware, which logs what this answers)."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        rbac: Rbac | None,
-        on_refused: Callable[[RequestInfo, str, str, str], None] | None = None,
-    ) -> None:
-        self.app = app
-        self.rbac = rbac
-        self._on_refused = on_refused
-
-    def _user(self, scope: Scope) -> User | None:
-        if self.rbac is None:
-            return None
-        auth = _header(scope, b"authorization")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer":
-            return None
-        return self.rbac.tokens.get(token.strip())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        user = self._user(scope)
-        path = scope["path"].rstrip("/")
-        if path == SSAR_PATH and scope["method"] == "POST":
-            await self._review(user, receive, send)
-            return
-        if user is None or self.rbac is None:
-            await self.app(scope, receive, send)
-            return
-        scope[USER_KEY] = user.name
-        info = request_info(
-            scope["method"], scope["path"], bytes(scope.get("query_string", b"")).decode()
-        )
-        if info.resource is None:  # discovery, /version, health: every authenticated user
-            await self.app(scope, receive, send)
-            return
-        group = _group(scope["path"])
-        decision = self.rbac.authorize(
-            user, group, info.resource, info.verb, info.namespace, info.name
-        )
-        if decision.allowed:
-            await self.app(scope, receive, send)
-            return
-        body = forbidden(user, info, group, scope["path"])
-        if self._on_refused is not None:
-            self._on_refused(info, group, user.name, body["message"])
-        await _send_json(send, 403, body)
-
-    async def _review(self, user: User | None, receive: Receive, send: Send) -> None:
-        try:
-            review = json.loads(await _read_body(receive) or b"{}")
-        except ValueError:
-            review = None
-        spec = review.get("spec") if isinstance(review, dict) else None
-        if not isinstance(spec, dict):
-            await _send_json(
-                send, 400, _bad_request("the request body is not a SelfSubjectAccessReview")
-            )
-            return
-        attrs = spec.get("resourceAttributes")
-        if not isinstance(attrs, dict):
-            await _send_json(
-                send, 422, _bad_request("spec.resourceAttributes: Required value", code=422)
-            )
-            return
-        resource = str(attrs.get("resource") or "")
-        if attrs.get("subresource"):
-            resource += f"/{attrs['subresource']}"
-        if user is None or self.rbac is None:
-            decision = Decision(True, "")  # the unrestricted admin of this simulator
-        else:
-            decision = self.rbac.authorize(
-                user,
-                str(attrs.get("group") or ""),
-                resource,
-                str(attrs.get("verb") or ""),
-                str(attrs.get("namespace") or ""),
-                str(attrs.get("name") or ""),
-            )
-        status: dict[str, Any] = {"allowed": decision.allowed}
-        if decision.reason:
-            status["reason"] = decision.reason
-        await _send_json(
-            send,
-            201,
-            {
-                "kind": "SelfSubjectAccessReview",
-                "apiVersion": "authorization.k8s.io/v1",
-                "metadata": {"creationTimestamp": None},
-                "spec": spec,
-                "status": status,
-            },
-        )
-
-
-def _bad_request(message: str, code: int = 400) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "BadRequest" if code == 400 else "Invalid",
-        "code": code,
-    }
