@@ -350,15 +350,16 @@ def _run_job(
 
 
 def _follow(ctx: StepContext, run: JobRun) -> tuple[JobRun, str]:
-    """A running Job as its pod shows it: finished as soon as the pod has (the Job's own status
-    follows a moment later, and the check should not wait a poll for it), or why its pod cannot
-    run on the node."""
-    if run.state is not JobState.RUNNING:
+    """A Job as its pod shows it: finished as soon as the pod has (the Job's own status follows
+    a moment later, and the check should not wait a poll for it), or why its pod cannot run on
+    the node. A Job already Failed is looked at too: with backoffLimit 0 a pod the kubelet
+    refused fails the Job at once, and that is no verdict on the machine."""
+    if run.state is JobState.SUCCEEDED:
         return run, ""
     for pod in ctx.kube.list_pods(ctx.jobs.namespace, f"job-name={run.name}"):
         if pod.unschedulable:
             return run, f"{run.name}: {pod.unschedulable}"
-        if pod.phase in ("Succeeded", "Failed"):
+        if run.state is JobState.RUNNING and pod.phase in ("Succeeded", "Failed"):
             state = JobState.SUCCEEDED if pod.phase == "Succeeded" else JobState.FAILED
             log = ctx.kube.read_pod_log(ctx.jobs.namespace, pod.name)
             return JobRun(run.name, state, pod.exit_code, log), ""
