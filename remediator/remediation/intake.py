@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -390,6 +390,20 @@ def without_brought_machines(
         if s.kind is not SignalKind.UNVALIDATED
         or not (s.node in brought or pools.get(s.node) in replacing)
     ]
+
+
+def machines_behind(inventory: Inventory, known: Callable[[str], str | None]) -> dict[str, str]:
+    """node → the machine behind it now, in the ledger's ids (`known`: Ledger.machine_of), the
+    ids its remediations are linked under, so a repeat by machine compares like with like: a
+    tray the controller's replacement brought under its slot's providerID is its own machine
+    (identity.brought_by), not the tray before it; an agent's DMI serial outranks a providerID.
+    The Node's own id only while the ledger has no picture of the node."""
+    own = inventory.machines
+    return {
+        node: machine
+        for node in inventory.pools
+        if (machine := known(node) or own.get(node)) is not None
+    }
 
 
 def new_remediation(decision: Decision, policies: PolicySet) -> NewRemediation:
@@ -1082,11 +1096,14 @@ class Intake:
             ]
         )
         recent = self._all(RemediationFilter(created_from=now - horizon))
+        # A repeat by GPU counts a fault naming no GPU by the machine too (History.repeats_of).
         machines: dict[int, str] = {}
+        behind: Mapping[str, str] = {}
         if self._ledger is not None and any(
-            p.match.repeat is not None and p.match.repeat.by == "machine" for p in policies.policies
+            p.match.repeat is not None and p.match.repeat.by != "node" for p in policies.policies
         ):
             machines = self._ledger.machines_of_remediations([r.id for r in recent])
+            behind = machines_behind(inventory, self._ledger.machine_of)
         return History.build(
             remediations=(
                 PastRemediation(
@@ -1105,7 +1122,7 @@ class Intake:
             pools=inventory.pools,
             labels=inventory.labels,
             state=self._eval_state,
-            machines=inventory.machines,
+            machines=behind,
         )
 
     def _all(self, filters: RemediationFilter) -> list[RemediationRecord]:

@@ -2,7 +2,7 @@
 node-pool API brings a replacement tray back under its slot's name and providerID, with a new
 Node object and new hardware. The ledger keeps each tray that sat in the slot apart, so neither
 the machine hold ("taken out N times within 30 days") nor the reboot cap counts a fresh tray's
-predecessors against it."""
+predecessors against it, and a repeat counted by the machine counts the tray in the slot now."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 WAIT = 180.0  # generous: the simulator's controllers and the engine on a loaded machine
 REPLACED_TRAY = "nvl-r0-t01"
 REBOOTED_TRAY = "nvl-r0-t02"
+REPEATING_TRAY = "nvl-r0-t03"
 DRAIN = """      - action: cordon
       - action: drain
         grace: 1s
@@ -51,6 +52,31 @@ policies:
         max_reboots: 1
         window: 7d
       - action: diagnose
+        level: 1
+      - action: uncordon
+  - name: tray-fault
+    description: An uncorrectable error contained to the application.
+    why: A first one is looked at and the tray goes back.
+    match: {{kind: xid, codes: [94]}}
+    priority: 80
+    actions:
+{DRAIN}      - action: diagnose
+        level: 1
+      - action: uncordon
+  - name: tray-fault-again
+    description: The same tray failed again within the hour.
+    why: A tray that keeps failing is hardware, whatever its name.
+    match:
+      kind: xid
+      codes: [94]
+      repeat:
+        count: 2
+        within: 1h
+        by: machine
+        of: [gpu-off-the-bus, tray-fault, tray-fault-again]
+    priority: 85
+    actions:
+{DRAIN}      - action: diagnose
         level: 1
       - action: uncordon
 """
@@ -155,3 +181,23 @@ def test_the_reboot_cap_counts_the_reboots_of_the_tray_in_the_slot_not_of_its_na
     actions = [e.action for e in fresh.events]
     assert (fresh.state, fresh.outcome) == (State.SUCCEEDED, "repaired"), actions
     assert "reboot_requested" in actions and "replace_done" not in actions
+
+
+def test_a_repeat_by_machine_counts_the_tray_in_the_slot_not_the_one_it_replaced(
+    rack: Rack,
+) -> None:
+    engine, ledger = rack.engine, rack.engine.controller.ledger
+    replaced = fault(engine, REPEATING_TRAY, 79, 0, gpu=0)
+    assert (replaced.state, replaced.outcome) == (State.SUCCEEDED, "replaced")
+    fresh = ledger.machine_of(REPEATING_TRAY)
+    assert fresh is not None
+    assert fresh != ledger.machines_of_remediations([replaced.id])[replaced.id]
+    # The fresh tray's first fault: the XID 79 of the tray it replaced is no repeat of it.
+    first = fault(engine, REPEATING_TRAY, 94, replaced.id, gpu=1)
+    assert first.policy == "tray-fault", first.reason
+    assert not ledger.quarantined(fresh)
+    # Its second fault within the hour is.
+    again = fault(engine, REPEATING_TRAY, 94, first.id, gpu=2)
+    assert again.policy == "tray-fault-again", again.reason
+    assert f"remediation #2 of machine {fresh}" in again.reason
+    assert ledger.quarantined(fresh)
