@@ -17,14 +17,19 @@ Phases per database: all agents heartbeating (every node seen once) → idle win
 CPU and RSS; heartbeat database writes from the controller's own counters) → pushed XID → node
 cordoned, sampled while heartbeats flow (15 samples, under the breaker's 20) → storm: 2,000 XIDs
 for 2,000 other nodes within 10 s, each accounted for from the database and the push answers →
-console overview and node page → controller restart with every agent still running (how many
+console overview and node page → agent liveness: one node's agent pod made to crash-loop and
+another's to fail readiness in the simulator's kubelet, timed until the controller's API calls
+them crash-looping and silent (from its watch of the agents' DaemonSet pods, where heartbeats at
+the period asked would take three periods), with the controller's pod requests meanwhile per
+agent → controller restart with every agent still running (how many
 agents the new process counts as reporting at once; the time until every agent whose heartbeat
 met the restart is answered again; how many it heard in its first two minutes; the busiest 5 s
 of requests against the steady rate).
 
 The bench checks it took the path it models and stops loudly otherwise: the generator really
 sent the steady rate, the controller admitted those heartbeats and wrote them in batches (every
-node's row in the table), the controller saw every node, and Prometheus scraped both targets.
+node's row in the table), the controller saw every node, Prometheus scraped both targets, and
+liveness was decided from the agent's pod (the reason names it).
 
 Usage: python -m bench.scale_10k [--nodes 10000] [--db sqlite,postgresql] [--window 60]
 """
@@ -73,8 +78,8 @@ from remediator.agent.http import Response
 from remediator.agent.push import HEARTBEAT_PATH, SIGNALS_PATH, Backoff, retry_after
 from remediator.controller.app import KEEP_ALIVE_SECONDS
 from remediator.ledger.identity import GpuIdentity, HostHardware, pci
-from remediator.model.heartbeats import asked_period
-from remediator.settings import AgentIntakeSettings
+from remediator.model.heartbeats import asked_period, silent_after
+from remediator.settings import AgentIntakeSettings, Settings
 from remediator.signals.xid import parse_kernel_line
 from remediator.sim.launch import SimHandle, start_sim
 from remediator.sim.node.kernel_log import xid_line
@@ -465,6 +470,7 @@ class Figures:
     rss_mb: float = 0.0
     writes_per_second: float = 0.0
     cordon_p99_ms: float = 0.0
+    dead_agent_s: float = 0.0
     storm_accounted: int = 0
     storm_size: int = STORM
 
@@ -526,6 +532,76 @@ def profiled(pid: int, workdir: Path, label: str, wall: bool = False) -> Iterato
 
 def cordoned(kube: httpx.Client, node: str) -> bool:
     return bool(kube.get(f"/api/v1/nodes/{node}").json().get("spec", {}).get("unschedulable"))
+
+
+def agent_liveness(
+    figures: Figures,
+    sim: SimHandle,
+    reader: httpx.Client,
+    nodes: list[str],
+    asked: float,
+) -> None:
+    """One agent pod crash-looping, another failing readiness (the simulator's kubelet reports
+    both as Kubernetes does): seconds until the controller's node API says so, and the
+    controller's pod requests meanwhile. Heartbeats alone would take three asked periods."""
+    selector = AgentIntakeSettings().pod_selector
+    crashing, dead = nodes[-1], nodes[-2]
+
+    def container(node: str, behaviour: str) -> None:
+        fault = {"type": "container", "node": node, "selector": selector, "behaviour": behaviour}
+        answer = httpx.post(f"{sim.inject_url}/v1/faults", json=fault, timeout=30)
+        if answer.status_code != 200 or "1 pod(s)" not in answer.text:
+            raise SystemExit(f"container fault on {node}: {answer.status_code} {answer.text}")
+
+    def pod_requests(since: int) -> tuple[int, int]:
+        log = httpx.get(
+            f"{sim.inject_url}/v1/kube-requests", params={"since": since}, timeout=60
+        ).json()
+        mine = [
+            r
+            for r in log["requests"]
+            if r["resource"] == "pods"
+            and r["verb"] in ("list", "watch", "get")
+            and str(r.get("user_agent", "")).startswith("remediator/")
+        ]
+        return len(mine), int(log["total"])
+
+    def agent(node: str) -> dict[str, Any]:
+        found: dict[str, Any] = reader.get(f"/api/v1/nodes/{node}").json().get("agent") or {}
+        return found
+
+    before_all, mark = pod_requests(0)  # the controller's start-up LIST pages, its watches
+    began = time.monotonic()
+    container(crashing, "crash")
+    container(dead, "unready")
+    known: dict[str, float] = {}
+    want = {crashing: "crash-looping", dead: "silent"}
+    while len(known) < len(want):
+        for node, liveness in want.items():
+            if node not in known and agent(node).get("liveness") == liveness:
+                known[node] = time.monotonic() - began
+        if time.monotonic() - began > 300:
+            raise SystemExit(f"liveness not decided within 300 s: {known}")
+        time.sleep(0.25)
+    span = time.monotonic() - began
+    during, _ = pod_requests(mark)
+    reasons = {node: str(agent(node).get("reason", "")) for node in want}
+    if not all(reason.startswith("agent pod ") for reason in reasons.values()):
+        raise SystemExit(f"liveness was not decided from the agent pods: {reasons}")
+    for node in want:
+        container(node, "none")
+    figures.dead_agent_s = max(known.values())
+    per_agent = during / len(nodes)
+    configured = Settings.model_fields["agent_silent_after_seconds"].default
+    bound = silent_after(configured, asked)
+    figures.add(
+        f"dead agent known at {len(nodes)} nodes (crash-looping / not Ready)",
+        f"{known[crashing]:.1f} s / {known[dead]:.1f} s (heartbeats alone: {bound:.0f} s); "
+        f"controller pod requests meanwhile {during} in {span:.0f} s = {per_agent:.4f} per "
+        f"agent (start-up {before_all} in all)",
+        "< 60 s, no request per agent",
+        figures.dead_agent_s < 60 and during <= 2,
+    )
 
 
 def run_database(
@@ -615,6 +691,8 @@ def run_database(
             "<= 5",
             figures.writes_per_second <= 5,
         )
+
+        agent_liveness(figures, sim, reader, nodes, asked)
 
         # -- pushed XID → cordoned, heartbeats flowing ---------------------------------------
         samples: list[float] = []
@@ -893,8 +971,8 @@ def prometheus_scraped(url: str, expected: int, timeout: float) -> tuple[bool, s
 def headline(f: Figures) -> str:
     return (
         f"scale_10k: idle {f.idle_percent:.1f}% core {f.rss_mb:.0f} MB, heartbeat writes "
-        f"{f.writes_per_second:.2f}/s, cordon p99 {f.cordon_p99_ms:.0f} ms, storm accounted "
-        f"{f.storm_accounted}/{f.storm_size}"
+        f"{f.writes_per_second:.2f}/s, cordon p99 {f.cordon_p99_ms:.0f} ms, dead agent known "
+        f"{f.dead_agent_s:.0f} s, storm accounted {f.storm_accounted}/{f.storm_size}"
     )
 
 
@@ -976,6 +1054,7 @@ def main(argv: list[str]) -> int:
             rss_mb=max(f.rss_mb for f in results),
             writes_per_second=max(f.writes_per_second for f in results),
             cordon_p99_ms=max(f.cordon_p99_ms for f in results),
+            dead_agent_s=max(f.dead_agent_s for f in results),
             storm_accounted=min(f.storm_accounted for f in results),
             storm_size=min(f.storm_size for f in results),
         )

@@ -39,11 +39,25 @@ class EventStream(Protocol):
 class PodWatchApi(Protocol):
     """What this needs of KubeClient."""
 
-    def list_pods_versioned(self, label_selector: str) -> tuple[list[JSON], str]: ...
+    def list_pods_versioned(
+        self, label_selector: str, convert: Callable[[JSON], Listed | None]
+    ) -> tuple[list[Listed], str]: ...
 
     def watch_pods(
         self, resource_version: str, label_selector: str, timeout_seconds: int = 300
     ) -> EventStream: ...
+
+
+# A listed agent pod: (namespace/name, node, pod).
+Listed = tuple[str, str, AgentPod]
+
+
+def _listed(raw: JSON) -> Listed | None:
+    meta = raw.get("metadata") or {}
+    found = agent_pod(raw)
+    if found is None:
+        return None
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}", found[0], found[1]
 
 
 def agent_pod(raw: Mapping[str, Any]) -> tuple[str, AgentPod] | None:
@@ -203,14 +217,9 @@ class AgentPods:
                 delay = min(delay * 2, self._backoff[1])
 
     def _relist(self) -> None:
-        items, version = self._kube.list_pods_versioned(self._selector)
+        items, version = self._kube.list_pods_versioned(self._selector, _listed)
         now = self._clock.now()
-        listed = {}
-        for raw in items:
-            meta = raw.get("metadata") or {}
-            found = agent_pod(raw)
-            if found is not None:
-                listed[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = found
+        listed = {key: (node, pod) for key, node, pod in items}
         with self._lock:
             lost = {node: PodGone(pod.name, now) for key, (node, pod) in self._pods.items()}
             self._pods = listed

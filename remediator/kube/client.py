@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 import yaml
@@ -63,6 +63,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMPONENT = "remediator"
 CONFLICT_RETRIES = 8
 CONFLICT_BACKOFF = 0.02
+_T = TypeVar("_T")
 LIST_PAGE_SIZE = 500  # client-go's reflector pages its initial LIST at 500
 
 
@@ -534,11 +535,15 @@ class KubeClient:
         return [Pod.from_json(item) for item in data.get("items") or ()]
 
     def list_pods_versioned(
-        self, label_selector: str, page_size: int = LIST_PAGE_SIZE
-    ) -> tuple[list[JSON], str]:
-        """Every pod of every namespace with this label, as the server sends them, and the
-        list's resourceVersion a watch picks up from; paged like the nodes."""
-        pods: list[JSON] = []
+        self,
+        label_selector: str,
+        convert: Callable[[JSON], _T | None],
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> tuple[list[_T], str]:
+        """Every pod of every namespace with this label, each `convert`ed (None: dropped) as its
+        page arrives, and the list's resourceVersion a watch picks up from. 10,000 agent pods'
+        JSON held at once kept the controller's RSS ~110 MB higher for good."""
+        pods: list[_T] = []
         token = ""
         while True:
             query = [("labelSelector", label_selector), ("limit", str(page_size))]
@@ -546,7 +551,7 @@ class KubeClient:
                 query.append(("continue", token))
             what = f"list pods labelled {label_selector}"
             data = self._call("GET", "/api/v1/pods", what, query=query)
-            pods.extend(data.get("items") or ())
+            pods.extend(c for item in data.get("items") or () if (c := convert(item)) is not None)
             meta = data.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:

@@ -13,7 +13,7 @@ reach the controller (a Ready pod whose heartbeats stopped).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -57,8 +57,15 @@ PodSight = AgentPod | PodGone | None
 
 @dataclass(frozen=True)
 class Verdict:
+    """The liveness, and why in words: written only when read (a scrape or the overview judges
+    10,000 agents and words a few)."""
+
     liveness: Liveness
-    reason: str
+    explain: Callable[[], str] = field(repr=False, compare=False)
+
+    @property
+    def reason(self) -> str:
+        return self.explain()
 
     @property
     def alive(self) -> bool:
@@ -107,64 +114,91 @@ def judge(
     """The agent's liveness and why. `seen_at`: its last heartbeat (None: never); `watching`:
     whether the pod view can be trusted (synced and seeing); without it only heartbeats count."""
     if not watching:
-        return _by_heartbeat(seen_at, now, silent_after, "")
+        return _by_heartbeat(seen_at, now, silent_after, _nothing)
     if sight is None:
-        verdict = _by_heartbeat(seen_at, now, silent_after, "; no agent pod on this node")
+        verdict = _by_heartbeat(seen_at, now, silent_after, lambda: "; no agent pod on this node")
         if verdict.alive:
             return verdict
-        return Verdict(Liveness.NOT_DEPLOYED, f"no agent pod on this node, and {verdict.reason}")
+        return Verdict(
+            Liveness.NOT_DEPLOYED, lambda: f"no agent pod on this node, and {verdict.reason}"
+        )
     if isinstance(sight, PodGone):
-        gone_for = _seconds(now - sight.at)
-        if now - sight.at > not_ready_after:
+        gone = sight
+        gone_for = now - gone.at
+        if gone_for > not_ready_after:
             return Verdict(
                 Liveness.NOT_DEPLOYED,
-                f"agent pod {sight.name} deleted {gone_for} s ago and not replaced: the "
-                "DaemonSet no longer runs on this node",
+                lambda: (
+                    f"agent pod {gone.name} deleted {_seconds(gone_for)} s ago and not "
+                    "replaced: the DaemonSet no longer runs on this node"
+                ),
             )
-        note = f"; agent pod {sight.name} deleted {gone_for} s ago, awaiting its replacement"
-        return _by_heartbeat(seen_at, now, silent_after, note)
-    if sight.waiting == CRASH_LOOP:
-        last = f" (last exit: {sight.last_exit})" if sight.last_exit else ""
+        return _by_heartbeat(
+            seen_at,
+            now,
+            silent_after,
+            lambda: (
+                f"; agent pod {gone.name} deleted {_seconds(gone_for)} s ago, awaiting its "
+                "replacement"
+            ),
+        )
+    pod = sight
+    if pod.waiting == CRASH_LOOP:
+        last = f" (last exit: {pod.last_exit})" if pod.last_exit else ""
         return Verdict(
             Liveness.CRASH_LOOPING,
-            f"agent pod {sight.name}: {CRASH_LOOP} after {sight.restarts} restarts{last}",
+            lambda: f"agent pod {pod.name}: {CRASH_LOOP} after {pod.restarts} restarts{last}",
         )
-    changed_for = now - sight.since if sight.since is not None else timedelta(0)
-    if not sight.ready:
-        how = sight.waiting or ("terminating" if sight.terminating else "running, not ready")
-        text = f"agent pod {sight.name} not Ready for {_seconds(changed_for)} s ({how})"
-        if sight.since is None or changed_for > not_ready_after:
-            return Verdict(Liveness.SILENT, text)
-        return _by_heartbeat(seen_at, now, silent_after, f"; {text}")
-    restarts = f" ({sight.restarts} restarts)" if sight.restarts else ""
-    ready = f"agent pod {sight.name} Ready{restarts}"
+    changed_for = now - pod.since if pod.since is not None else timedelta(0)
+    if not pod.ready:
+
+        def not_ready() -> str:
+            how = pod.waiting or ("terminating" if pod.terminating else "running, not ready")
+            return f"agent pod {pod.name} not Ready for {_seconds(changed_for)} s ({how})"
+
+        if pod.since is None or changed_for > not_ready_after:
+            return Verdict(Liveness.SILENT, not_ready)
+        return _by_heartbeat(seen_at, now, silent_after, lambda: f"; {not_ready()}")
+
+    def ready() -> str:
+        restarts = f" ({pod.restarts} restarts)" if pod.restarts else ""
+        return f"agent pod {pod.name} Ready{restarts}"
+
     if seen_at is None:
         if changed_for > silent_after:
             return Verdict(
                 Liveness.SILENT,
-                f"{ready} for {_seconds(changed_for)} s, but never sent a heartbeat",
+                lambda: f"{ready()} for {_seconds(changed_for)} s, but never sent a heartbeat",
             )
-        return Verdict(Liveness.REPORTING, f"{ready}; no heartbeat yet")
+        return Verdict(Liveness.REPORTING, lambda: f"{ready()}; no heartbeat yet")
     age = now - seen_at
     if age > silent_after:
         return Verdict(
             Liveness.SILENT,
-            f"{ready}, but no heartbeat for {_seconds(age)} s (bound "
-            f"{_seconds(silent_after)} s): it cannot reach the controller",
+            lambda: (
+                f"{ready()}, but no heartbeat for {_seconds(age)} s (bound "
+                f"{_seconds(silent_after)} s): it cannot reach the controller"
+            ),
         )
-    return Verdict(Liveness.REPORTING, f"{ready}; heartbeat {_seconds(age)} s ago")
+    return Verdict(Liveness.REPORTING, lambda: f"{ready()}; heartbeat {_seconds(age)} s ago")
 
 
 def _by_heartbeat(
-    seen_at: datetime | None, now: datetime, silent_after: timedelta, note: str
+    seen_at: datetime | None, now: datetime, silent_after: timedelta, note: Callable[[], str]
 ) -> Verdict:
     if seen_at is None:
-        return Verdict(Liveness.SILENT, f"no heartbeat ever{note}")
+        return Verdict(Liveness.SILENT, lambda: f"no heartbeat ever{note()}")
     age = now - seen_at
     if age > silent_after:
-        bound = _seconds(silent_after)
-        return Verdict(Liveness.SILENT, f"no heartbeat for {_seconds(age)} s (bound {bound} s)")
-    return Verdict(Liveness.REPORTING, f"heartbeat {_seconds(age)} s ago{note}")
+        return Verdict(
+            Liveness.SILENT,
+            lambda: f"no heartbeat for {_seconds(age)} s (bound {_seconds(silent_after)} s)",
+        )
+    return Verdict(Liveness.REPORTING, lambda: f"heartbeat {_seconds(age)} s ago{note()}")
+
+
+def _nothing() -> str:
+    return ""
 
 
 def _seconds(span: timedelta) -> int:
