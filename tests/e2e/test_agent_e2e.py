@@ -169,7 +169,10 @@ def test_agents_turn_kernel_xids_and_vanished_gpus_into_remediations(
         wait_for(
             "every agent reporting",
             lambda: (
-                sum(a["liveness"] == "reporting" for a in api.get("/api/v1/agents").json())
+                sum(
+                    a["liveness"] == "reporting" and a["seen_at"] is not None
+                    for a in api.get("/api/v1/agents").json()
+                )
                 == len(names)
             ),
         )
