@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fixtures.sim import SimHandle, start_sim
+from tests.integration.engine_support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -171,11 +172,24 @@ def test_drain_retries_while_budget_forbids(cluster: SimHandle) -> None:
 
 
 def test_events_and_wait(cluster: SimHandle) -> None:
+    # An event of this test's own (the tests of this module may run on other workers' sims).
+    manifest = cluster.workdir / "too-big.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: too-big\n  namespace: training\n"
+        "spec:\n  containers:\n  - name: c\n    image: busybox\n    resources:\n"
+        "      limits:\n        nvidia.com/gpu: 99\n"
+    )
+    cluster.kubectl("create", "-f", str(manifest))
+    wait_for(
+        lambda: "too-big" in cluster.kubectl("get", "events", "-n", "training"),
+        what="the scheduler's event for a pod no node can take",
+    )
     events = rows(cluster.kubectl("get", "events", "-A"))
     assert events[0][:5] == ["NAMESPACE", "LAST SEEN", "TYPE", "REASON", "OBJECT"]
     node = training_node(cluster, 3)
     out = cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=20s")
     assert "condition met" in out
+    cluster.kubectl("delete", "pod", "too-big", "-n", "training")
 
 
 def test_create_and_apply_manifests(cluster: SimHandle) -> None:

@@ -91,6 +91,10 @@ def test_a_reset_job_clears_a_transient_xid_on_its_gpu_only(sim: SimHandle, tmp_
     inject(sim, {"type": "xid", "node": node, "gpu": 3, "code": 95})
     inject(sim, {"type": "xid", "node": node, "gpu": 5, "code": 95})
     job = run_job(sim, tmp_path, "reset-3", node, ["nvidia-smi", "--gpu-reset", "-i", "3"])
+    # The API server's defaulting: the Job selects its own pods (the namespace holds others,
+    # the agents' DaemonSet pods), so `kubectl logs job/…` reads this one.
+    uid = job["metadata"]["uid"]
+    assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
     assert job["status"]["conditions"][0]["type"] == "Complete"
     assert job["status"]["succeeded"] == 1
     assert "was successfully reset" in sim.kubectl("logs", "job/reset-3", "-n", "remediator")

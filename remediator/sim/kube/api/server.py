@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -68,6 +69,26 @@ _GENERATION = frozenset(
         "policy/poddisruptionbudgets",
     }
 )
+
+
+def select_own_pods(job: Obj, uid: str) -> None:
+    """The Job's defaulting a real API server does (unless `spec.manualSelector`): a selector
+    on the Job's own uid and those labels on its template. Without it a client that follows
+    the selector (`kubectl logs job/NAME`) matched every pod of the namespace."""
+    spec = job.setdefault("spec", {})
+    if spec.get("manualSelector"):
+        return
+    name = job["metadata"].get("name", "")
+    labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
+    labels.update(
+        {
+            "controller-uid": uid,
+            "batch.kubernetes.io/controller-uid": uid,
+            "job-name": name,
+            "batch.kubernetes.io/job-name": name,
+        }
+    )
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
 
 
 class ClusterOps(Protocol):
@@ -520,7 +541,11 @@ class KubeApi:
         if res.key in _GENERATION:
             meta["generation"] = 1
             obj["status"] = {}
-        created = self.store.create(res.key, obj)
+        uid = None
+        if res.key == "batch/jobs":
+            uid = str(uuid.uuid4())
+            select_own_pods(obj, uid)
+        created = self.store.create(res.key, obj, uid)
         return _json(self._full(res, created), 201)
 
     def _merge_server_fields(self, res: Resource, current: Obj, new: Obj, status: bool) -> Obj:

@@ -185,7 +185,9 @@ class ObjectStore:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def create(self, resource: str, obj: Obj) -> Obj:
+    def create(self, resource: str, obj: Obj, uid: str | None = None) -> Obj:
+        """Add an object; `uid` when the server's defaulting already needed it (a Job's
+        selector names its own uid)."""
         with self._lock:
             obj = clone(obj)
             meta = obj.setdefault("metadata", {})
@@ -201,7 +203,7 @@ class ObjectStore:
                 raise AlreadyExists(
                     f'{plural} "{key[1]}" already exists', details=_details(resource, key[1])
                 )
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = uid or str(uuid.uuid4())
             meta.setdefault("creationTimestamp", now_rfc3339())
             meta.pop("resourceVersion", None)
             self._commit(resource, key, obj, "ADDED")
