@@ -144,3 +144,20 @@ def check_transition(current: State, target: State) -> None:
         return
     if target not in TRANSITIONS[current]:
         raise IllegalTransition(f"{current.value} → {target.value} is not allowed")
+
+
+# The state each ladder step works in (taint shares the cordon's): the planner walks a ladder
+# through them, and the shadow report replays what a dry run would have walked.
+STEP_STATES: dict[str, State] = {
+    "cordon": State.QUARANTINED,
+    "taint": State.QUARANTINED,
+    "checkpoint": State.CHECKPOINTING,
+    "drain": State.DRAINING,
+    "reset_gpu": State.RESETTING_GPU,
+    "reboot": State.REBOOTING,
+    "diagnose": State.DIAGNOSING,
+    "uncordon": State.UNCORDONING,
+    "rma": State.OPENING_RMA,
+    "replace": State.REPLACING,
+    "validate": State.VALIDATING,
+}

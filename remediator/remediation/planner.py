@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remediator.actions.outcome import Done, Failed, Held, Outcome, Waiting
-from remediator.model.states import TRANSITIONS, State
+from remediator.model.states import STEP_STATES, TRANSITIONS, State
 from remediator.policy.ladder import LadderStep
 
 # How long a remediation waiting for a human (or for an opt-out pod to leave) sleeps between
@@ -36,19 +36,6 @@ MAX_BACKOFF_SECONDS = 30.0
 # or longer when the server's Retry-After says so.
 API_BACKOFF_SECONDS = 8.0
 
-STEP_STATES: dict[str, State] = {
-    "cordon": State.QUARANTINED,
-    "taint": State.QUARANTINED,
-    "checkpoint": State.CHECKPOINTING,
-    "drain": State.DRAINING,
-    "reset_gpu": State.RESETTING_GPU,
-    "reboot": State.REBOOTING,
-    "diagnose": State.DIAGNOSING,
-    "uncordon": State.UNCORDONING,
-    "rma": State.OPENING_RMA,
-    "replace": State.REPLACING,
-    "validate": State.VALIDATING,
-}
 # The timeline and metric name of the work done in each work state.
 STEP_NAMES: dict[State, str] = {
     State.QUARANTINED: "quarantine",

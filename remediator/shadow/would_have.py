@@ -24,29 +24,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
-from remediator.model.states import State
+from remediator.model.states import STEP_STATES, State
 from remediator.signals.maintenance import ROW_REMAP_PENDING
 from remediator.signals.model import SignalKind
 from remediator.store.records import RemediationRecord
 
 RECOVERY_WINDOW = timedelta(hours=24)
 REPAIRS = ("reset_gpu", "reboot", "diagnose")
-# The steps that take a node out of service, in the order they are walked, and their states.
-STEP_STATE: Mapping[str, State] = {
-    "cordon": State.QUARANTINED,
-    "taint": State.QUARANTINED,
-    "checkpoint": State.CHECKPOINTING,
-    "drain": State.DRAINING,
-    "reset_gpu": State.RESETTING_GPU,
-    "reboot": State.REBOOTING,
-    "diagnose": State.DIAGNOSING,
-    "uncordon": State.UNCORDONING,
-    "rma": State.OPENING_RMA,
-    "replace": State.REPLACING,
-    "validate": State.VALIDATING,
-}
 STATE_STEP: Mapping[State, str] = {
-    **{state: step for step, state in STEP_STATE.items() if step != "taint"},
+    **{state: step for step, state in STEP_STATES.items() if step != "taint"},
     State.VERIFYING: "verify",
 }
 # What a ladder did, most consequential first: a remediation is counted under the first it ran.
@@ -106,7 +92,9 @@ def walked(record: RemediationRecord) -> list[str]:
         return []
     entered = {e.to_state for e in record.events if e.to_state is not None}
     done = record.state is State.SUCCEEDED
-    return [s for s in _main(record) if done or STEP_STATE.get(s) in entered or s not in STEP_STATE]
+    return [
+        s for s in _main(record) if done or STEP_STATES.get(s) in entered or s not in STEP_STATES
+    ]
 
 
 def _clears(record: RemediationRecord) -> frozenset[int] | None:
@@ -229,7 +217,7 @@ class Durations:
         """The work states `steps` pass through, in order (a replacement is then verified)."""
         found: list[State] = []
         for step in steps:
-            state = STEP_STATE.get(step)
+            state = STEP_STATES.get(step)
             if state is not None and state not in found:
                 found.append(state)
         if State.REPLACING in found:
